@@ -1,0 +1,463 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures an Engine. Zero fields take the documented defaults.
+type Config struct {
+	// Registry holds the node types graphs may use. Required.
+	Registry *Registry
+	// Store persists run records, checkpoints and events. Nil: nothing is
+	// persisted, nothing is replayed and Resume is unavailable.
+	Store Store
+	// MaxParallel bounds the nodes one run executes at once (default 16).
+	MaxParallel int
+	// GlobalMaxParallel bounds the nodes all runs of this engine execute at
+	// once (default 1024).
+	GlobalMaxParallel int
+	// Limits bound graph size (see Limits for defaults).
+	Limits Limits
+	// PlanCacheSize is how many compiled plans are kept (default 256).
+	PlanCacheSize int
+	// CancelGrace is how long a stopping run waits for in-flight executors
+	// that ignore their context before it abandons them as cancelled
+	// (default 5s). A node with timeoutMs is abandoned at its deadline plus
+	// at most this grace.
+	CancelGrace time.Duration
+	// Logger receives run transitions at debug level (default: discard).
+	Logger *slog.Logger
+}
+
+// Engine compiles graphs and executes runs. It is safe for concurrent use.
+type Engine struct {
+	reg      *Registry
+	store    Store
+	lim      Limits
+	conds    *conditions
+	plans    planCache
+	sem      chan struct{}
+	maxPar   int
+	grace    time.Duration
+	log      *slog.Logger
+	idPrefix string
+	idSeq    atomic.Uint64
+}
+
+// NewEngine returns an engine for cfg.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.Registry == nil {
+		return nil, fmt.Errorf("runtime: Config.Registry is required")
+	}
+	lim := cfg.Limits.withDefaults()
+	conds, err := newConditions(lim.MaxConditionCost)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: condition environment: %w", err)
+	}
+	e := &Engine{reg: cfg.Registry, store: cfg.Store, lim: lim, conds: conds,
+		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, log: cfg.Logger}
+	if e.maxPar <= 0 {
+		e.maxPar = 16
+	}
+	g := cfg.GlobalMaxParallel
+	if g <= 0 {
+		g = 1024
+	}
+	e.sem = make(chan struct{}, g)
+	if e.grace <= 0 {
+		e.grace = 5 * time.Second
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	size := cfg.PlanCacheSize
+	if size <= 0 {
+		size = 256
+	}
+	e.plans.init(size)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	e.idPrefix = "r_" + hex.EncodeToString(b[:])
+	return e, nil
+}
+
+// Registry returns the engine's node type registry.
+func (e *Engine) Registry() *Registry { return e.reg }
+
+// Store returns the engine's store (nil when none).
+func (e *Engine) Store() Store { return e.store }
+
+// Validate returns every diagnostic of g (errors and warnings) without
+// caching anything.
+func (e *Engine) Validate(g *Graph) Diagnostics {
+	_, ds := compile(g, e.reg, e.lim, e.conds)
+	if ds == nil {
+		ds = Diagnostics{}
+	}
+	return ds
+}
+
+// Compile validates g and returns its plan, from the cache when a plan for
+// (g.ID, g.PlanVersion) exists. Graphs without an id are never cached. A
+// graph with errors returns a *GraphError.
+func (e *Engine) Compile(g *Graph) (*Plan, error) {
+	if g != nil && g.ID != "" {
+		if p := e.plans.get(g.ID, g.PlanVersion); p != nil {
+			return p, nil
+		}
+	}
+	p, ds := compile(g, e.reg, e.lim, e.conds)
+	if p == nil {
+		return nil, &GraphError{Diagnostics: ds}
+	}
+	if g.ID != "" {
+		e.plans.put(p)
+	}
+	return p, nil
+}
+
+func (e *Engine) newRunID() string {
+	return e.idPrefix + strconv.FormatUint(e.idSeq.Add(1), 36)
+}
+
+// planCache keeps the most recently added plans, evicting the oldest.
+type planCache struct {
+	mu    sync.Mutex
+	max   int
+	m     map[planKey]*Plan
+	order []planKey
+}
+
+type planKey struct {
+	id string
+	v  int64
+}
+
+func (c *planCache) init(max int) { c.max, c.m = max, make(map[planKey]*Plan, max) }
+
+func (c *planCache) get(id string, v int64) *Plan {
+	c.mu.Lock()
+	p := c.m[planKey{id, v}]
+	c.mu.Unlock()
+	return p
+}
+
+func (c *planCache) put(p *Plan) {
+	k := planKey{p.GraphID, p.PlanVersion}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[k]; ok {
+		c.m[k] = p
+		return
+	}
+	if len(c.order) >= c.max {
+		delete(c.m, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.m[k] = p
+	c.order = append(c.order, k)
+}
+
+// activeSet is the part of a plan a set of entry nodes reaches by flow
+// edges. It is computed once per (plan, entries) and shared by runs.
+type activeSet struct {
+	entries  []int32
+	isEntry  []bool
+	isActive []bool
+	nodes    []int32 // active nodes in rank order
+	inCount  []int32 // per node: active incoming flow edges
+	ids      []string
+	entryIDs []string
+	err      error
+}
+
+type activeCache struct {
+	m sync.Map // string(entry ids) -> *activeSet
+}
+
+func (p *Plan) active(entryIDs []string) *activeSet {
+	key := strings.Join(entryIDs, "\x00")
+	if v, ok := p.actives.m.Load(key); ok {
+		return v.(*activeSet)
+	}
+	as := p.computeActive(entryIDs)
+	v, _ := p.actives.m.LoadOrStore(key, as)
+	return v.(*activeSet)
+}
+
+func (p *Plan) computeActive(entryIDs []string) *activeSet {
+	n := len(p.nodes)
+	as := &activeSet{isEntry: make([]bool, n), isActive: make([]bool, n), inCount: make([]int32, n)}
+	var stack []int32
+	for _, id := range entryIDs {
+		i, ok := p.index[id]
+		if !ok {
+			as.err = fmt.Errorf("%w: %q", ErrUnknownEntry, id)
+			return as
+		}
+		if as.isEntry[i] {
+			continue
+		}
+		as.isEntry[i] = true
+		as.entries = append(as.entries, i)
+		as.entryIDs = append(as.entryIDs, id)
+		as.isActive[i] = true
+		stack = append(stack, i)
+	}
+	if len(as.entries) == 0 {
+		as.err = fmt.Errorf("%w: a run needs at least one entry node", ErrUnknownEntry)
+		return as
+	}
+	for len(stack) > 0 {
+		u := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, ei := range p.nodes[u].flowOut {
+			v := p.edges[ei].dst
+			as.inCount[v]++
+			if !as.isActive[v] {
+				as.isActive[v] = true
+				stack = append(stack, v)
+			}
+		}
+	}
+	for _, i := range p.byRank {
+		if as.isActive[i] {
+			as.nodes = append(as.nodes, i)
+			as.ids = append(as.ids, p.nodes[i].node.ID)
+		}
+	}
+	// A run may not touch a part with warnings: check the active nodes and
+	// every link producer they (transitively) use.
+	seen := make([]bool, n)
+	stack = append(stack[:0], as.nodes...)
+	for _, i := range as.nodes {
+		seen[i] = true
+	}
+	bad := map[int32]bool{}
+	for len(stack) > 0 {
+		u := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if p.nodes[u].problem {
+			bad[u] = true
+		}
+		for _, ei := range p.nodes[u].linkIn {
+			if s := p.edges[ei].src; !seen[s] {
+				seen[s] = true
+				stack = append(stack, s)
+			}
+		}
+	}
+	if len(bad) > 0 {
+		var ds Diagnostics
+		for _, d := range p.diags {
+			if i, ok := p.index[d.ID]; ok && bad[i] {
+				d.Severity = SeverityError
+				ds = append(ds, d)
+				continue
+			}
+			for _, id := range d.NodeIDs {
+				if i, ok := p.index[id]; ok && bad[i] {
+					d.Severity = SeverityError
+					ds = append(ds, d)
+					break
+				}
+			}
+		}
+		as.err = &GraphError{Diagnostics: ds}
+	}
+	return as
+}
+
+// RunRequest starts a run.
+type RunRequest struct {
+	// RunID names the run; generated when empty.
+	RunID  string
+	ChatID string
+	// Plan or Graph (compiled through the cache) to run.
+	Plan  *Plan
+	Graph *Graph
+	// EntryNodeIDs start the run; the run executes only what they reach by
+	// flow edges. Empty: every node of an Entry type.
+	EntryNodeIDs []string
+	// Input reaches every entry node as its first Input.
+	Input any
+	// Kind and Attrs label the run (run_started carries them).
+	Kind    string
+	Attrs   map[string]any
+	Options RunOptions
+	// Services is handed to executors untouched (FlowContext.Services).
+	Services any
+	// Sink receives the run's events in order (optional).
+	Sink EventSink
+}
+
+// ResumeRequest continues a finished (interrupted, cancelled or failed) run
+// in a new run: succeeded nodes whose inputs are unchanged are replayed
+// from their checkpoints, interrupted nodes get their resume values.
+type ResumeRequest struct {
+	// RunID is the run to continue.
+	RunID string
+	// NewRunID names the continuation; generated when empty.
+	NewRunID string
+	// Plan or Graph: the graph as it is now. A changed planVersion reruns
+	// nodes (except succeeded write/external/human ones).
+	Plan  *Plan
+	Graph *Graph
+	// InterruptID and Value answer one interrupt; InterruptID may be empty
+	// when exactly one is pending. Values answers several by id.
+	InterruptID string
+	Value       any
+	Values      map[string]any
+	// Attrs are merged over the parent run's.
+	Attrs    map[string]any
+	Services any
+	Sink     EventSink
+}
+
+// RunResult is how a run ended.
+type RunResult struct {
+	RunID  string
+	Status RunStatus
+	// Err is the first unhandled node failure of a failed run, or the cause
+	// of a cancelled one.
+	Err        error
+	Interrupts []InterruptInfo
+	LastSeq    int64
+	plan       *Plan
+	outputs    []any
+	states     []NodeStatus
+}
+
+// Output returns the output of node id if it succeeded in this run.
+func (r *RunResult) Output(id string) (any, bool) {
+	i, ok := r.plan.index[id]
+	if !ok || r.states[i] != NodeSucceeded {
+		return nil, false
+	}
+	return r.outputs[i], true
+}
+
+// NodeStatus returns the final status of node id ("" when not active).
+func (r *RunResult) NodeStatus(id string) NodeStatus {
+	if i, ok := r.plan.index[id]; ok {
+		return r.states[i]
+	}
+	return ""
+}
+
+// Outputs returns the outputs of every succeeded node, keyed by node id.
+func (r *RunResult) Outputs() map[string]any {
+	m := map[string]any{}
+	for i, s := range r.states {
+		if s == NodeSucceeded {
+			m[r.plan.nodes[i].node.ID] = r.outputs[i]
+		}
+	}
+	return m
+}
+
+// NodeStatuses returns the status of every active node, keyed by node id.
+func (r *RunResult) NodeStatuses() map[string]NodeStatus {
+	m := map[string]NodeStatus{}
+	for i, s := range r.states {
+		if s != "" {
+			m[r.plan.nodes[i].node.ID] = s
+		}
+	}
+	return m
+}
+
+// Invoke runs a graph to the end (completed, failed, cancelled or
+// interrupted). The error is non-nil only when the run could not start
+// (invalid graph or entries, store failure) or its store failed mid-run;
+// node failures are in the result.
+func (e *Engine) Invoke(ctx context.Context, req RunRequest) (*RunResult, error) {
+	r, err := e.newRun(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return r.execute()
+}
+
+// Resume continues a finished run in a new run (see ResumeRequest).
+func (e *Engine) Resume(ctx context.Context, req ResumeRequest) (*RunResult, error) {
+	r, err := e.resumeRun(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return r.execute()
+}
+
+// Stream is a run in progress whose events arrive on a channel.
+type Stream struct {
+	events chan Event
+	done   chan struct{}
+	res    *RunResult
+	err    error
+}
+
+// Events delivers the run's events in seq order and is closed after the
+// terminal event. The consumer must drain it: a full channel holds the run.
+func (s *Stream) Events() <-chan Event { return s.events }
+
+// Wait drains any events not read yet and returns the run's result.
+func (s *Stream) Wait() (*RunResult, error) {
+	for range s.events {
+	}
+	<-s.done
+	return s.res, s.err
+}
+
+// Stream starts a run and returns its live event stream. Start-up errors
+// (invalid graph, unknown entries) are returned at once.
+func (e *Engine) Stream(ctx context.Context, req RunRequest) (*Stream, error) {
+	s := newStream()
+	req.Sink = teeSink(req.Sink, s.events)
+	r, err := e.newRun(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	go s.run(r)
+	return s, nil
+}
+
+// StreamResume is Resume with a live event stream.
+func (e *Engine) StreamResume(ctx context.Context, req ResumeRequest) (*Stream, error) {
+	s := newStream()
+	req.Sink = teeSink(req.Sink, s.events)
+	r, err := e.resumeRun(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	go s.run(r)
+	return s, nil
+}
+
+func newStream() *Stream {
+	return &Stream{events: make(chan Event, 64), done: make(chan struct{})}
+}
+
+func (s *Stream) run(r *run) {
+	s.res, s.err = r.execute()
+	close(s.events)
+	close(s.done)
+}
+
+func teeSink(user EventSink, ch chan<- Event) EventSink {
+	if user == nil {
+		return SinkFunc(func(e Event) { ch <- e })
+	}
+	return SinkFunc(func(e Event) {
+		user.Emit(e)
+		ch <- e
+	})
+}

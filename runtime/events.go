@@ -1,0 +1,211 @@
+package runtime
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// EventType names an event: subject_pasttense.
+type EventType string
+
+// Events the kernel emits. Executors may emit other (domain) types through
+// FlowContext.Emit, but never these.
+const (
+	EventRunStarted      EventType = "run_started"
+	EventRunCompleted    EventType = "run_completed"
+	EventRunFailed       EventType = "run_failed"
+	EventRunCancelled    EventType = "run_cancelled"
+	EventRunInterrupted  EventType = "run_interrupted"
+	EventNodeStarted     EventType = "node_started"
+	EventNodeCompleted   EventType = "node_completed"
+	EventNodeFailed      EventType = "node_failed"
+	EventNodeCancelled   EventType = "node_cancelled"
+	EventNodeInterrupted EventType = "node_interrupted"
+	EventNodeSkipped     EventType = "node_skipped"
+	EventNodeRetrying    EventType = "node_retrying"
+	EventEdgeTaken       EventType = "edge_taken"
+)
+
+// Reserved reports whether t is one of the kernel's own event types.
+func (t EventType) Reserved() bool {
+	switch t {
+	case EventRunStarted, EventRunCompleted, EventRunFailed, EventRunCancelled, EventRunInterrupted,
+		EventNodeStarted, EventNodeCompleted, EventNodeFailed, EventNodeCancelled, EventNodeInterrupted,
+		EventNodeSkipped, EventNodeRetrying, EventEdgeTaken:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether t ends a run.
+func (t EventType) Terminal() bool {
+	switch t {
+	case EventRunCompleted, EventRunFailed, EventRunCancelled, EventRunInterrupted:
+		return true
+	}
+	return false
+}
+
+// Event is the one envelope every transport carries. Seq starts at 1 per
+// run and has no gaps; it is the SSE id and the resume cursor.
+//
+// Data holds the type's payload struct while the event is live; events read
+// back from a durable store carry it as json.RawMessage.
+type Event struct {
+	Seq     int64     `json:"seq"`
+	RunID   string    `json:"runId"`
+	ChatID  string    `json:"chatId,omitempty"`
+	Type    EventType `json:"type"`
+	NodeID  string    `json:"nodeId,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Time    time.Time `json:"time"`
+	Data    any       `json:"data,omitempty"`
+}
+
+// EventSink receives a run's events in seq order, one call at a time per
+// run. It must not block for long: it runs on the run's critical path.
+type EventSink interface {
+	Emit(Event)
+}
+
+// SinkFunc adapts a function to EventSink.
+type SinkFunc func(Event)
+
+// Emit calls f.
+func (f SinkFunc) Emit(e Event) { f(e) }
+
+// RunStartedData is the payload of run_started. Attrs are caller-supplied
+// labels (a message id, say) merged into the payload's top level.
+type RunStartedData struct {
+	Kind          string         `json:"kind,omitempty"`
+	GraphID       string         `json:"graphId"`
+	PlanVersion   int64          `json:"planVersion"`
+	EntryNodeIDs  []string       `json:"entryNodeIds"`
+	ActiveNodeIDs []string       `json:"activeNodeIds"`
+	ParentRunID   string         `json:"parentRunId,omitempty"`
+	Resumed       bool           `json:"resumed,omitempty"`
+	Attrs         map[string]any `json:"-"`
+}
+
+// MarshalJSON flattens Attrs into the object; declared fields win.
+func (d RunStartedData) MarshalJSON() ([]byte, error) {
+	type plain RunStartedData
+	return mergeJSON(plain(d), d.Attrs)
+}
+
+// RunCompletedData is the payload of run_completed.
+type RunCompletedData struct {
+	DurationMs float64 `json:"durationMs"`
+}
+
+// RunFailedData is the payload of run_failed.
+type RunFailedData struct {
+	Error       string   `json:"error"`
+	Code        string   `json:"code,omitempty"`
+	NodeID      string   `json:"nodeId,omitempty"`
+	FailedNodes []string `json:"failedNodes,omitempty"`
+	DurationMs  float64  `json:"durationMs"`
+}
+
+// RunCancelledData is the payload of run_cancelled.
+type RunCancelledData struct {
+	Cause      string  `json:"cause"`
+	DurationMs float64 `json:"durationMs"`
+}
+
+// RunInterruptedData is the payload of run_interrupted: every pending interrupt.
+type RunInterruptedData struct {
+	Interrupts []InterruptInfo `json:"interrupts"`
+}
+
+// NodeStartedData is the payload of node_started. Details (from a
+// Describer) are merged into the payload's top level.
+type NodeStartedData struct {
+	Replayed bool           `json:"replayed,omitempty"`
+	Details  map[string]any `json:"-"`
+}
+
+// MarshalJSON flattens Details into the object; declared fields win.
+func (d NodeStartedData) MarshalJSON() ([]byte, error) {
+	type plain NodeStartedData
+	return mergeJSON(plain(d), d.Details)
+}
+
+// NodeCompletedData is the payload of node_completed.
+type NodeCompletedData struct {
+	Output     any     `json:"output,omitempty"`
+	Replayed   bool    `json:"replayed,omitempty"`
+	DurationMs float64 `json:"durationMs"`
+	// Error is set when continueOnError let a failed node complete.
+	Error string `json:"error,omitempty"`
+}
+
+// NodeFailedData is the payload of node_failed.
+type NodeFailedData struct {
+	Error    string `json:"error"`
+	Code     string `json:"code"`
+	Attempts int    `json:"attempts"`
+	// Handled is true when an on_failure/always edge takes over.
+	Handled    bool    `json:"handled,omitempty"`
+	DurationMs float64 `json:"durationMs"`
+}
+
+// NodeCancelledData is the payload of node_cancelled.
+type NodeCancelledData struct {
+	Cause string `json:"cause"`
+}
+
+// NodeInterruptedData is the payload of node_interrupted.
+type NodeInterruptedData = InterruptInfo
+
+// NodeSkippedData is the payload of node_skipped.
+type NodeSkippedData struct {
+	Reason string `json:"reason"`
+}
+
+// Reasons a node is skipped.
+const (
+	SkipDeadEdges    = "upstream_not_taken"
+	SkipRunFailed    = "run_failed"
+	SkipRunCancelled = "run_cancelled"
+)
+
+// NodeRetryingData is the payload of node_retrying: the attempt about to start.
+type NodeRetryingData struct {
+	Attempt int    `json:"attempt"`
+	DelayMs int64  `json:"delayMs"`
+	Error   string `json:"error"`
+	Code    string `json:"code"`
+}
+
+// EdgeTakenData is the payload of edge_taken.
+type EdgeTakenData struct {
+	EdgeID string `json:"edgeId"`
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
+// InterruptInfo describes a pending interrupt.
+type InterruptInfo struct {
+	ID      string `json:"interruptId"`
+	NodeID  string `json:"nodeId"`
+	Reason  string `json:"reason"`
+	Payload any    `json:"payload,omitempty"`
+}
+
+func mergeJSON(v any, extra map[string]any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil || len(extra) == 0 {
+		return b, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, x := range extra {
+		if _, taken := m[k]; !taken {
+			m[k] = x
+		}
+	}
+	return json.Marshal(m)
+}

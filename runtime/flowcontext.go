@@ -1,0 +1,246 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// FlowContext is a node's view of its run: identity, the run's services,
+// the graph around the node, link resolution, a per-run cache and event
+// emission. The kernel creates one per node execution; executors must not
+// keep it after Execute returns. Its methods are safe for concurrent use by
+// the goroutines of one executor.
+type FlowContext struct {
+	r          *run
+	node       int32
+	attempt    int
+	attemptID  string
+	inputsHash string
+	begin      time.Time
+	resume     any
+	hasResume  bool
+	resumes    int
+	replayed   bool
+	// chain is the link materialization path that led here (for cycle checks).
+	chain []int32
+	// closed (guarded by run.emu) is set with the node's terminal event.
+	closed bool
+}
+
+// NodeID is the id of the node this context belongs to.
+func (fc *FlowContext) NodeID() string { return fc.r.p.nodes[fc.node].node.ID }
+
+// Node returns the node with id in the run's graph (read-only).
+func (fc *FlowContext) Node(id string) (*Node, bool) { return fc.r.p.Node(id) }
+
+// RunID is the id of the run.
+func (fc *FlowContext) RunID() string { return fc.r.rec.ID }
+
+// RootRunID is the first run of this run's lineage (itself unless resumed).
+func (fc *FlowContext) RootRunID() string { return fc.r.rec.RootID }
+
+// ParentRunID is the run this one continues ("" for a fresh run).
+func (fc *FlowContext) ParentRunID() string { return fc.r.rec.ParentID }
+
+// ChatID is the chat the run belongs to ("" when none).
+func (fc *FlowContext) ChatID() string { return fc.r.rec.ChatID }
+
+// Kind is the run's kind label.
+func (fc *FlowContext) Kind() string { return fc.r.rec.Kind }
+
+// Attr returns a run attribute.
+func (fc *FlowContext) Attr(key string) any { return fc.r.rec.Attrs[key] }
+
+// RunInput is the input the run was started with.
+func (fc *FlowContext) RunInput() any { return fc.r.rec.Input }
+
+// IsEntry reports whether this node is one of the run's entry nodes.
+func (fc *FlowContext) IsEntry() bool { return fc.r.as.isEntry[fc.node] }
+
+// Attempt is the current attempt number, from 1.
+func (fc *FlowContext) Attempt() int { return fc.attempt }
+
+// AttemptID is a deterministic id of this attempt: a hash of run id, node
+// id and attempt. A re-execution of the same attempt after a crash gets the
+// same id, so idempotent executors can dedupe with it.
+func (fc *FlowContext) AttemptID() string {
+	if fc.attemptID == "" {
+		fc.attemptID = attemptID(fc.r.rec.ID, fc.NodeID(), fc.attempt)
+	}
+	return fc.attemptID
+}
+
+func (fc *FlowContext) setAttempt(a int) { fc.attempt, fc.attemptID = a, "" }
+
+// Services is the opaque value the run was started with; the kernel never
+// inspects it.
+func (fc *FlowContext) Services() any { return fc.r.services }
+
+// ResumeValue returns the value a Resume gave this node's pending interrupt.
+func (fc *FlowContext) ResumeValue() (any, bool) { return fc.resume, fc.hasResume }
+
+// Resumes counts the resume values this node has consumed over its run lineage.
+func (fc *FlowContext) Resumes() int { return fc.resumes }
+
+// Edges returns the edges of this node on one side (In: incoming, Out:
+// outgoing), filtered by channel and, when handle is not empty, by this
+// node's port name. Edges are read-only.
+func (fc *FlowContext) Edges(dir Direction, ch Channel, handle string) []*Edge {
+	var out []*Edge
+	id := fc.NodeID()
+	for i := range fc.r.p.edges {
+		e := fc.r.p.edges[i].edge
+		if e.Data.Channel != ch {
+			continue
+		}
+		if dir == In && e.Target == id && (handle == "" || e.TargetHandle == handle) ||
+			dir == Out && e.Source == id && (handle == "" || e.SourceHandle == handle) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Link is one artifact resolved from a link edge.
+type Link struct {
+	EdgeID   string
+	NodeID   string // the producer
+	Handle   string // the producer's out-port
+	Artifact any
+}
+
+// ResolveLinks materializes, in edge order, every producer linked into this
+// node's in-port handle. Artifacts are cached per run: each producer port
+// is materialized once however many consumers ask. A dependency cycle is an
+// error naming its path.
+func (fc *FlowContext) ResolveLinks(ctx context.Context, handle string) ([]Link, error) {
+	pn := &fc.r.p.nodes[fc.node]
+	var links []Link
+	for _, ei := range pn.linkIn {
+		pe := &fc.r.p.edges[ei]
+		if pe.edge.TargetHandle != handle {
+			continue
+		}
+		art, err := fc.r.materialize(ctx, pe.src, pe.edge.SourceHandle, append(fc.chain[:len(fc.chain):len(fc.chain)], fc.node))
+		if err != nil {
+			return nil, err
+		}
+		links = append(links, Link{EdgeID: pe.edge.ID, NodeID: pe.edge.Source, Handle: pe.edge.SourceHandle, Artifact: art})
+	}
+	return links, nil
+}
+
+// Materialize returns the (cached) artifact of node id's out-port handle.
+func (fc *FlowContext) Materialize(ctx context.Context, id, handle string) (any, error) {
+	i, ok := fc.r.p.index[id]
+	if !ok {
+		return nil, fmt.Errorf("materialize: no node %q", id)
+	}
+	return fc.r.materialize(ctx, i, handle, append(fc.chain[:len(fc.chain):len(fc.chain)], fc.node))
+}
+
+// CacheGet reads the run's shared cache.
+func (fc *FlowContext) CacheGet(key string) (any, bool) {
+	fc.r.kvmu.Lock()
+	defer fc.r.kvmu.Unlock()
+	v, ok := fc.r.kv[key]
+	return v, ok
+}
+
+// CacheSet writes the run's shared cache (in memory, for this run only).
+func (fc *FlowContext) CacheSet(key string, v any) {
+	fc.r.kvmu.Lock()
+	defer fc.r.kvmu.Unlock()
+	if fc.r.kv == nil {
+		fc.r.kv = map[string]any{}
+	}
+	fc.r.kv[key] = v
+}
+
+// Emit sends a domain event (node_delta, tool_call...) for this node. It
+// fails with ErrReservedEvent for the kernel's own types and with
+// ErrEmitClosed once the node has ended (or from a link producer's
+// context, which belongs to no executing node).
+func (fc *FlowContext) Emit(t EventType, data any) error {
+	if t.Reserved() {
+		return fmt.Errorf("%w: %s", ErrReservedEvent, t)
+	}
+	r := fc.r
+	r.emu.Lock()
+	defer r.emu.Unlock()
+	if fc.closed || len(fc.chain) > 0 {
+		return ErrEmitClosed
+	}
+	r.emitLocked(t, fc.node, fc.attempt, data)
+	return nil
+}
+
+type linkKey struct {
+	node   int32
+	handle string
+}
+
+type linkEntry struct {
+	done chan struct{}
+	val  any
+	err  error
+}
+
+func (r *run) materialize(ctx context.Context, n int32, handle string, chain []int32) (any, error) {
+	for i, c := range chain {
+		if c == n {
+			ids := make([]string, 0, len(chain)-i+1)
+			for _, x := range chain[i:] {
+				ids = append(ids, r.p.nodes[x].node.ID)
+			}
+			ids = append(ids, r.p.nodes[n].node.ID)
+			return nil, Errorf(ErrCodeLinkCycle, "link cycle: %s", strings.Join(ids, " -> "))
+		}
+	}
+	k := linkKey{n, handle}
+	r.lmu.Lock()
+	if r.links == nil {
+		r.links = map[linkKey]*linkEntry{}
+	}
+	ent, ok := r.links[k]
+	if !ok {
+		ent = &linkEntry{done: make(chan struct{})}
+		r.links[k] = ent
+	}
+	r.lmu.Unlock()
+	if ok {
+		select {
+		case <-ent.done:
+			return ent.val, ent.err
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	ent.val, ent.err = r.produce(ctx, n, handle, chain)
+	if ent.err != nil {
+		// Failures are not cached: a later resolution may succeed.
+		r.lmu.Lock()
+		delete(r.links, k)
+		r.lmu.Unlock()
+	}
+	close(ent.done)
+	return ent.val, ent.err
+}
+
+func (r *run) produce(ctx context.Context, n int32, handle string, chain []int32) (v any, err error) {
+	pn := &r.p.nodes[n]
+	if pn.mat == nil {
+		return nil, fmt.Errorf("node %q (%s) has no link artifact to give", pn.node.ID, pn.typ.Name)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.e.log.Error("link producer panicked", "node", pn.node.ID, "panic", p, "stack", string(debug.Stack()))
+			v, err = nil, &CodedError{Code: ErrCodePanic, Err: fmt.Errorf("materialize %q panicked: %v", pn.node.ID, p)}
+		}
+	}()
+	fc := &FlowContext{r: r, node: n, attempt: 1, begin: time.Now(), chain: chain}
+	return pn.mat.Materialize(ctx, pn.node, handle, fc)
+}

@@ -1,0 +1,926 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// stop says why a run stopped early.
+type stop uint8
+
+const (
+	stopNone stop = iota
+	stopFailed
+	stopCancelled
+)
+
+// run is one execution. The dispatcher goroutine (execute) owns the node
+// state; executors run in their own goroutines (or inline, when a node is
+// the only thing that can run) and report back on done.
+type run struct {
+	e        *Engine
+	p        *Plan
+	as       *activeSet
+	rec      *RunRecord
+	store    Store
+	services any
+	maxPar   int
+
+	ctx     context.Context // cancelled on user cancel or fail-fast
+	cancel  context.CancelCauseFunc
+	bg      context.Context // for store writes: outlives cancellation
+	started time.Time
+
+	// Event emission: seq order, store append and sink delivery happen
+	// under emu so the log and every subscriber see one order.
+	emu      sync.Mutex
+	seq      int64
+	sink     EventSink
+	storeErr error
+
+	// Dispatcher-owned state, indexed by plan node or edge.
+	state     []NodeStatus
+	pending   []int32 // unresolved active incoming flow edges
+	live      []int32 // taken incoming flow edges
+	edgeLive  []bool
+	edgeVal   []any
+	outputs   []any
+	fcs       []*FlowContext
+	ready     rankHeap
+	inflight  int
+	slot      bool // a global slot is held for the next launch
+	done      chan completion
+	stopping  stop
+	failed    []string
+	firstErr  error
+	interrupt []InterruptInfo
+
+	// Resume state: the parent run's checkpoints and the answers to its interrupts.
+	prev    map[string]*Checkpoint
+	answers map[string]any
+
+	lmu   sync.Mutex
+	links map[linkKey]*linkEntry
+	kvmu  sync.Mutex
+	kv    map[string]any
+}
+
+type completion struct {
+	node    int32
+	res     Result
+	err     error
+	trace   string
+	attempt int
+	begin   time.Time
+}
+
+func (e *Engine) plan(p *Plan, g *Graph) (*Plan, error) {
+	if p != nil {
+		return p, nil
+	}
+	return e.Compile(g)
+}
+
+func (e *Engine) newRun(ctx context.Context, req RunRequest) (*run, error) {
+	p, err := e.plan(req.Plan, req.Graph)
+	if err != nil {
+		return nil, err
+	}
+	entries := req.EntryNodeIDs
+	if len(entries) == 0 {
+		entries = p.defaultEntries()
+	}
+	as := p.active(entries)
+	if as.err != nil {
+		return nil, as.err
+	}
+	id := req.RunID
+	if id == "" {
+		id = e.newRunID()
+	}
+	now := time.Now()
+	rec := &RunRecord{ID: id, RootID: id, ChatID: req.ChatID, GraphID: p.GraphID, PlanVersion: p.PlanVersion,
+		Kind: req.Kind, Attrs: req.Attrs, EntryNodeIDs: as.entryIDs, Input: req.Input, Options: req.Options,
+		Status: RunRunning, CreatedAt: now, UpdatedAt: now}
+	return e.startRun(ctx, p, as, rec, req.Services, req.Sink)
+}
+
+func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error) {
+	if e.store == nil {
+		return nil, fmt.Errorf("%w: the engine has no store", ErrRunNotResumable)
+	}
+	parent, err := e.store.GetRun(ctx, req.RunID)
+	if err != nil {
+		return nil, err
+	}
+	switch parent.Status {
+	case RunInterrupted, RunCancelled, RunFailed:
+	default:
+		return nil, fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, parent.ID, parent.Status)
+	}
+	answers, err := matchAnswers(parent, req)
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.plan(req.Plan, req.Graph)
+	if err != nil {
+		return nil, err
+	}
+	if p.GraphID != parent.GraphID {
+		return nil, fmt.Errorf("%w: run %s belongs to graph %q, not %q", ErrRunNotResumable, parent.ID, parent.GraphID, p.GraphID)
+	}
+	as := p.active(parent.EntryNodeIDs)
+	if as.err != nil {
+		return nil, as.err
+	}
+	cps, err := e.store.Checkpoints(ctx, parent.ID)
+	if err != nil {
+		return nil, err
+	}
+	prev := make(map[string]*Checkpoint, len(cps))
+	for _, cp := range cps {
+		prev[cp.NodeID] = cp
+	}
+	id := req.NewRunID
+	if id == "" {
+		id = e.newRunID()
+	}
+	attrs := make(map[string]any, len(parent.Attrs)+len(req.Attrs))
+	for k, v := range parent.Attrs {
+		attrs[k] = v
+	}
+	for k, v := range req.Attrs {
+		attrs[k] = v
+	}
+	now := time.Now()
+	rec := &RunRecord{ID: id, ParentID: parent.ID, RootID: parent.RootID, ChatID: parent.ChatID,
+		GraphID: p.GraphID, PlanVersion: p.PlanVersion, Kind: parent.Kind, Attrs: attrs,
+		EntryNodeIDs: parent.EntryNodeIDs, Input: parent.Input, Options: parent.Options,
+		Status: RunRunning, CreatedAt: now, UpdatedAt: now}
+	r, err := e.startRun(ctx, p, as, rec, req.Services, req.Sink)
+	if err != nil {
+		return nil, err
+	}
+	r.prev, r.answers = prev, answers
+	return r, nil
+}
+
+// matchAnswers maps the resume values of req onto the parent's pending
+// interrupts; a value for an unknown interrupt is an error.
+func matchAnswers(parent *RunRecord, req ResumeRequest) (map[string]any, error) {
+	pending := map[string]bool{}
+	for _, in := range parent.Interrupts {
+		pending[in.ID] = true
+	}
+	answers := map[string]any{}
+	for id, v := range req.Values {
+		if !pending[id] {
+			return nil, fmt.Errorf("%w: %q is not pending in run %s", ErrInterruptNotFound, id, parent.ID)
+		}
+		answers[id] = v
+	}
+	switch {
+	case req.InterruptID != "":
+		if !pending[req.InterruptID] {
+			return nil, fmt.Errorf("%w: %q is not pending in run %s", ErrInterruptNotFound, req.InterruptID, parent.ID)
+		}
+		answers[req.InterruptID] = req.Value
+	case req.Value != nil:
+		if len(parent.Interrupts) != 1 {
+			return nil, fmt.Errorf("%w: run %s has %d pending interrupts: name the one the value answers", ErrInterruptNotFound, parent.ID, len(parent.Interrupts))
+		}
+		answers[parent.Interrupts[0].ID] = req.Value
+	}
+	return answers, nil
+}
+
+func (p *Plan) defaultEntries() []string {
+	var ids []string
+	for i := range p.nodes {
+		if p.nodes[i].typ.Entry {
+			ids = append(ids, p.nodes[i].node.ID)
+		}
+	}
+	return ids
+}
+
+func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink) (*run, error) {
+	if e.store != nil {
+		if err := e.store.CreateRun(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	n, m := len(p.nodes), len(p.edges)
+	r := &run{e: e, p: p, as: as, rec: rec, store: e.store, services: services, sink: sink,
+		maxPar: rec.Options.MaxParallel, bg: context.WithoutCancel(ctx), started: rec.CreatedAt}
+	if r.maxPar <= 0 {
+		r.maxPar = e.maxPar
+	}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	// One allocation for the per-node counters.
+	counters := make([]int32, 2*n)
+	r.pending, r.live = counters[:n:n], counters[n:]
+	r.state = make([]NodeStatus, n)
+	r.outputs = make([]any, n)
+	r.fcs = make([]*FlowContext, n)
+	r.edgeLive = make([]bool, m)
+	r.edgeVal = make([]any, m)
+	r.done = make(chan completion, len(as.nodes))
+	r.ready.rank = p.nodes
+	return r, nil
+}
+
+// execute is the dispatcher loop. It returns when the run has ended.
+func (r *run) execute() (*RunResult, error) {
+	defer r.cancel(context.Canceled)
+	r.emit(EventRunStarted, -1, 0, &RunStartedData{Kind: r.rec.Kind, GraphID: r.p.GraphID,
+		PlanVersion: r.p.PlanVersion, EntryNodeIDs: r.as.entryIDs, ActiveNodeIDs: r.as.ids,
+		ParentRunID: r.rec.ParentID, Resumed: r.rec.ParentID != "", Attrs: r.rec.Attrs})
+	for _, i := range r.as.nodes {
+		r.state[i] = NodePending
+		r.pending[i] = r.as.inCount[i]
+	}
+	for _, i := range r.as.entries {
+		if r.pending[i] == 0 {
+			r.settle(i)
+		}
+	}
+	ctxDone := r.ctx.Done()
+	var grace <-chan time.Time
+	for {
+		r.launch()
+		if r.inflight == 0 {
+			if r.ready.len() == 0 || r.stopping != stopNone {
+				break
+			}
+			continue
+		}
+		if r.stopping != stopNone && grace == nil {
+			grace = time.After(r.e.grace)
+		}
+		var slot chan<- struct{}
+		if r.canLaunch() && !r.slot {
+			slot = r.e.sem
+		}
+		select {
+		case c := <-r.done:
+			r.inflight--
+			r.complete(c)
+		case slot <- struct{}{}:
+			r.slot = true
+		case <-ctxDone:
+			ctxDone = nil
+			r.halt()
+		case <-grace:
+			r.abandon()
+		}
+	}
+	if r.slot {
+		<-r.e.sem
+		r.slot = false
+	}
+	return r.finish()
+}
+
+func (r *run) canLaunch() bool {
+	return r.stopping == stopNone && r.ready.len() > 0 && r.inflight < r.maxPar
+}
+
+// launch starts ready nodes while slots allow. When nothing is in flight
+// it waits for a global slot (or the end of the run).
+func (r *run) launch() {
+	for r.canLaunch() {
+		if !r.slot {
+			select {
+			case r.e.sem <- struct{}{}:
+			default:
+				if r.inflight > 0 {
+					return // wait in the main select
+				}
+				select {
+				case r.e.sem <- struct{}{}:
+				case <-r.ctx.Done():
+					r.halt()
+					return
+				}
+			}
+		}
+		r.slot = false
+		r.start(r.ready.pop())
+	}
+}
+
+// halt records why the run context ended.
+func (r *run) halt() {
+	if r.stopping != stopNone {
+		return
+	}
+	if errors.Is(context.Cause(r.ctx), ErrSiblingFailed) {
+		r.stopping = stopFailed
+	} else {
+		r.stopping = stopCancelled
+	}
+}
+
+// failRun stops a fail_fast run: in-flight nodes are cancelled through
+// their context, the rest will be skipped.
+func (r *run) failRun() {
+	if r.stopping == stopNone {
+		r.stopping = stopFailed
+		r.cancel(ErrSiblingFailed)
+	}
+}
+
+// start prepares node n: replays it from the parent run's checkpoint when
+// allowed, or executes it. The caller holds a global slot for it.
+func (r *run) start(n int32) {
+	pn := &r.p.nodes[n]
+	in := r.inputs(n)
+	var hash string
+	if r.store != nil {
+		hash = inputsHash(r.rec.RootID, r.p, n, in)
+	}
+	prev := r.prev[pn.node.ID]
+	if prev != nil && prev.Status == NodeSucceeded &&
+		((prev.PlanVersion == r.p.PlanVersion && prev.InputsHash == hash) || pn.opts.Effect.Sticky()) {
+		<-r.e.sem
+		r.replay(n, prev, hash)
+		return
+	}
+	fc := &FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: time.Now()}
+	if prev != nil && prev.Status == NodeInterrupted && prev.Interrupt != nil {
+		fc.resumes = prev.Resumes
+		if v, ok := r.answers[prev.Interrupt.ID]; ok {
+			fc.resume, fc.hasResume = v, true
+			fc.resumes++
+		}
+	}
+	r.fcs[n] = fc
+	r.state[n] = NodeRunning
+	var details map[string]any
+	if pn.desc != nil {
+		details = pn.desc.Describe(r.ctx, pn.node, in, fc)
+	}
+	r.checkpoint(fc, NodeRunning)
+	var data any
+	if details != nil {
+		data = &NodeStartedData{Details: details}
+	}
+	r.emit(EventNodeStarted, n, 1, data)
+	if r.inflight == 0 && r.ready.len() == 0 && pn.opts.TimeoutMs == 0 {
+		// Nothing else can run until this node ends: run it here and save
+		// a goroutine and two channel hand-offs.
+		r.complete(r.exec(n, in, fc))
+		return
+	}
+	r.inflight++
+	go func() { r.done <- r.exec(n, in, fc) }()
+}
+
+// exec runs node n's attempts with its retry policy. It holds a global slot
+// while an attempt runs and releases it for backoff delays.
+func (r *run) exec(n int32, in Inputs, fc *FlowContext) completion {
+	pn := &r.p.nodes[n]
+	pol := &pn.opts.Retry
+	for {
+		c := r.attempt(pn, n, in, fc)
+		if c.err == nil || r.ctx.Err() != nil {
+			<-r.e.sem
+			return c
+		}
+		var ie *InterruptError
+		if errors.As(c.err, &ie) {
+			<-r.e.sem
+			return c
+		}
+		code := ErrorCode(c.err)
+		if fc.attempt >= pol.MaxAttempts || !pol.Retryable(code) {
+			<-r.e.sem
+			return c
+		}
+		delay := pol.Delay(fc.attempt, rand.Float64())
+		<-r.e.sem
+		next := time.Now().Add(delay)
+		r.retrying(fc, c, next, delay, code)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+			t.Stop()
+			return completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
+		}
+		select {
+		case r.e.sem <- struct{}{}:
+		case <-r.ctx.Done():
+			return completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
+		}
+		fc.setAttempt(fc.attempt + 1)
+		r.checkpoint(fc, NodeRunning)
+	}
+}
+
+// retrying records a failed attempt and the scheduled next one, then
+// announces it.
+func (r *run) retrying(fc *FlowContext, c completion, next time.Time, delay time.Duration, code string) {
+	if r.store != nil {
+		cp := r.newCheckpoint(fc, NodeRunning)
+		cp.Error, cp.ErrorCode, cp.ErrorTrace, cp.NextAttemptAt = c.err.Error(), code, c.trace, next
+		r.save(cp)
+	}
+	r.emit(EventNodeRetrying, fc.node, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
+		DelayMs: delay.Milliseconds(), Error: c.err.Error(), Code: code})
+}
+
+// attempt runs the executor once, with the node's timeout, recovering panics.
+func (r *run) attempt(pn *pnode, n int32, in Inputs, fc *FlowContext) completion {
+	if pn.opts.TimeoutMs <= 0 {
+		c := r.call(r.ctx, pn, n, in, fc)
+		return c
+	}
+	d := time.Duration(pn.opts.TimeoutMs) * time.Millisecond
+	ctx, cancel := context.WithTimeoutCause(r.ctx, d, ErrNodeTimeout)
+	defer cancel()
+	ch := make(chan completion, 1)
+	go func() { ch <- r.call(ctx, pn, n, in, fc) }()
+	select {
+	case c := <-ch:
+		if c.err != nil && ctx.Err() != nil && r.ctx.Err() == nil {
+			c.err = ErrNodeTimeout
+		}
+		return c
+	case <-ctx.Done():
+	}
+	// Give the executor a moment to notice, then abandon it.
+	t := time.NewTimer(min(r.e.grace, time.Second))
+	defer t.Stop()
+	select {
+	case c := <-ch:
+		if c.err != nil && r.ctx.Err() == nil {
+			c.err = ErrNodeTimeout
+		}
+		return c
+	case <-t.C:
+		if r.ctx.Err() != nil {
+			return completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
+		}
+		return completion{node: n, err: ErrNodeTimeout, attempt: fc.attempt, begin: fc.begin}
+	}
+}
+
+func (r *run) call(ctx context.Context, pn *pnode, n int32, in Inputs, fc *FlowContext) (c completion) {
+	c.node, c.attempt, c.begin = n, fc.attempt, fc.begin
+	defer func() {
+		if p := recover(); p != nil {
+			c.err = &CodedError{Code: ErrCodePanic, Err: fmt.Errorf("panic: %v", p)}
+			c.trace = string(debug.Stack())
+		}
+	}()
+	if fc.attempt > 1 {
+		in = in.clone() // every attempt gets a pristine copy
+	}
+	c.res, c.err = pn.exec.Execute(ctx, pn.node, in, fc)
+	return c
+}
+
+// complete records a node's outcome, emits its terminal event and routes
+// its outgoing flow edges.
+func (r *run) complete(c completion) {
+	n := c.node
+	if r.state[n] != NodeRunning {
+		return // abandoned after the grace period
+	}
+	fc := r.fcs[n]
+	pn := &r.p.nodes[n]
+	dur := float64(time.Since(c.begin).Microseconds()) / 1000
+	var ie *InterruptError
+	switch {
+	case c.err == nil:
+		out := c.res.Output
+		live, err := r.evalEdges(n, WhenOnSuccess, out)
+		if err != nil {
+			c.err, c.trace = err, ""
+			r.failNode(n, fc, c, dur)
+			return
+		}
+		r.state[n] = NodeSucceeded
+		r.outputs[n] = out
+		if r.store != nil {
+			cp := r.newCheckpoint(fc, NodeSucceeded)
+			cp.Output, cp.Summary = out, c.res.Summary
+			if cp.Summary == "" {
+				cp.Summary = summarize(out)
+			}
+			r.save(cp)
+		}
+		r.terminal(fc, EventNodeCompleted, &NodeCompletedData{Output: out, DurationMs: dur})
+		if r.stopping == stopNone {
+			r.route(n, live, out)
+		}
+	case errors.As(c.err, &ie):
+		info := InterruptInfo{ID: interruptID(r.rec.RootID, pn.node.ID, fc.attempt, fc.resumes),
+			NodeID: pn.node.ID, Reason: ie.Reason, Payload: ie.Payload}
+		r.state[n] = NodeInterrupted
+		r.interrupt = append(r.interrupt, info)
+		if r.store != nil {
+			cp := r.newCheckpoint(fc, NodeInterrupted)
+			cp.Interrupt = &info
+			r.save(cp)
+		}
+		r.terminal(fc, EventNodeInterrupted, &info)
+	case r.ctx.Err() != nil && !errors.Is(c.err, ErrNodeTimeout):
+		r.cancelNode(n, fc, causeText(r.ctx))
+	default:
+		r.failNode(n, fc, c, dur)
+	}
+}
+
+func (r *run) cancelNode(n int32, fc *FlowContext, cause string) {
+	r.state[n] = NodeCancelled
+	if r.store != nil {
+		cp := r.newCheckpoint(fc, NodeCancelled)
+		cp.Error = cause
+		r.save(cp)
+	}
+	r.terminal(fc, EventNodeCancelled, &NodeCancelledData{Cause: cause})
+}
+
+// failNode records a final failure. Failure edges (on_failure, always) and,
+// with continueOnError, success edges carry the error onwards; a failure
+// nothing handles fails the run.
+func (r *run) failNode(n int32, fc *FlowContext, c completion, dur float64) {
+	pn := &r.p.nodes[n]
+	code := ErrorCode(c.err)
+	payload := map[string]any{"error": c.err.Error(), "code": code, "nodeId": pn.node.ID}
+	live, err := r.evalEdges(n, WhenOnFailure, payload)
+	if err != nil {
+		live = nil // a broken failure condition: nothing handles the failure
+		payload["conditionError"] = err.Error()
+	}
+	handled := len(live) > 0 || pn.opts.ContinueOnError
+	r.state[n] = NodeFailed
+	if r.store != nil {
+		cp := r.newCheckpoint(fc, NodeFailed)
+		cp.Error, cp.ErrorCode, cp.ErrorTrace = c.err.Error(), code, c.trace
+		r.save(cp)
+	}
+	r.terminal(fc, EventNodeFailed, &NodeFailedData{Error: c.err.Error(), Code: code, Attempts: fc.attempt, Handled: handled, DurationMs: dur})
+	if !handled {
+		r.failed = append(r.failed, pn.node.ID)
+		if r.firstErr == nil {
+			r.firstErr = &NodeError{NodeID: pn.node.ID, Attempt: fc.attempt, Code: code, Err: c.err}
+		}
+		opts := r.rec.Options
+		if opts.FailurePolicy != FailOpen || (opts.MaxNodeFailures > 0 && len(r.failed) >= opts.MaxNodeFailures) {
+			r.failRun()
+		}
+	}
+	if r.stopping == stopNone {
+		r.route(n, live, payload)
+	}
+}
+
+// evalEdges returns which outgoing flow edges of n fire for an outcome.
+// For a success: on_success and always edges whose condition holds; for a
+// failure: on_failure and always edges (and, with continueOnError,
+// on_success edges) whose condition holds.
+func (r *run) evalEdges(n int32, outcome When, v any) ([]bool, error) {
+	pn := &r.p.nodes[n]
+	if len(pn.flowOut) == 0 {
+		return nil, nil
+	}
+	var live []bool
+	for k, ei := range pn.flowOut {
+		pe := &r.p.edges[ei]
+		fires := pe.when == WhenAlways || pe.when == outcome ||
+			(outcome == WhenOnFailure && pe.when == WhenOnSuccess && pn.opts.ContinueOnError)
+		if fires && pe.cond != nil {
+			ok, err := evalCondition(r.ctx, pe.cond, v)
+			if err != nil {
+				return nil, Errorf(ErrCodeCondition, "condition of edge %s: %v", pe.edge.ID, err)
+			}
+			fires = ok
+		}
+		if fires {
+			if live == nil {
+				live = make([]bool, len(pn.flowOut))
+			}
+			live[k] = true
+		}
+	}
+	return live, nil
+}
+
+// route resolves the outgoing flow edges of n: taken edges carry v and are
+// announced with edge_taken; targets whose edges are all resolved become
+// ready or are skipped.
+func (r *run) route(n int32, live []bool, v any) {
+	pn := &r.p.nodes[n]
+	for k, ei := range pn.flowOut {
+		if live != nil && live[k] {
+			r.edgeLive[ei], r.edgeVal[ei] = true, v
+			r.emit(EventEdgeTaken, -1, 0, r.p.edges[ei].taken)
+		}
+	}
+	r.resolve(pn.flowOut)
+}
+
+// resolve counts edges as resolved at their targets and settles targets
+// with nothing left to wait for. Skips propagate iteratively.
+func (r *run) resolve(edges []int32) {
+	for _, ei := range edges {
+		d := r.p.edges[ei].dst
+		if r.edgeLive[ei] {
+			r.live[d]++
+		}
+		if r.pending[d]--; r.pending[d] == 0 {
+			r.settle(d)
+		}
+	}
+}
+
+// settle decides a node whose incoming edges are all resolved: ready, or
+// skipped (and its own edges dead).
+func (r *run) settle(n int32) {
+	stack := []int32{n}
+	for len(stack) > 0 {
+		u := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if r.runnable(u) {
+			r.ready.push(u)
+			continue
+		}
+		r.skip(u, SkipDeadEdges)
+		for _, ei := range r.p.nodes[u].flowOut {
+			d := r.p.edges[ei].dst
+			if r.pending[d]--; r.pending[d] == 0 {
+				stack = append(stack, d)
+			}
+		}
+	}
+}
+
+func (r *run) runnable(n int32) bool {
+	in, live := r.as.inCount[n], r.live[n]
+	if r.as.isEntry[n] {
+		in, live = in+1, live+1
+	}
+	if r.p.nodes[n].opts.Join == JoinAny {
+		return live > 0
+	}
+	return live == in
+}
+
+func (r *run) skip(n int32, reason string) {
+	r.state[n] = NodeSkipped
+	if r.store != nil {
+		cp := &Checkpoint{RunID: r.rec.ID, NodeID: r.p.nodes[n].node.ID, Status: NodeSkipped,
+			PlanVersion: r.p.PlanVersion, Effect: r.p.nodes[n].opts.Effect, SkipReason: reason,
+			UpdatedAt: time.Now(), Token: r.rec.Token}
+		r.save(cp)
+	}
+	r.emit(EventNodeSkipped, n, 0, &NodeSkippedData{Reason: reason})
+}
+
+// replay completes n from the parent run's checkpoint without executing it.
+func (r *run) replay(n int32, prev *Checkpoint, hash string) {
+	fc := &FlowContext{r: r, node: n, attempt: prev.Attempt, inputsHash: hash, begin: time.Now(), replayed: true}
+	if fc.attempt == 0 {
+		fc.attempt = 1
+	}
+	r.fcs[n] = fc
+	r.state[n] = NodeRunning
+	r.emit(EventNodeStarted, n, fc.attempt, replayedStart)
+	out := prev.Output
+	live, err := r.evalEdges(n, WhenOnSuccess, out)
+	if err != nil {
+		r.failNode(n, fc, completion{node: n, err: err, attempt: fc.attempt, begin: fc.begin}, 0)
+		return
+	}
+	r.state[n] = NodeSucceeded
+	r.outputs[n] = out
+	if r.store != nil {
+		cp := r.newCheckpoint(fc, NodeSucceeded)
+		cp.Output, cp.Summary, cp.Replayed = out, prev.Summary, true
+		cp.StartedAt, cp.AttemptID = prev.StartedAt, prev.AttemptID
+		r.save(cp)
+	}
+	r.terminal(fc, EventNodeCompleted, &NodeCompletedData{Output: out, Replayed: true})
+	if r.stopping == stopNone {
+		r.route(n, live, out)
+	}
+}
+
+var replayedStart = &NodeStartedData{Replayed: true}
+
+// abandon gives up on executors that ignored cancellation past the grace
+// period: they are reported cancelled and their late results dropped.
+func (r *run) abandon() {
+	for _, n := range r.as.nodes {
+		if r.state[n] == NodeRunning {
+			r.cancelNode(n, r.fcs[n], causeText(r.ctx)+" (executor did not stop within the grace period)")
+			r.inflight--
+		}
+	}
+}
+
+// finish skips what never ran, writes the terminal run event and record.
+func (r *run) finish() (*RunResult, error) {
+	status := RunCompleted
+	reason := ""
+	switch {
+	case r.stopping == stopCancelled:
+		status, reason = RunCancelled, SkipRunCancelled
+	case r.stopping == stopFailed || len(r.failed) > 0:
+		status, reason = RunFailed, SkipRunFailed
+	case len(r.interrupt) > 0:
+		status = RunInterrupted
+	}
+	if status != RunInterrupted {
+		if reason == "" {
+			reason = SkipDeadEdges
+		}
+		for _, n := range r.as.nodes {
+			if r.state[n] == NodePending {
+				r.skip(n, reason)
+			}
+		}
+	}
+	dur := float64(time.Since(r.started).Microseconds()) / 1000
+	res := &RunResult{RunID: r.rec.ID, Status: status, Interrupts: r.interrupt, plan: r.p, outputs: r.outputs, states: r.state}
+	switch status {
+	case RunCompleted:
+		r.emit(EventRunCompleted, -1, 0, &RunCompletedData{DurationMs: dur})
+	case RunFailed:
+		d := &RunFailedData{FailedNodes: r.failed, DurationMs: dur}
+		if r.firstErr != nil {
+			var ne *NodeError
+			errors.As(r.firstErr, &ne)
+			d.Error, d.Code, d.NodeID = ne.Err.Error(), ne.Code, ne.NodeID
+		} else {
+			d.Error = causeText(r.ctx)
+		}
+		res.Err = r.firstErr
+		r.rec.Error = d.Error
+		r.emit(EventRunFailed, -1, 0, d)
+	case RunCancelled:
+		res.Err = context.Cause(r.ctx)
+		r.rec.Error = causeText(r.ctx)
+		r.emit(EventRunCancelled, -1, 0, &RunCancelledData{Cause: r.rec.Error, DurationMs: dur})
+	case RunInterrupted:
+		r.emit(EventRunInterrupted, -1, 0, &RunInterruptedData{Interrupts: r.interrupt})
+	}
+	r.emu.Lock()
+	res.LastSeq = r.seq
+	storeErr := r.storeErr
+	r.emu.Unlock()
+	if r.store != nil && storeErr == nil {
+		r.rec.Status, r.rec.Interrupts, r.rec.LastSeq, r.rec.UpdatedAt = status, r.interrupt, res.LastSeq, time.Now()
+		storeErr = r.store.UpdateRun(r.bg, r.rec)
+	}
+	if storeErr != nil {
+		return res, fmt.Errorf("runtime: run %s: store: %w", r.rec.ID, storeErr)
+	}
+	return res, nil
+}
+
+func causeText(ctx context.Context) string {
+	if c := context.Cause(ctx); c != nil {
+		return c.Error()
+	}
+	return "cancelled"
+}
+
+// inputs builds node n's own copy of its routed inputs.
+func (r *run) inputs(n int32) Inputs {
+	pn := &r.p.nodes[n]
+	size := int(r.live[n])
+	if r.as.isEntry[n] {
+		size++
+	}
+	if size == 0 {
+		return nil
+	}
+	in := make(Inputs, 0, size)
+	if r.as.isEntry[n] {
+		in = append(in, Input{Value: cloneValue(r.rec.Input)})
+	}
+	for _, ei := range pn.flowIn {
+		if r.edgeLive[ei] {
+			pe := &r.p.edges[ei]
+			in = append(in, Input{EdgeID: pe.edge.ID, Source: pe.edge.Source, Handle: pe.edge.TargetHandle, Value: cloneValue(r.edgeVal[ei])})
+		}
+	}
+	return in
+}
+
+// emit assigns the next seq, appends the event to the store and hands it
+// to the sink, all under one lock so every reader sees the same order.
+func (r *run) emit(t EventType, n int32, attempt int, data any) {
+	r.emu.Lock()
+	r.emitLocked(t, n, attempt, data)
+	r.emu.Unlock()
+}
+
+func (r *run) emitLocked(t EventType, n int32, attempt int, data any) {
+	if r.storeErr != nil {
+		return
+	}
+	r.seq++
+	ev := Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, Attempt: attempt, Time: time.Now(), Data: data}
+	if n >= 0 {
+		ev.NodeID = r.p.nodes[n].node.ID
+	}
+	if r.store != nil {
+		if err := r.store.AppendEvents(r.bg, r.rec.ID, r.rec.Token, []Event{ev}); err != nil {
+			r.storeErr = err
+			r.cancel(fmt.Errorf("store failed: %w", err))
+			return
+		}
+	}
+	if r.sink != nil {
+		r.sink.Emit(ev)
+	}
+}
+
+// terminal emits a node's terminal event and closes its FlowContext in the
+// same critical section, so nothing the executor emits can follow it.
+func (r *run) terminal(fc *FlowContext, t EventType, data any) {
+	r.emu.Lock()
+	fc.closed = true
+	r.emitLocked(t, fc.node, fc.attempt, data)
+	r.emu.Unlock()
+}
+
+func (r *run) newCheckpoint(fc *FlowContext, s NodeStatus) *Checkpoint {
+	pn := &r.p.nodes[fc.node]
+	now := time.Now()
+	return &Checkpoint{RunID: r.rec.ID, NodeID: pn.node.ID, Status: s, PlanVersion: r.p.PlanVersion,
+		InputsHash: fc.inputsHash, Effect: pn.opts.Effect, Attempt: fc.attempt, AttemptID: fc.AttemptID(),
+		Resumes: fc.resumes, StartedAt: fc.begin, UpdatedAt: now, Token: r.rec.Token}
+}
+
+func (r *run) checkpoint(fc *FlowContext, s NodeStatus) {
+	if r.store != nil {
+		r.save(r.newCheckpoint(fc, s))
+	}
+}
+
+func (r *run) save(cp *Checkpoint) {
+	if err := r.store.SaveCheckpoint(r.bg, cp); err != nil {
+		r.emu.Lock()
+		if r.storeErr == nil {
+			r.storeErr = err
+			r.cancel(fmt.Errorf("store failed: %w", err))
+		}
+		r.emu.Unlock()
+	}
+}
+
+// rankHeap is a min-heap of node indexes ordered by plan rank.
+type rankHeap struct {
+	rank []pnode
+	h    []int32
+}
+
+func (q *rankHeap) len() int { return len(q.h) }
+
+func (q *rankHeap) less(i, j int) bool { return q.rank[q.h[i]].rank < q.rank[q.h[j]].rank }
+
+func (q *rankHeap) push(n int32) {
+	q.h = append(q.h, n)
+	for i := len(q.h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q.h[i], q.h[p] = q.h[p], q.h[i]
+		i = p
+	}
+}
+
+func (q *rankHeap) pop() int32 {
+	top := q.h[0]
+	last := len(q.h) - 1
+	q.h[0] = q.h[last]
+	q.h = q.h[:last]
+	for i := 0; ; {
+		l, s := 2*i+1, i
+		if l < last && q.less(l, s) {
+			s = l
+		}
+		if l+1 < last && q.less(l+1, s) {
+			s = l + 1
+		}
+		if s == i {
+			break
+		}
+		q.h[i], q.h[s] = q.h[s], q.h[i]
+		i = s
+	}
+	return top
+}

@@ -1,0 +1,156 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// RunStatus is the state of a run record.
+type RunStatus string
+
+// Run statuses. Pending is a run created but not yet started.
+const (
+	RunPending     RunStatus = "pending"
+	RunRunning     RunStatus = "running"
+	RunCompleted   RunStatus = "completed"
+	RunFailed      RunStatus = "failed"
+	RunCancelled   RunStatus = "cancelled"
+	RunInterrupted RunStatus = "interrupted"
+)
+
+// Finished reports whether s is terminal.
+func (s RunStatus) Finished() bool {
+	return s == RunCompleted || s == RunFailed || s == RunCancelled || s == RunInterrupted
+}
+
+// NodeStatus is the state of one node in one run.
+type NodeStatus string
+
+// Node statuses as checkpoints record them.
+const (
+	NodePending      NodeStatus = "pending"
+	NodeRunning      NodeStatus = "running"
+	NodeSucceeded    NodeStatus = "succeeded"
+	NodeFailed       NodeStatus = "failed"
+	NodeSkipped      NodeStatus = "skipped"
+	NodeCancelled    NodeStatus = "cancelled"
+	NodeInterrupted  NodeStatus = "interrupted"
+	NodeStaleRunning NodeStatus = "stale_running"
+)
+
+// Effect declares what a node does to the world; it decides what may run
+// again on resume. Succeeded write, external and human nodes are never
+// executed again, even when their inputs changed.
+type Effect string
+
+// Effects. The empty value means EffectPure.
+const (
+	EffectPure     Effect = "pure"
+	EffectRead     Effect = "read"
+	EffectWrite    Effect = "write"
+	EffectExternal Effect = "external"
+	EffectHuman    Effect = "human"
+)
+
+// Sticky reports whether a succeeded node of this effect must never run again.
+func (e Effect) Sticky() bool {
+	return e == EffectWrite || e == EffectExternal || e == EffectHuman
+}
+
+// RunRecord is the durable description of a run: enough to resume it
+// given the graph.
+type RunRecord struct {
+	ID string `json:"id"`
+	// ParentID is the run this one continues (resume into a new run).
+	ParentID string `json:"parentId,omitempty"`
+	// RootID is the first run of the lineage; a fresh run is its own root.
+	// Node inputs hashes are scoped by it, so continuations replay.
+	RootID       string         `json:"rootId"`
+	ChatID       string         `json:"chatId,omitempty"`
+	GraphID      string         `json:"graphId"`
+	PlanVersion  int64          `json:"planVersion"`
+	Kind         string         `json:"kind,omitempty"`
+	Attrs        map[string]any `json:"attrs,omitempty"`
+	EntryNodeIDs []string       `json:"entryNodeIds"`
+	Input        any            `json:"input,omitempty"`
+	Options      RunOptions     `json:"options"`
+	Status       RunStatus      `json:"status"`
+	Error        string         `json:"error,omitempty"`
+	// Interrupts pending when the run ended interrupted.
+	Interrupts []InterruptInfo `json:"interrupts,omitempty"`
+	// LastSeq is the seq of the last event appended.
+	LastSeq int64 `json:"lastSeq"`
+	// Token is the fencing token of the lease holder that wrote the record.
+	Token     int64     `json:"token"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// RunOptions are the per-run policies a run record keeps.
+type RunOptions struct {
+	MaxParallel     int           `json:"maxParallel,omitempty"`
+	FailurePolicy   FailurePolicy `json:"failurePolicy,omitempty"`
+	MaxNodeFailures int           `json:"maxNodeFailures,omitempty"`
+}
+
+// FailurePolicy decides what a node failure with no failure path does.
+type FailurePolicy string
+
+// Failure policies. The empty value means FailFast.
+const (
+	// FailFast cancels in-flight nodes and skips the rest.
+	FailFast FailurePolicy = "fail_fast"
+	// FailOpen lets independent branches finish; the run still ends failed.
+	FailOpen FailurePolicy = "fail_open"
+)
+
+// Checkpoint is the latest recorded state of one node in one run.
+type Checkpoint struct {
+	RunID       string     `json:"runId"`
+	NodeID      string     `json:"nodeId"`
+	Status      NodeStatus `json:"status"`
+	PlanVersion int64      `json:"planVersion"`
+	InputsHash  string     `json:"inputsHash,omitempty"`
+	Effect      Effect     `json:"effect,omitempty"`
+	Output      any        `json:"output,omitempty"`
+	Summary     string     `json:"summary,omitempty"`
+	Error       string     `json:"error,omitempty"`
+	ErrorCode   string     `json:"errorCode,omitempty"`
+	// ErrorTrace keeps detail that never goes on the wire (a panic's stack).
+	ErrorTrace string `json:"errorTrace,omitempty"`
+	// SkipReason is set on skipped nodes.
+	SkipReason string         `json:"skipReason,omitempty"`
+	Interrupt  *InterruptInfo `json:"interrupt,omitempty"`
+	// Resumes counts the resume values this node has consumed.
+	Resumes       int       `json:"resumes,omitempty"`
+	Attempt       int       `json:"attempt"`
+	AttemptID     string    `json:"attemptId,omitempty"`
+	Replayed      bool      `json:"replayed,omitempty"`
+	StartedAt     time.Time `json:"startedAt"`
+	UpdatedAt     time.Time `json:"updatedAt"`
+	NextAttemptAt time.Time `json:"nextAttemptAt"`
+	// Token is the fencing token the write was made under.
+	Token int64 `json:"token"`
+}
+
+// Store keeps run records, node checkpoints and event logs. Every write
+// carries a fencing token (RunRecord.Token, Checkpoint.Token, the token
+// argument); a store rejects it with ErrFenced when the run's record holds
+// a newer one. Implementations are safe for concurrent use.
+type Store interface {
+	// CreateRun inserts a new record; ErrRunExists if the id is taken.
+	CreateRun(ctx context.Context, r *RunRecord) error
+	// GetRun returns a copy of the record; ErrRunNotFound if absent.
+	GetRun(ctx context.Context, id string) (*RunRecord, error)
+	// UpdateRun replaces the record (fenced).
+	UpdateRun(ctx context.Context, r *RunRecord) error
+	// SaveCheckpoint upserts the node's checkpoint (fenced).
+	SaveCheckpoint(ctx context.Context, cp *Checkpoint) error
+	// Checkpoints returns the latest checkpoint of every node of a run.
+	Checkpoints(ctx context.Context, runID string) ([]*Checkpoint, error)
+	// AppendEvents appends events whose seqs continue the log without a gap
+	// (ErrSeqConflict otherwise) and moves the record's LastSeq (fenced).
+	AppendEvents(ctx context.Context, runID string, token int64, events []Event) error
+	// Events returns up to limit events with seq > after, in order (limit <= 0: all).
+	Events(ctx context.Context, runID string, after int64, limit int) ([]Event, error)
+}
