@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -153,4 +154,55 @@ type Store interface {
 	AppendEvents(ctx context.Context, runID string, token int64, events []Event) error
 	// Events returns up to limit events with seq > after, in order (limit <= 0: all).
 	Events(ctx context.Context, runID string, after int64, limit int) ([]Event, error)
+}
+
+// ErrLeaseHeld is returned by ClaimRun when another owner holds a live lease.
+var ErrLeaseHeld = errors.New("run lease held by another owner")
+
+// Lease is a process's claim on a run: while it is live, only the owner
+// writes the run, with its Token.
+type Lease struct {
+	RunID     string    `json:"runId"`
+	Owner     string    `json:"owner"`
+	Token     int64     `json:"token"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Leaser is implemented by stores that coordinate several processes.
+// Tokens only ever increase for a run, and survive restarts of anything.
+type Leaser interface {
+	// ClaimRun takes run id's lease for owner until now+ttl when it is free,
+	// expired or already owner's, and bumps the run's fencing token (the
+	// record's Token becomes the new token). ErrLeaseHeld otherwise.
+	ClaimRun(ctx context.Context, runID, owner string, ttl time.Duration) (Lease, error)
+	// RenewLease extends a live lease; ErrFenced if the token is no longer
+	// the run's newest or the lease passed to someone else.
+	RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
+	// ReleaseLease gives the lease up (the token stays).
+	ReleaseLease(ctx context.Context, l Lease) error
+	// ExpiredRuns lists up to limit runs in status running whose lease
+	// expired before now (or that have no lease), oldest first.
+	ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error)
+}
+
+// RunFilter selects runs to list.
+type RunFilter struct {
+	Status  []RunStatus
+	ChatID  string
+	GraphID string
+	// Before/After bound CreatedAt (zero: unbounded).
+	Before, After time.Time
+	Limit         int // default 100
+}
+
+// Inspector is implemented by stores that can list and delete runs
+// (inspection CLI, retention).
+type Inspector interface {
+	ListRuns(ctx context.Context, f RunFilter) ([]*RunRecord, error)
+	// DeleteRun removes a run, its checkpoints and its event log.
+	DeleteRun(ctx context.Context, runID string) error
+	// DeleteFinishedBefore removes finished runs (completed, failed,
+	// cancelled) last updated before t, with their checkpoints and events;
+	// it returns how many runs it removed.
+	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
 }
