@@ -1,8 +1,10 @@
 // Package memory is the in-process checkpoint store: run records, node
 // checkpoints and event logs kept in maps behind one mutex. It implements
 // runtime.Store with the same fencing and seq rules as the durable stores
-// (the storetest conformance suite runs against it), and serves tests,
-// benchmarks and servers that need no durability.
+// (the storetest conformance suite runs against it), plus runtime.Leaser
+// (leases between the goroutines of one process) and runtime.Inspector.
+// It serves tests, benchmarks and servers that need no durability:
+// everything is gone when the process ends.
 //
 //	st := memory.New()
 //	eng, _ := runtime.NewEngine(runtime.Config{Registry: reg, Store: st})

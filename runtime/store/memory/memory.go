@@ -1,15 +1,20 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"chatgraph/runtime"
 )
 
-// Store is an in-memory runtime.Store, safe for concurrent use. Values are
-// kept as given: outputs are shared with the caller, not copied.
+// Store is an in-memory runtime.Store, runtime.Leaser and
+// runtime.Inspector, safe for concurrent use. Values are kept as given:
+// outputs are shared with the caller, not copied. Leases coordinate the
+// goroutines of one process only.
 type Store struct {
 	mu   sync.RWMutex
 	runs map[string]*entry
@@ -20,12 +25,19 @@ type entry struct {
 	cps    map[string]*runtime.Checkpoint
 	order  []string // node ids in first-checkpoint order
 	events []runtime.Event
+	// owner and expires describe the lease; owner is empty when there is none.
+	owner   string
+	expires time.Time
 }
 
 // New returns an empty store.
 func New() *Store { return &Store{runs: map[string]*entry{}} }
 
-var _ runtime.Store = (*Store)(nil)
+var (
+	_ runtime.Store     = (*Store)(nil)
+	_ runtime.Leaser    = (*Store)(nil)
+	_ runtime.Inspector = (*Store)(nil)
+)
 
 // CreateRun implements runtime.Store.
 func (s *Store) CreateRun(_ context.Context, r *runtime.RunRecord) error {
@@ -134,6 +146,149 @@ func (s *Store) Events(_ context.Context, runID string, after int64, limit int) 
 		evs = evs[:limit]
 	}
 	return append([]runtime.Event(nil), evs...), nil
+}
+
+// ClaimRun implements runtime.Leaser.
+func (s *Store) ClaimRun(_ context.Context, runID, owner string, ttl time.Duration) (runtime.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.runs[runID]
+	if !ok {
+		return runtime.Lease{}, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+	}
+	now := time.Now()
+	if e.owner != "" && e.owner != owner && e.expires.After(now) {
+		return runtime.Lease{}, fmt.Errorf("%w: run %s is held by %s until %s", runtime.ErrLeaseHeld, runID, e.owner, e.expires.Format(time.RFC3339Nano))
+	}
+	e.rec.Token++
+	e.owner, e.expires = owner, now.Add(ttl)
+	return runtime.Lease{RunID: runID, Owner: owner, Token: e.rec.Token, ExpiresAt: e.expires}, nil
+}
+
+// RenewLease implements runtime.Leaser.
+func (s *Store) RenewLease(_ context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.holder(l)
+	if err != nil {
+		return runtime.Lease{}, err
+	}
+	e.expires = time.Now().Add(ttl)
+	l.ExpiresAt = e.expires
+	return l, nil
+}
+
+// ReleaseLease implements runtime.Leaser.
+func (s *Store) ReleaseLease(_ context.Context, l runtime.Lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.runs[l.RunID]
+	if !ok {
+		return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, l.RunID)
+	}
+	if e.owner == "" && e.rec.Token == l.Token {
+		return nil // released already
+	}
+	if _, err := s.holder(l); err != nil {
+		return err
+	}
+	e.owner, e.expires = "", time.Time{}
+	return nil
+}
+
+// holder returns the run's entry when l is its current lease.
+func (s *Store) holder(l runtime.Lease) (*entry, error) {
+	e, ok := s.runs[l.RunID]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, l.RunID)
+	}
+	if e.rec.Token != l.Token || e.owner != l.Owner {
+		return nil, fmt.Errorf("%w: run %s is at token %d (owner %q), lease has %d (owner %q)",
+			runtime.ErrFenced, l.RunID, e.rec.Token, e.owner, l.Token, l.Owner)
+	}
+	return e, nil
+}
+
+// ExpiredRuns implements runtime.Leaser. limit <= 0 means no limit.
+func (s *Store) ExpiredRuns(_ context.Context, now time.Time, limit int) ([]string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var found []*entry
+	for _, e := range s.runs {
+		if e.rec.Status == runtime.RunRunning && (e.owner == "" || !e.expires.After(now)) {
+			found = append(found, e)
+		}
+	}
+	slices.SortFunc(found, func(a, b *entry) int {
+		return cmp.Or(a.rec.CreatedAt.Compare(b.rec.CreatedAt), cmp.Compare(a.rec.ID, b.rec.ID))
+	})
+	if limit > 0 && len(found) > limit {
+		found = found[:limit]
+	}
+	ids := make([]string, len(found))
+	for i, e := range found {
+		ids[i] = e.rec.ID
+	}
+	return ids, nil
+}
+
+// ListRuns implements runtime.Inspector: runs matching f, newest
+// (CreatedAt) first. After and Before are exclusive bounds.
+func (s *Store) ListRuns(_ context.Context, f runtime.RunFilter) ([]*runtime.RunRecord, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*runtime.RunRecord
+	for _, e := range s.runs {
+		r := &e.rec
+		if (len(f.Status) > 0 && !slices.Contains(f.Status, r.Status)) ||
+			(f.ChatID != "" && r.ChatID != f.ChatID) ||
+			(f.GraphID != "" && r.GraphID != f.GraphID) ||
+			(!f.After.IsZero() && !r.CreatedAt.After(f.After)) ||
+			(!f.Before.IsZero() && !r.CreatedAt.Before(f.Before)) {
+			continue
+		}
+		rec := *r
+		out = append(out, &rec)
+	}
+	slices.SortFunc(out, func(a, b *runtime.RunRecord) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.ID, a.ID))
+	})
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// DeleteRun implements runtime.Inspector.
+func (s *Store) DeleteRun(_ context.Context, runID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.runs[runID]; !ok {
+		return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+	}
+	delete(s.runs, runID)
+	return nil
+}
+
+// DeleteFinishedBefore implements runtime.Inspector.
+func (s *Store) DeleteFinishedBefore(_ context.Context, t time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id, e := range s.runs {
+		switch e.rec.Status {
+		case runtime.RunCompleted, runtime.RunFailed, runtime.RunCancelled:
+			if e.rec.UpdatedAt.Before(t) {
+				delete(s.runs, id)
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // fenced returns the run's entry when token is not older than its own.

@@ -1,0 +1,1139 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/runtime"
+)
+
+// Option tunes Run.
+type Option func(*suite)
+
+// Durable tells the suite how to open a second, independent store on the
+// data a store returned by open holds — what another process, or the same
+// process after a restart, would see. reopen must leave s usable and
+// register the new store's cleanup with t.Cleanup. It enables the restart
+// test and the races between two store instances; without it those tests
+// skip (the in-memory store has nothing to reopen) or race goroutines on
+// one instance.
+func Durable(reopen func(t *testing.T, s runtime.Store) runtime.Store) Option {
+	return func(s *suite) { s.reopen = reopen }
+}
+
+type suite struct {
+	open   func(t *testing.T) runtime.Store
+	reopen func(t *testing.T, s runtime.Store) runtime.Store
+}
+
+// wait bounds every poll for something that happens in time (a lease
+// expiring). Nothing in the suite sleeps to wait for an event.
+const wait = 10 * time.Second
+
+// Run runs the conformance suite against the stores open returns. open
+// must return a fresh, empty store for each call and register its cleanup
+// with t.Cleanup. Subtests are parallel. Leaser and Inspector tests skip
+// when the store does not implement them.
+func Run(t *testing.T, open func(t *testing.T) runtime.Store, opts ...Option) {
+	s := &suite{open: open}
+	for _, o := range opts {
+		o(s)
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"CreateAndGetRun", s.testCreateGet},
+		{"UpdateRun", s.testUpdateRun},
+		{"CheckpointFieldsRoundTrip", s.testCheckpointFields},
+		{"CheckpointStatusesAndOutputs", s.testCheckpointStatuses},
+		{"CheckpointUpsertOrder", s.testCheckpointUpsert},
+		{"EventsAppendAndPage", s.testEventsAppend},
+		{"EventsSeqConflict", s.testEventsSeqConflict},
+		{"Fencing", s.testFencing},
+		{"LeaseClaim", s.testLeaseClaim},
+		{"LeaseRenewRelease", s.testLeaseRenewRelease},
+		{"LeaseExpiryFencesOldHolder", s.testLeaseExpiry},
+		{"ExpiredRuns", s.testExpiredRuns},
+		{"ReopenKeepsDataAndTokens", s.testReopen},
+		{"ListRuns", s.testListRuns},
+		{"ListRunsDefaultLimit", s.testListRunsDefaultLimit},
+		{"DeleteRun", s.testDeleteRun},
+		{"DeleteFinishedBefore", s.testDeleteFinishedBefore},
+		{"ParallelAppends", s.testParallelAppends},
+		{"SameSeqRace", s.testSameSeqRace},
+		{"ClaimRace", s.testClaimRace},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+// t0 has sub-millisecond digits and a zone other than UTC: stores keep
+// instants to the millisecond at least, and may return them in UTC.
+var t0 = time.Date(2026, 11, 22, 10, 30, 0, 123_456_789, time.FixedZone("CET", 3600))
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func newRun(id string) *runtime.RunRecord {
+	return &runtime.RunRecord{
+		ID:           id,
+		ParentID:     "parent-" + id,
+		RootID:       "root-" + id,
+		ChatID:       "chat-1",
+		GraphID:      "graph-1",
+		PlanVersion:  3,
+		Kind:         "chat",
+		Attrs:        map[string]any{"messageId": "m-1", "n": 2, "tags": []any{"a", "b"}},
+		EntryNodeIDs: []string{"start", "side"},
+		Input:        map[string]any{"text": "hello", "n": 1.5},
+		Options:      runtime.RunOptions{MaxParallel: 4, FailurePolicy: runtime.FailOpen, MaxNodeFailures: 2},
+		Status:       runtime.RunRunning,
+		CreatedAt:    at(0),
+		UpdatedAt:    at(time.Second),
+	}
+}
+
+func (s *suite) leaser(t *testing.T, st runtime.Store) runtime.Leaser {
+	t.Helper()
+	l, ok := st.(runtime.Leaser)
+	if !ok {
+		t.Skipf("%T does not implement runtime.Leaser", st)
+	}
+	return l
+}
+
+func (s *suite) inspector(t *testing.T, st runtime.Store) runtime.Inspector {
+	t.Helper()
+	in, ok := st.(runtime.Inspector)
+	if !ok {
+		t.Skipf("%T does not implement runtime.Inspector", st)
+	}
+	return in
+}
+
+// second returns another store on st's data when the store is durable,
+// else st itself.
+func (s *suite) second(t *testing.T, st runtime.Store) runtime.Store {
+	if s.reopen == nil {
+		return st
+	}
+	return s.reopen(t, st)
+}
+
+func create(t *testing.T, st runtime.Store, r *runtime.RunRecord) {
+	t.Helper()
+	require.NoError(t, st.CreateRun(t.Context(), r))
+}
+
+// --- comparison helpers -------------------------------------------------
+
+func ms(x time.Time) time.Time { return x.UTC().Truncate(time.Millisecond) }
+
+// jsonValue is v as its JSON decoding: what a durable store gives back.
+func jsonValue(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+func requireRun(t *testing.T, want, got *runtime.RunRecord) {
+	t.Helper()
+	require.NotNil(t, got)
+	w, g := *want, *got
+	w.CreatedAt, w.UpdatedAt = ms(w.CreatedAt), ms(w.UpdatedAt)
+	g.CreatedAt, g.UpdatedAt = ms(g.CreatedAt), ms(g.UpdatedAt)
+	require.Equal(t, jsonValue(t, &w), jsonValue(t, &g), "run %s", want.ID)
+}
+
+func normCheckpoint(c runtime.Checkpoint) runtime.Checkpoint {
+	c.StartedAt, c.UpdatedAt, c.NextAttemptAt = ms(c.StartedAt), ms(c.UpdatedAt), ms(c.NextAttemptAt)
+	return c
+}
+
+func requireCheckpoints(t *testing.T, want, got []*runtime.Checkpoint) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		w, g := normCheckpoint(*want[i]), normCheckpoint(*got[i])
+		require.Equal(t, jsonValue(t, &w), jsonValue(t, &g), "checkpoint %d (%s)", i, want[i].NodeID)
+		// Instants, not only their JSON text: zero stays zero.
+		require.True(t, w.StartedAt.Equal(g.StartedAt), "startedAt of %s", w.NodeID)
+		require.True(t, w.UpdatedAt.Equal(g.UpdatedAt), "updatedAt of %s", w.NodeID)
+		require.True(t, w.NextAttemptAt.Equal(g.NextAttemptAt), "nextAttemptAt of %s", w.NodeID)
+		require.Equal(t, want[i].NextAttemptAt.IsZero(), got[i].NextAttemptAt.IsZero())
+	}
+}
+
+func requireEvents(t *testing.T, want, got []runtime.Event) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i := range want {
+		w, g := want[i], got[i]
+		w.Time, g.Time = ms(w.Time), ms(g.Time)
+		require.Equal(t, jsonValue(t, &w), jsonValue(t, &g), "event seq %d", want[i].Seq)
+	}
+}
+
+func checkpoints(t *testing.T, st runtime.Store, runID string) []*runtime.Checkpoint {
+	t.Helper()
+	cps, err := st.Checkpoints(t.Context(), runID)
+	require.NoError(t, err)
+	return cps
+}
+
+func events(t *testing.T, st runtime.Store, runID string, after int64, limit int) []runtime.Event {
+	t.Helper()
+	evs, err := st.Events(t.Context(), runID, after, limit)
+	require.NoError(t, err)
+	return evs
+}
+
+func getRun(t *testing.T, st runtime.Store, id string) *runtime.RunRecord {
+	t.Helper()
+	r, err := st.GetRun(t.Context(), id)
+	require.NoError(t, err)
+	return r
+}
+
+type payload struct {
+	Text  string         `json:"text"`
+	N     int            `json:"n"`
+	Items []string       `json:"items,omitempty"`
+	Meta  map[string]any `json:"meta,omitempty"`
+}
+
+func mkEvents(runID string, from int64, n int) []runtime.Event {
+	evs := make([]runtime.Event, n)
+	for i := range evs {
+		seq := from + int64(i)
+		evs[i] = runtime.Event{
+			Seq: seq, RunID: runID, ChatID: "chat-1", Type: runtime.EventNodeCompleted,
+			NodeID: fmt.Sprintf("n%d", seq), Attempt: int(seq % 3), Time: at(time.Duration(seq) * time.Millisecond),
+			Data: runtime.NodeCompletedData{Output: payload{Text: "out", N: int(seq)}, DurationMs: 1.25},
+		}
+	}
+	return evs
+}
+
+// --- run records ----------------------------------------------------------
+
+func (s *suite) testCreateGet(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+
+	_, err := st.GetRun(ctx, "nope")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+
+	r := newRun("r1")
+	r.Error = "earlier error"
+	r.Interrupts = []runtime.InterruptInfo{{ID: "i1", NodeID: "ask", Reason: "approval", Payload: map[string]any{"q": "ok?"}}}
+	r.Token = 4
+	create(t, st, r)
+	got := getRun(t, st, "r1")
+	requireRun(t, r, got)
+	require.Equal(t, runtime.RunRunning, got.Status)
+	require.Equal(t, int64(4), got.Token)
+	require.Equal(t, []string{"start", "side"}, got.EntryNodeIDs)
+	require.Equal(t, runtime.RunOptions{MaxParallel: 4, FailurePolicy: runtime.FailOpen, MaxNodeFailures: 2}, got.Options)
+	require.True(t, ms(r.CreatedAt).Equal(ms(got.CreatedAt)))
+
+	// A minimal record round-trips too (no input, attrs, entries).
+	bare := &runtime.RunRecord{ID: "r2", RootID: "r2", GraphID: "g", Status: runtime.RunPending}
+	create(t, st, bare)
+	got2 := getRun(t, st, "r2")
+	requireRun(t, bare, got2)
+	require.Nil(t, got2.Input)
+	require.True(t, got2.CreatedAt.IsZero())
+
+	// Duplicate ids are refused and leave the first record alone.
+	dup := newRun("r1")
+	dup.Status = runtime.RunFailed
+	require.ErrorIs(t, st.CreateRun(ctx, dup), runtime.ErrRunExists)
+	requireRun(t, r, getRun(t, st, "r1"))
+
+	// GetRun returns a copy.
+	got.Status = runtime.RunFailed
+	got.LastSeq = 99
+	got.ChatID = "changed"
+	requireRun(t, r, getRun(t, st, "r1"))
+}
+
+func (s *suite) testUpdateRun(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	r := newRun("r1")
+	create(t, st, r)
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 1, 2)))
+
+	up := newRun("r1")
+	up.Status = runtime.RunInterrupted
+	up.Error = "waiting"
+	up.Attrs = map[string]any{"other": true}
+	up.Interrupts = []runtime.InterruptInfo{{ID: "i9", NodeID: "n", Reason: "input"}}
+	up.PlanVersion = 4
+	up.UpdatedAt = at(time.Minute)
+	up.LastSeq = 99 // the store keeps its own LastSeq
+	require.NoError(t, st.UpdateRun(ctx, up))
+
+	got := getRun(t, st, "r1")
+	want := *up
+	want.LastSeq = 2
+	requireRun(t, &want, got)
+	require.Equal(t, int64(2), got.LastSeq)
+
+	missing := newRun("nope")
+	require.ErrorIs(t, st.UpdateRun(ctx, missing), runtime.ErrRunNotFound)
+}
+
+// --- checkpoints ----------------------------------------------------------
+
+func fullCheckpoint(runID, nodeID string) *runtime.Checkpoint {
+	return &runtime.Checkpoint{
+		RunID:       runID,
+		NodeID:      nodeID,
+		Status:      runtime.NodeFailed,
+		PlanVersion: 7,
+		InputsHash:  "sha256:9f86d081884c7d65",
+		Effect:      runtime.EffectExternal,
+		Output:      map[string]any{"text": "partial", "n": 3, "nested": map[string]any{"list": []any{1, "two", nil, true}}},
+		Summary:     "called the API",
+		Error:       "upstream said no",
+		ErrorCode:   runtime.ErrCodeTimeout,
+		ErrorTrace:  "goroutine 7 [running]:\nmain.handler()\n\t/src/x.go:12 +0x1d",
+		SkipReason:  runtime.SkipRunFailed,
+		Interrupt: &runtime.InterruptInfo{
+			ID: "int-1", NodeID: nodeID, Reason: "approval",
+			Payload: map[string]any{"question": "ship it?", "choices": []any{"yes", "no"}},
+		},
+		Resumes:       2,
+		Attempt:       3,
+		AttemptID:     "att-" + nodeID + "-3",
+		Replayed:      true,
+		StartedAt:     at(10 * time.Millisecond),
+		UpdatedAt:     at(250 * time.Millisecond),
+		NextAttemptAt: at(5 * time.Second),
+	}
+}
+
+func (s *suite) testCheckpointFields(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+
+	full := fullCheckpoint("r1", "full")
+	bare := &runtime.Checkpoint{RunID: "r1", NodeID: "bare", Status: runtime.NodePending}
+	stale := &runtime.Checkpoint{
+		RunID: "r1", NodeID: "stale", Status: runtime.NodeStaleRunning, Effect: runtime.EffectWrite,
+		Attempt: 1, AttemptID: "att-stale-1", StartedAt: at(0), UpdatedAt: at(time.Millisecond),
+	}
+	for _, cp := range []*runtime.Checkpoint{full, bare, stale} {
+		require.NoError(t, st.SaveCheckpoint(ctx, cp))
+	}
+	got := checkpoints(t, st, "r1")
+	requireCheckpoints(t, []*runtime.Checkpoint{full, bare, stale}, got)
+
+	g := got[0]
+	require.Equal(t, runtime.NodeFailed, g.Status)
+	require.Equal(t, int64(7), g.PlanVersion)
+	require.Equal(t, "sha256:9f86d081884c7d65", g.InputsHash)
+	require.Equal(t, runtime.EffectExternal, g.Effect)
+	require.Equal(t, "goroutine 7 [running]:\nmain.handler()\n\t/src/x.go:12 +0x1d", g.ErrorTrace)
+	require.Equal(t, runtime.ErrCodeTimeout, g.ErrorCode)
+	require.Equal(t, runtime.SkipRunFailed, g.SkipReason)
+	require.NotNil(t, g.Interrupt)
+	require.Equal(t, "int-1", g.Interrupt.ID)
+	require.Equal(t, 2, g.Resumes)
+	require.Equal(t, 3, g.Attempt)
+	require.Equal(t, "att-full-3", g.AttemptID)
+	require.True(t, g.Replayed)
+	require.Equal(t, ms(full.NextAttemptAt), ms(g.NextAttemptAt))
+
+	require.Nil(t, got[1].Output)
+	require.Nil(t, got[1].Interrupt)
+	require.True(t, got[1].StartedAt.IsZero())
+	require.True(t, got[1].NextAttemptAt.IsZero())
+	require.Equal(t, runtime.NodeStaleRunning, got[2].Status)
+
+	// Checkpoints returns copies.
+	got[0].Status = runtime.NodeSucceeded
+	got[0].Summary = "changed"
+	requireCheckpoints(t, []*runtime.Checkpoint{full, bare, stale}, checkpoints(t, st, "r1"))
+}
+
+func (s *suite) testCheckpointStatuses(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+
+	statuses := []runtime.NodeStatus{
+		runtime.NodePending, runtime.NodeRunning, runtime.NodeSucceeded, runtime.NodeFailed,
+		runtime.NodeSkipped, runtime.NodeCancelled, runtime.NodeInterrupted, runtime.NodeStaleRunning,
+	}
+	outputs := []any{
+		"a string", 42, 3.25, true, []any{1, "x", nil}, map[string]any{"k": map[string]any{"v": 1}},
+		payload{Text: "struct", N: 7, Items: []string{"a"}, Meta: map[string]any{"z": false}}, json.RawMessage(`{"raw":[1,2]}`),
+	}
+	var want []*runtime.Checkpoint
+	for i, status := range statuses {
+		cp := &runtime.Checkpoint{
+			RunID: "r1", NodeID: fmt.Sprintf("n%d-%s", i, status), Status: status,
+			Output: outputs[i], Attempt: i, UpdatedAt: at(time.Duration(i) * time.Second),
+		}
+		require.NoError(t, st.SaveCheckpoint(ctx, cp))
+		want = append(want, cp)
+	}
+	got := checkpoints(t, st, "r1")
+	requireCheckpoints(t, want, got)
+	for i, status := range statuses {
+		require.Equal(t, status, got[i].Status)
+		require.Equal(t, jsonValue(t, outputs[i]), jsonValue(t, got[i].Output))
+	}
+}
+
+func (s *suite) testCheckpointUpsert(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+	create(t, st, newRun("r2"))
+
+	_, err := st.Checkpoints(ctx, "nope")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+	require.Empty(t, checkpoints(t, st, "r1"))
+	require.ErrorIs(t, st.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: "nope", NodeID: "a"}), runtime.ErrRunNotFound)
+
+	cp := func(runID, node string, status runtime.NodeStatus, attempt int) *runtime.Checkpoint {
+		return &runtime.Checkpoint{
+			RunID: runID, NodeID: node, Status: status, Attempt: attempt, AttemptID: fmt.Sprintf("%s-%d", node, attempt),
+			Output: map[string]any{"node": node, "attempt": attempt}, StartedAt: at(0), UpdatedAt: at(time.Duration(attempt) * time.Second),
+		}
+	}
+	// Ids chosen so that neither alphabetical nor reverse order is first-save order.
+	order := []string{"m", "z", "a", "q"}
+	for _, n := range order {
+		require.NoError(t, st.SaveCheckpoint(ctx, cp("r1", n, runtime.NodeRunning, 1)))
+	}
+	require.NoError(t, st.SaveCheckpoint(ctx, cp("r2", "a", runtime.NodeRunning, 1)))
+	// Later saves replace the checkpoint and keep the node's place.
+	require.NoError(t, st.SaveCheckpoint(ctx, cp("r1", "a", runtime.NodeFailed, 1)))
+	require.NoError(t, st.SaveCheckpoint(ctx, cp("r1", "m", runtime.NodeSucceeded, 2)))
+	require.NoError(t, st.SaveCheckpoint(ctx, cp("r1", "a", runtime.NodeSucceeded, 2)))
+
+	requireCheckpoints(t, []*runtime.Checkpoint{
+		cp("r1", "m", runtime.NodeSucceeded, 2),
+		cp("r1", "z", runtime.NodeRunning, 1),
+		cp("r1", "a", runtime.NodeSucceeded, 2),
+		cp("r1", "q", runtime.NodeRunning, 1),
+	}, checkpoints(t, st, "r1"))
+	requireCheckpoints(t, []*runtime.Checkpoint{cp("r2", "a", runtime.NodeRunning, 1)}, checkpoints(t, st, "r2"))
+}
+
+// --- events ---------------------------------------------------------------
+
+func (s *suite) testEventsAppend(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+	create(t, st, newRun("r2"))
+
+	_, err := st.Events(ctx, "nope", 0, 0)
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+	require.ErrorIs(t, st.AppendEvents(ctx, "nope", 0, mkEvents("nope", 1, 1)), runtime.ErrRunNotFound)
+	require.Empty(t, events(t, st, "r1", 0, 0))
+
+	all := mkEvents("r1", 1, 10)
+	// Payload shapes: a struct, a map, nothing, a string, raw JSON.
+	all[0].Type, all[0].Data = runtime.EventRunStarted, runtime.RunStartedData{GraphID: "graph-1", PlanVersion: 3, EntryNodeIDs: []string{"start"}, ActiveNodeIDs: []string{"start"}}
+	all[1].Data = map[string]any{"k": []any{1, 2.5, "x"}}
+	all[2].Type, all[2].Data, all[2].NodeID, all[2].Attempt = runtime.EventEdgeTaken, nil, "", 0
+	all[3].Data = "just text"
+	all[4].Data = json.RawMessage(`{"already":"json"}`)
+	all[9].Type, all[9].Data = runtime.EventRunCompleted, runtime.RunCompletedData{DurationMs: 12.5}
+
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, all[0:3]))
+	require.Equal(t, int64(3), getRun(t, st, "r1").LastSeq)
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, all[3:4]))
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, nil)) // an empty batch changes nothing
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, all[4:10]))
+	require.Equal(t, int64(10), getRun(t, st, "r1").LastSeq)
+	require.Equal(t, int64(0), getRun(t, st, "r2").LastSeq)
+
+	requireEvents(t, all, events(t, st, "r1", 0, 0))
+	requireEvents(t, all, events(t, st, "r1", 0, -1))
+	requireEvents(t, all[:3], events(t, st, "r1", 0, 3))
+	requireEvents(t, all[3:7], events(t, st, "r1", 3, 4))
+	requireEvents(t, all[8:], events(t, st, "r1", 8, 0))
+	requireEvents(t, all[8:], events(t, st, "r1", 8, 50))
+	require.Empty(t, events(t, st, "r1", 10, 0))
+	require.Empty(t, events(t, st, "r1", 500, 10))
+	require.Empty(t, events(t, st, "r2", 0, 0))
+
+	// Paging through the log visits every event once, in order.
+	var paged []runtime.Event
+	for after := int64(0); ; {
+		page := events(t, st, "r1", after, 3)
+		if len(page) == 0 {
+			break
+		}
+		paged = append(paged, page...)
+		after = page[len(page)-1].Seq
+	}
+	requireEvents(t, all, paged)
+
+	got := events(t, st, "r1", 2, 1)[0]
+	require.Equal(t, runtime.EventEdgeTaken, got.Type)
+	require.Nil(t, got.Data)
+	require.Empty(t, got.NodeID)
+	got = events(t, st, "r1", 0, 1)[0]
+	require.Equal(t, "r1", got.RunID)
+	require.Equal(t, "chat-1", got.ChatID)
+	require.Equal(t, runtime.EventRunStarted, got.Type)
+	require.Equal(t, ms(all[0].Time), ms(got.Time))
+}
+
+func (s *suite) testEventsSeqConflict(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+
+	// A log starts at seq 1.
+	require.ErrorIs(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 0, 1)), runtime.ErrSeqConflict)
+	require.ErrorIs(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 2, 1)), runtime.ErrSeqConflict)
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 1, 5)))
+
+	gap := mkEvents("r1", 6, 3)
+	gap[2].Seq = 9 // 6, 7, 9
+	dupInBatch := mkEvents("r1", 6, 2)
+	dupInBatch[1].Seq = 6
+	for name, evs := range map[string][]runtime.Event{
+		"ahead":        mkEvents("r1", 7, 1),
+		"repeat last":  mkEvents("r1", 5, 1),
+		"rewrite":      mkEvents("r1", 1, 6),
+		"gap in batch": gap,
+		"dup in batch": dupInBatch,
+	} {
+		err := st.AppendEvents(ctx, "r1", 0, evs)
+		require.ErrorIs(t, err, runtime.ErrSeqConflict, name)
+		// A refused batch writes nothing.
+		require.Equal(t, int64(5), getRun(t, st, "r1").LastSeq, name)
+		require.Empty(t, events(t, st, "r1", 5, 0), name)
+	}
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 6, 2)))
+	require.Len(t, events(t, st, "r1", 0, 0), 7)
+}
+
+// --- fencing --------------------------------------------------------------
+
+func (s *suite) testFencing(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	r := newRun("r1")
+	r.Token = 5
+	create(t, st, r)
+
+	stale := newRun("r1")
+	stale.Token = 4
+	stale.Status = runtime.RunFailed
+	require.ErrorIs(t, st.UpdateRun(ctx, stale), runtime.ErrFenced)
+	cp := fullCheckpoint("r1", "a")
+	cp.Token = 4
+	require.ErrorIs(t, st.SaveCheckpoint(ctx, cp), runtime.ErrFenced)
+	require.ErrorIs(t, st.AppendEvents(ctx, "r1", 4, mkEvents("r1", 1, 2)), runtime.ErrFenced)
+	// Fencing is reported before a seq problem.
+	require.ErrorIs(t, st.AppendEvents(ctx, "r1", 4, mkEvents("r1", 7, 1)), runtime.ErrFenced)
+	require.ErrorIs(t, st.AppendEvents(ctx, "r1", 0, nil), runtime.ErrFenced)
+
+	// Nothing a fenced writer sent was kept.
+	requireRun(t, r, getRun(t, st, "r1"))
+	require.Empty(t, checkpoints(t, st, "r1"))
+	require.Empty(t, events(t, st, "r1", 0, 0))
+
+	// The current token writes.
+	cp.Token = 5
+	require.NoError(t, st.SaveCheckpoint(ctx, cp))
+	require.NoError(t, st.AppendEvents(ctx, "r1", 5, mkEvents("r1", 1, 2)))
+	up := newRun("r1")
+	up.Token = 5
+	up.Status = runtime.RunCompleted
+	require.NoError(t, st.UpdateRun(ctx, up))
+	got := getRun(t, st, "r1")
+	require.Equal(t, runtime.RunCompleted, got.Status)
+	require.Equal(t, int64(5), got.Token)
+	require.Equal(t, int64(2), got.LastSeq)
+	requireCheckpoints(t, []*runtime.Checkpoint{cp}, checkpoints(t, st, "r1"))
+	require.Equal(t, int64(5), checkpoints(t, st, "r1")[0].Token)
+}
+
+// --- leases ---------------------------------------------------------------
+
+func (s *suite) testLeaseClaim(t *testing.T) {
+	st := s.open(t)
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	r := newRun("r1")
+	r.Token = 2
+	create(t, st, r)
+
+	_, err := ls.ClaimRun(ctx, "nope", "A", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+
+	before := time.Now()
+	a, err := ls.ClaimRun(ctx, "r1", "A", time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, "r1", a.RunID)
+	require.Equal(t, "A", a.Owner)
+	require.Greater(t, a.Token, int64(2), "the claim bumps the record's token")
+	require.WithinRange(t, a.ExpiresAt, before.Add(time.Hour-time.Second), time.Now().Add(time.Hour+time.Second))
+	require.Equal(t, a.Token, getRun(t, st, "r1").Token)
+
+	// Another owner cannot take a live lease; its attempt changes nothing.
+	_, err = ls.ClaimRun(ctx, "r1", "B", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld)
+	require.Equal(t, a.Token, getRun(t, st, "r1").Token)
+
+	// The owner may claim again: the token moves on and fences its own older writes.
+	a2, err := ls.ClaimRun(ctx, "r1", "A", time.Hour)
+	require.NoError(t, err)
+	require.Greater(t, a2.Token, a.Token)
+	cp := &runtime.Checkpoint{RunID: "r1", NodeID: "n", Status: runtime.NodeRunning, Token: a.Token}
+	require.ErrorIs(t, st.SaveCheckpoint(ctx, cp), runtime.ErrFenced)
+	cp.Token = a2.Token
+	require.NoError(t, st.SaveCheckpoint(ctx, cp))
+	require.Equal(t, a2.Token, checkpoints(t, st, "r1")[0].Token)
+
+	// UpdateRun under the lease keeps the lease.
+	up := newRun("r1")
+	up.Token = a2.Token
+	up.Status = runtime.RunRunning
+	require.NoError(t, st.UpdateRun(ctx, up))
+	_, err = ls.ClaimRun(ctx, "r1", "B", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld)
+
+	// Leases are per run.
+	create(t, st, newRun("r2"))
+	b, err := ls.ClaimRun(ctx, "r2", "B", time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, "B", b.Owner)
+}
+
+func (s *suite) testLeaseRenewRelease(t *testing.T) {
+	st := s.open(t)
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+
+	a, err := ls.ClaimRun(ctx, "r1", "A", time.Minute)
+	require.NoError(t, err)
+	renewed, err := ls.RenewLease(ctx, a, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, a.Token, renewed.Token)
+	require.Equal(t, "A", renewed.Owner)
+	require.Equal(t, "r1", renewed.RunID)
+	require.True(t, renewed.ExpiresAt.After(a.ExpiresAt.Add(50*time.Minute)), "renewal extends the lease")
+	require.Equal(t, a.Token, getRun(t, st, "r1").Token, "renewal keeps the token")
+
+	// A renewal by someone else's name or with another token is fenced.
+	wrongOwner := renewed
+	wrongOwner.Owner = "B"
+	_, err = ls.RenewLease(ctx, wrongOwner, time.Hour)
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	oldToken := renewed
+	oldToken.Token--
+	_, err = ls.RenewLease(ctx, oldToken, time.Hour)
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	_, err = ls.RenewLease(ctx, runtime.Lease{RunID: "nope", Owner: "A", Token: 1}, time.Hour)
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+
+	// Release frees the run at once and keeps the token.
+	require.NoError(t, ls.ReleaseLease(ctx, renewed))
+	require.Equal(t, a.Token, getRun(t, st, "r1").Token)
+	b, err := ls.ClaimRun(ctx, "r1", "B", time.Hour)
+	require.NoError(t, err)
+	require.Greater(t, b.Token, a.Token)
+
+	// The old holder can neither renew nor release B's lease.
+	_, err = ls.RenewLease(ctx, renewed, time.Hour)
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	require.ErrorIs(t, ls.ReleaseLease(ctx, renewed), runtime.ErrFenced)
+	_, err = ls.ClaimRun(ctx, "r1", "C", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld)
+
+	// A released lease cannot be renewed.
+	require.NoError(t, ls.ReleaseLease(ctx, b))
+	_, err = ls.RenewLease(ctx, b, time.Hour)
+	require.ErrorIs(t, err, runtime.ErrFenced)
+}
+
+func (s *suite) testLeaseExpiry(t *testing.T) {
+	st := s.open(t)
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 1, 1)))
+
+	const ttl = 200 * time.Millisecond
+	a, err := ls.ClaimRun(ctx, "r1", "A", ttl)
+	require.NoError(t, err)
+	require.NoError(t, st.AppendEvents(ctx, "r1", a.Token, mkEvents("r1", 2, 1)))
+
+	// While A's lease is surely live, B is refused.
+	_, err = ls.ClaimRun(ctx, "r1", "B", time.Hour)
+	if time.Now().Before(a.ExpiresAt) {
+		require.ErrorIs(t, err, runtime.ErrLeaseHeld)
+	}
+
+	// Once it expired, B takes over.
+	var b runtime.Lease
+	deadline := time.Now().Add(wait)
+	for {
+		b, err = ls.ClaimRun(ctx, "r1", "B", time.Hour)
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, runtime.ErrLeaseHeld)
+		require.True(t, time.Now().Before(deadline), "lease of ttl %s never expired", ttl)
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.False(t, time.Now().Before(a.ExpiresAt), "claimed before the lease expired")
+	require.Greater(t, b.Token, a.Token)
+
+	// A, paused past its lease, is fenced off every write.
+	up := newRun("r1")
+	up.Token = a.Token
+	up.Status = runtime.RunCompleted
+	require.ErrorIs(t, st.UpdateRun(ctx, up), runtime.ErrFenced)
+	require.ErrorIs(t, st.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: "r1", NodeID: "n", Status: runtime.NodeSucceeded, Token: a.Token}), runtime.ErrFenced)
+	require.ErrorIs(t, st.AppendEvents(ctx, "r1", a.Token, mkEvents("r1", 3, 1)), runtime.ErrFenced)
+	_, err = ls.RenewLease(ctx, a, time.Hour)
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	require.ErrorIs(t, ls.ReleaseLease(ctx, a), runtime.ErrFenced)
+
+	// B writes; A's attempts left no trace.
+	require.NoError(t, st.AppendEvents(ctx, "r1", b.Token, mkEvents("r1", 3, 1)))
+	got := getRun(t, st, "r1")
+	require.Equal(t, runtime.RunRunning, got.Status)
+	require.Equal(t, b.Token, got.Token)
+	require.Equal(t, int64(3), got.LastSeq)
+	require.Empty(t, checkpoints(t, st, "r1"))
+}
+
+func (s *suite) testExpiredRuns(t *testing.T) {
+	st := s.open(t)
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+
+	mk := func(id string, status runtime.RunStatus, created time.Duration) {
+		r := newRun(id)
+		r.Status = status
+		r.CreatedAt = at(created)
+		create(t, st, r)
+	}
+	// Created out of order: "oldest first" is by CreatedAt, not insertion.
+	mk("no-lease-new", runtime.RunRunning, 5*time.Minute)
+	mk("expired-old", runtime.RunRunning, 1*time.Minute)
+	mk("live", runtime.RunRunning, 0)
+	mk("released", runtime.RunRunning, 3*time.Minute)
+	mk("no-lease-old", runtime.RunRunning, 2*time.Minute)
+	mk("completed", runtime.RunCompleted, 0)
+	mk("pending", runtime.RunPending, 0)
+	mk("interrupted", runtime.RunInterrupted, 0)
+	mk("failed-expired", runtime.RunFailed, 0)
+
+	_, err := ls.ClaimRun(ctx, "expired-old", "A", time.Minute)
+	require.NoError(t, err)
+	_, err = ls.ClaimRun(ctx, "failed-expired", "A", time.Minute)
+	require.NoError(t, err)
+	_, err = ls.ClaimRun(ctx, "live", "A", 24*time.Hour)
+	require.NoError(t, err)
+	rel, err := ls.ClaimRun(ctx, "released", "A", 24*time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, ls.ReleaseLease(ctx, rel))
+
+	// Seen from an hour ahead, the one-minute leases have expired.
+	later := time.Now().Add(time.Hour)
+	ids, err := ls.ExpiredRuns(ctx, later, 100)
+	require.NoError(t, err)
+	require.Equal(t, []string{"expired-old", "no-lease-old", "released", "no-lease-new"}, ids)
+
+	ids, err = ls.ExpiredRuns(ctx, later, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"expired-old", "no-lease-old"}, ids)
+
+	// Now, the live leases still hold.
+	ids, err = ls.ExpiredRuns(ctx, time.Now(), 100)
+	require.NoError(t, err)
+	require.Equal(t, []string{"no-lease-old", "released", "no-lease-new"}, ids)
+
+	// Two days ahead, every running run is listed.
+	ids, err = ls.ExpiredRuns(ctx, time.Now().Add(48*time.Hour), 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"live", "expired-old", "no-lease-old", "released", "no-lease-new"}, ids)
+}
+
+func (s *suite) testReopen(t *testing.T) {
+	if s.reopen == nil {
+		t.Skip("store is not durable (no storetest.Durable option)")
+	}
+	st := s.open(t)
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	r := newRun("r1")
+	create(t, st, r)
+	var tok int64
+	for range 3 {
+		l, err := ls.ClaimRun(ctx, "r1", "A", time.Hour)
+		require.NoError(t, err)
+		require.Greater(t, l.Token, tok)
+		tok = l.Token
+	}
+	cp := fullCheckpoint("r1", "a")
+	cp.Token = tok
+	require.NoError(t, st.SaveCheckpoint(ctx, cp))
+	evs := mkEvents("r1", 1, 3)
+	require.NoError(t, st.AppendEvents(ctx, "r1", tok, evs))
+
+	// Restart: close the first store, open another on its data.
+	if c, ok := st.(io.Closer); ok {
+		require.NoError(t, c.Close())
+	}
+	st2 := s.reopen(t, st)
+	ls2 := s.leaser(t, st2)
+
+	want := *r
+	want.Token, want.LastSeq = tok, 3
+	requireRun(t, &want, getRun(t, st2, "r1"))
+	requireCheckpoints(t, []*runtime.Checkpoint{cp}, checkpoints(t, st2, "r1"))
+	requireEvents(t, evs, events(t, st2, "r1", 0, 0))
+
+	// The lease survived the restart too, and the token keeps increasing.
+	_, err := ls2.ClaimRun(ctx, "r1", "B", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld)
+	l, err := ls2.ClaimRun(ctx, "r1", "A", time.Hour)
+	require.NoError(t, err)
+	require.Greater(t, l.Token, tok)
+	require.ErrorIs(t, st2.AppendEvents(ctx, "r1", tok, mkEvents("r1", 4, 1)), runtime.ErrFenced)
+	require.NoError(t, st2.AppendEvents(ctx, "r1", l.Token, mkEvents("r1", 4, 1)))
+}
+
+// --- inspection -----------------------------------------------------------
+
+func (s *suite) testListRuns(t *testing.T) {
+	st := s.open(t)
+	in := s.inspector(t, st)
+	ctx := t.Context()
+
+	mk := func(id, chat, graph string, status runtime.RunStatus, created time.Duration) *runtime.RunRecord {
+		r := newRun(id)
+		r.ChatID, r.GraphID, r.Status, r.CreatedAt = chat, graph, status, at(created)
+		create(t, st, r)
+		return r
+	}
+	r3 := mk("r3", "c2", "g1", runtime.RunFailed, 3*time.Minute)
+	r1 := mk("r1", "c1", "g1", runtime.RunCompleted, 1*time.Minute)
+	mk("r5", "", "g1", runtime.RunPending, 5*time.Minute)
+	mk("r2", "c1", "g2", runtime.RunRunning, 2*time.Minute)
+	mk("r4", "c2", "g1", runtime.RunInterrupted, 4*time.Minute)
+
+	ids := func(f runtime.RunFilter) []string {
+		t.Helper()
+		runs, err := in.ListRuns(ctx, f)
+		require.NoError(t, err)
+		out := []string{}
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		f    runtime.RunFilter
+		want []string
+	}{
+		{"all newest first", runtime.RunFilter{}, []string{"r5", "r4", "r3", "r2", "r1"}},
+		{"status set", runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunCompleted, runtime.RunFailed}}, []string{"r3", "r1"}},
+		{"one status", runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunRunning}}, []string{"r2"}},
+		{"chat", runtime.RunFilter{ChatID: "c1"}, []string{"r2", "r1"}},
+		{"graph", runtime.RunFilter{GraphID: "g1"}, []string{"r5", "r4", "r3", "r1"}},
+		{"chat and status", runtime.RunFilter{ChatID: "c2", Status: []runtime.RunStatus{runtime.RunInterrupted}}, []string{"r4"}},
+		{"after", runtime.RunFilter{After: at(150 * time.Second)}, []string{"r5", "r4", "r3"}},
+		{"before", runtime.RunFilter{Before: at(210 * time.Second)}, []string{"r3", "r2", "r1"}},
+		{"window", runtime.RunFilter{After: at(90 * time.Second), Before: at(270 * time.Second)}, []string{"r4", "r3", "r2"}},
+		{"limit", runtime.RunFilter{Limit: 2}, []string{"r5", "r4"}},
+		{"limit with filter", runtime.RunFilter{GraphID: "g1", Limit: 3}, []string{"r5", "r4", "r3"}},
+		{"no match", runtime.RunFilter{ChatID: "nope"}, []string{}},
+	} {
+		require.Equal(t, tc.want, ids(tc.f), tc.name)
+	}
+
+	// Listed records are whole.
+	runs, err := in.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunCompleted, runtime.RunFailed}})
+	require.NoError(t, err)
+	requireRun(t, r3, runs[0])
+	requireRun(t, r1, runs[1])
+}
+
+func (s *suite) testListRunsDefaultLimit(t *testing.T) {
+	st := s.open(t)
+	in := s.inspector(t, st)
+	for i := range 101 {
+		r := newRun(fmt.Sprintf("r%03d", i))
+		r.CreatedAt = at(time.Duration(i) * time.Second)
+		create(t, st, r)
+	}
+	runs, err := in.ListRuns(t.Context(), runtime.RunFilter{})
+	require.NoError(t, err)
+	require.Len(t, runs, 100)
+	require.Equal(t, "r100", runs[0].ID)
+	require.Equal(t, "r001", runs[99].ID)
+}
+
+func (s *suite) testDeleteRun(t *testing.T) {
+	st := s.open(t)
+	in := s.inspector(t, st)
+	ctx := t.Context()
+	for _, id := range []string{"r1", "r2"} {
+		create(t, st, newRun(id))
+		require.NoError(t, st.SaveCheckpoint(ctx, fullCheckpoint(id, "a")))
+		require.NoError(t, st.AppendEvents(ctx, id, 0, mkEvents(id, 1, 3)))
+	}
+
+	require.NoError(t, in.DeleteRun(ctx, "r1"))
+	_, err := st.GetRun(ctx, "r1")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+	_, err = st.Checkpoints(ctx, "r1")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+	_, err = st.Events(ctx, "r1", 0, 0)
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+	require.ErrorIs(t, in.DeleteRun(ctx, "r1"), runtime.ErrRunNotFound)
+
+	// The other run is untouched.
+	require.Len(t, checkpoints(t, st, "r2"), 1)
+	require.Len(t, events(t, st, "r2", 0, 0), 3)
+
+	// The id can be used again and starts empty.
+	create(t, st, newRun("r1"))
+	require.Empty(t, checkpoints(t, st, "r1"))
+	require.Empty(t, events(t, st, "r1", 0, 0))
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 1, 1)))
+}
+
+func (s *suite) testDeleteFinishedBefore(t *testing.T) {
+	st := s.open(t)
+	in := s.inspector(t, st)
+	ctx := t.Context()
+
+	cut := at(time.Hour)
+	mk := func(id string, status runtime.RunStatus, updated time.Time) {
+		r := newRun(id)
+		r.Status, r.UpdatedAt = status, updated
+		create(t, st, r)
+		require.NoError(t, st.SaveCheckpoint(ctx, fullCheckpoint(id, "a")))
+		require.NoError(t, st.AppendEvents(ctx, id, 0, mkEvents(id, 1, 2)))
+	}
+	old, recent := cut.Add(-time.Minute), cut.Add(time.Minute)
+	mk("completed-old", runtime.RunCompleted, old)
+	mk("failed-old", runtime.RunFailed, old)
+	mk("cancelled-old", runtime.RunCancelled, old)
+	mk("completed-recent", runtime.RunCompleted, recent)
+	mk("interrupted-old", runtime.RunInterrupted, old)
+	mk("running-old", runtime.RunRunning, old)
+	mk("pending-old", runtime.RunPending, old)
+
+	n, err := in.DeleteFinishedBefore(ctx, cut)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	for _, id := range []string{"completed-old", "failed-old", "cancelled-old"} {
+		_, err := st.GetRun(ctx, id)
+		require.ErrorIs(t, err, runtime.ErrRunNotFound, id)
+		_, err = st.Events(ctx, id, 0, 0)
+		require.ErrorIs(t, err, runtime.ErrRunNotFound, id)
+	}
+	for _, id := range []string{"completed-recent", "interrupted-old", "running-old", "pending-old"} {
+		getRun(t, st, id)
+		require.Len(t, checkpoints(t, st, id), 1, id)
+		require.Len(t, events(t, st, id, 0, 0), 2, id)
+	}
+	// Nothing left to remove.
+	n, err = in.DeleteFinishedBefore(ctx, cut)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// --- concurrency ----------------------------------------------------------
+
+func (s *suite) testParallelAppends(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	const runs, perRun = 6, 30
+	for i := range runs {
+		create(t, st, newRun(fmt.Sprintf("r%d", i)))
+	}
+	errs := make(chan error, runs)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() {
+			id := fmt.Sprintf("r%d", i)
+			seq := int64(1)
+			for b := 0; seq <= perRun; b++ {
+				n := min(1+(b+i)%4, perRun-int(seq)+1)
+				if err := st.AppendEvents(ctx, id, 0, mkEvents(id, seq, n)); err != nil {
+					errs <- fmt.Errorf("%s seq %d: %w", id, seq, err)
+					return
+				}
+				cp := &runtime.Checkpoint{RunID: id, NodeID: fmt.Sprintf("n%d", b%5), Status: runtime.NodeSucceeded, Attempt: b}
+				if err := st.SaveCheckpoint(ctx, cp); err != nil {
+					errs <- fmt.Errorf("%s checkpoint: %w", id, err)
+					return
+				}
+				seq += int64(n)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for i := range runs {
+		id := fmt.Sprintf("r%d", i)
+		requireEvents(t, mkEvents(id, 1, perRun), events(t, st, id, 0, 0))
+		require.Equal(t, int64(perRun), getRun(t, st, id).LastSeq)
+		require.Len(t, checkpoints(t, st, id), 5)
+	}
+}
+
+func (s *suite) testSameSeqRace(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+	stores := []runtime.Store{st, s.second(t, st)}
+
+	const writers = 8
+	start := make(chan struct{})
+	results := make([]error, writers)
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			evs := mkEvents("r1", 1, 2)
+			evs[0].Data = map[string]any{"writer": i}
+			<-start
+			results[i] = stores[i%2].AppendEvents(ctx, "r1", 0, evs)
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range results {
+		if err == nil {
+			require.Equal(t, -1, winner, "two writers appended seq 1")
+			winner = i
+			continue
+		}
+		require.ErrorIs(t, err, runtime.ErrSeqConflict)
+	}
+	require.NotEqual(t, -1, winner)
+	evs := events(t, st, "r1", 0, 0)
+	require.Len(t, evs, 2)
+	require.Equal(t, jsonValue(t, map[string]any{"writer": winner}), jsonValue(t, evs[0].Data))
+	require.Equal(t, int64(2), getRun(t, st, "r1").LastSeq)
+}
+
+func (s *suite) testClaimRace(t *testing.T) {
+	st := s.open(t)
+	s.leaser(t, st)
+	other := s.second(t, st)
+	ctx := t.Context()
+	stores := []runtime.Leaser{st.(runtime.Leaser), s.leaser(t, other)}
+	owners := []string{"A", "B"}
+
+	const rounds = 10
+	for i := range rounds {
+		create(t, st, newRun(fmt.Sprintf("r%d", i)))
+	}
+	for i := range rounds {
+		id := fmt.Sprintf("r%d", i)
+		start := make(chan struct{})
+		var leases [2]runtime.Lease
+		var errs [2]error
+		var wg sync.WaitGroup
+		for j := range 2 {
+			wg.Go(func() {
+				<-start
+				leases[j], errs[j] = stores[j].ClaimRun(ctx, id, owners[j], time.Hour)
+			})
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for j := range 2 {
+			if errs[j] == nil {
+				won++
+				require.Equal(t, leases[j].Token, getRun(t, st, id).Token)
+				continue
+			}
+			require.True(t, errors.Is(errs[j], runtime.ErrLeaseHeld), "%s: %v", id, errs[j])
+		}
+		require.Equal(t, 1, won, "%s: exactly one claim wins", id)
+	}
+}
+
+// --- benchmarks -------------------------------------------------------------
+
+// BenchAppendEvent measures appending one event (a node_completed with a
+// small output) per operation to one run's log.
+func BenchAppendEvent(b *testing.B, open func(tb testing.TB) runtime.Store) {
+	st := open(b)
+	ctx := context.Background()
+	require.NoError(b, st.CreateRun(ctx, newRun("bench")))
+	ev := mkEvents("bench", 1, 1)[0]
+	ev.Data = runtime.NodeCompletedData{Output: map[string]any{"text": "a short answer from the model", "tokens": 42}, DurationMs: 12.5}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		ev.Seq = int64(i) + 1
+		if err := st.AppendEvents(ctx, "bench", 0, []runtime.Event{ev}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchSaveCheckpoint measures one checkpoint upsert per operation, cycling
+// over 50 nodes of one run, as a run's transitions do.
+func BenchSaveCheckpoint(b *testing.B, open func(tb testing.TB) runtime.Store) {
+	st := open(b)
+	ctx := context.Background()
+	require.NoError(b, st.CreateRun(ctx, newRun("bench")))
+	nodes := make([]string, 50)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("node-%02d", i)
+	}
+	cp := runtime.Checkpoint{
+		RunID: "bench", Status: runtime.NodeSucceeded, PlanVersion: 1, InputsHash: "sha256:9f86d081884c7d65",
+		Effect: runtime.EffectPure, Output: map[string]any{"text": "a short answer from the model", "tokens": 42},
+		Attempt: 1, StartedAt: t0, UpdatedAt: t0,
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		c := cp
+		c.NodeID = nodes[i%len(nodes)]
+		c.AttemptID = c.NodeID + "-1"
+		if err := st.SaveCheckpoint(ctx, &c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
