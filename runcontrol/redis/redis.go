@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -398,16 +397,14 @@ func (c *Controller) receiveLoop(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			if isTimeout(err) {
 				_ = c.ps.Ping(ctx) // an error here makes the next receive reconnect
 				continue
 			}
 			c.log.Warn("pub/sub receive; re-subscribing", "err", err)
 			c.kickPoll()
-			select {
-			case <-ctx.Done():
+			if !sleepCtx(ctx, backoff) {
 				return
-			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 2*time.Second)
 			continue

@@ -1,0 +1,441 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"chatgraph/runcontrol"
+)
+
+// Chat queue keys (B = the controller's base):
+//
+//	B:qh:<chat>  hash   the turn holder {run, token}, PX lease (refreshed by its process)
+//	B:qw:<chat>  zset   queued run -> FIFO sequence number
+//	B:qx:<chat>  zset   queued run -> liveness expiry (ms), refreshed by the waiter
+//	B:qs:<run>   string a queued run was superseded by this run id, PX lease
+//	B:qseq       string the FIFO sequence counter
+//	B:turn       channel a chat id whenever its turn may have moved
+//
+// Queued runs take the turn themselves (the first live one when nobody
+// holds it), so a dead waiter or holder costs at most one lease, never a
+// stuck chat.
+const queuePrelude = `
+local b = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local chat = ARGV[1]
+local hk, wk, xk = b..':qh:'..chat, b..':qw:'..chat, b..':qx:'..chat
+
+local function prune()
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', xk, '-inf', now)) do
+    redis.call('ZREM', wk, r)
+    redis.call('ZREM', xk, r)
+  end
+end
+
+local function live(lease)
+  redis.call('PEXPIRE', wk, lease)
+  redis.call('PEXPIRE', xk, lease)
+end
+
+local function enqueue(run, lease)
+  redis.call('ZADD', wk, redis.call('INCR', b..':qseq'), run)
+  redis.call('ZADD', xk, now + lease, run)
+  live(lease)
+end
+
+local function take(run, token, lease)
+  redis.call('HSET', hk, 'run', run, 'token', token)
+  redis.call('PEXPIRE', hk, lease)
+  redis.call('ZREM', wk, run)
+  redis.call('ZREM', xk, run)
+end
+`
+
+// acquireScript: ARGV chat, run, token, strategy, lease.
+// {"granted"} | {"busy", line...} | {"queued", superseded...}
+var acquireScript = goredis.NewScript(queuePrelude + `
+local run, token, s, lease = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+prune()
+local holder = redis.call('HGET', hk, 'run')
+local waiting = redis.call('ZRANGE', wk, 0, -1)
+if not holder and #waiting == 0 then
+  take(run, token, lease)
+  return {'granted'}
+end
+local line = {}
+if holder then line[1] = holder end
+for _, r in ipairs(waiting) do line[#line + 1] = r end
+if s == 'reject' then
+  table.insert(line, 1, 'busy')
+  return line
+end
+if s == 'enqueue' then
+  enqueue(run, lease)
+  return {'queued'}
+end
+for _, r in ipairs(waiting) do redis.call('SET', b..':qs:'..r, run, 'PX', lease) end
+redis.call('DEL', wk, xk)
+enqueue(run, lease)
+if #waiting > 0 then redis.call('PUBLISH', b..':turn', chat) end
+table.insert(line, 1, 'queued')
+return line
+`)
+
+// tryScript: ARGV chat, run, token, lease.
+// {"granted"} | {"waiting"} | {"superseded", by} | {"gone"}
+var tryScript = goredis.NewScript(queuePrelude + `
+local run, token, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local sk = b..':qs:'..run
+local by = redis.call('GET', sk)
+if by then
+  redis.call('DEL', sk)
+  return {'superseded', by}
+end
+prune()
+if not redis.call('ZSCORE', wk, run) then return {'gone'} end
+if redis.call('EXISTS', hk) == 0 and redis.call('ZRANGE', wk, 0, 0)[1] == run then
+  take(run, token, lease)
+  return {'granted'}
+end
+redis.call('ZADD', xk, 'XX', now + lease, run)
+live(lease)
+return {'waiting'}
+`)
+
+// abandonScript: ARGV chat, run. A waiter leaves the line.
+var abandonScript = goredis.NewScript(queuePrelude + `
+redis.call('ZREM', wk, ARGV[2])
+redis.call('ZREM', xk, ARGV[2])
+redis.call('DEL', b..':qs:'..ARGV[2])
+redis.call('PUBLISH', b..':turn', chat)
+return 1
+`)
+
+// releaseTurnScript: ARGV chat, token.
+var releaseTurnScript = goredis.NewScript(queuePrelude + `
+if redis.call('HGET', hk, 'token') ~= ARGV[2] then return 0 end
+redis.call('DEL', hk)
+redis.call('PUBLISH', b..':turn', chat)
+return 1
+`)
+
+// holdScript: ARGV lease, then chat, token pairs. Extends the turns still
+// held; returns the tokens that are not.
+var holdScript = goredis.NewScript(`
+local b, lease, lost = KEYS[1], tonumber(ARGV[1]), {}
+for i = 2, #ARGV, 2 do
+  local hk = b..':qh:'..ARGV[i]
+  if redis.call('HGET', hk, 'token') == ARGV[i + 1] then
+    redis.call('PEXPIRE', hk, lease)
+  else
+    lost[#lost + 1] = ARGV[i + 1]
+  end
+end
+return lost
+`)
+
+// ChatQueue is the multi-instance runcontrol.ChatQueue: one turn per chat
+// across every process that shares the Controller's Prefix. The holder's
+// process extends the turn's lease every PollInterval; a turn whose lease
+// ran out (process dead, Redis unreachable for BindingTTL) passes to the
+// next queued run, and its holder, if alive, is cancelled with
+// runcontrol.ErrLeaseLost. Waiters wake on a pub/sub message and poll every
+// PollInterval as a safety net. Safe for concurrent use; Close when done.
+type ChatQueue struct {
+	ctl     *Controller
+	channel string
+	ps      *goredis.PubSub
+
+	mu      sync.Mutex
+	closed  bool
+	held    map[string]heldTurn                   // token -> turn
+	watches map[string]map[chan struct{}]struct{} // chat -> wake-ups
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+type heldTurn struct{ chat, run string }
+
+var _ runcontrol.ChatQueue = (*ChatQueue)(nil)
+
+// NewChatQueue subscribes to the turn channel of ctl's prefix and starts
+// the lease loop. It uses ctl's client, prefix, PollInterval and
+// BindingTTL (as the lease); superseded runs are cancelled through ctl.
+func NewChatQueue(ctx context.Context, ctl *Controller) (*ChatQueue, error) {
+	q := &ChatQueue{
+		ctl:     ctl,
+		channel: ctl.base + ":turn",
+		held:    make(map[string]heldTurn),
+		watches: make(map[string]map[chan struct{}]struct{}),
+	}
+	q.ps = ctl.rdb.Subscribe(ctx, q.channel)
+	if _, err := q.ps.Receive(ctx); err != nil {
+		_ = q.ps.Close()
+		return nil, fmt.Errorf("runcontrol/redis: subscribe %s: %w", q.channel, err)
+	}
+	loopCtx, stop := context.WithCancel(context.Background())
+	q.stop = stop
+	q.wg.Add(2)
+	go q.receiveLoop(loopCtx)
+	go q.holdLoop(loopCtx)
+	return q, nil
+}
+
+func (q *ChatQueue) keys() []string { return []string{q.ctl.base} }
+
+// Acquire implements runcontrol.ChatQueue.
+func (q *ChatQueue) Acquire(ctx context.Context, chatID, runID string, s runcontrol.Strategy) (*runcontrol.Turn, error) {
+	if err := runcontrol.CheckAcquire(chatID, runID, s); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	q.mu.Lock()
+	closed := q.closed
+	q.mu.Unlock()
+	if closed {
+		return nil, runcontrol.ErrClosed
+	}
+	var rb [6]byte
+	_, _ = rand.Read(rb[:])
+	token := runID + "/" + hex.EncodeToString(rb[:])
+	lease := q.ctl.bttl.Milliseconds()
+
+	wake := q.watch(chatID) // before the script: no release message is missed
+	defer q.unwatch(chatID, wake)
+	res, err := acquireScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, string(s), lease).StringSlice()
+	if err == nil && len(res) == 0 {
+		err = errors.New("empty script reply")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runcontrol/redis: acquire turn of chat %s: %w", chatID, err)
+	}
+	var superseded []string
+	switch res[0] {
+	case "granted":
+		return q.granted(chatID, runID, token, s, nil), nil
+	case "busy":
+		return nil, &runcontrol.BusyError{ChatID: chatID, RunIDs: res[1:]}
+	case "queued":
+		if len(res) > 1 {
+			superseded = res[1:]
+		}
+	}
+	if err := runcontrol.Supersede(ctx, q.ctl, chatID, runID, superseded); err != nil {
+		q.abandon(chatID, runID)
+		return nil, err
+	}
+
+	tick := time.NewTicker(q.ctl.poll)
+	defer tick.Stop()
+	for {
+		res, err := tryScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, lease).StringSlice()
+		if err == nil && len(res) == 0 {
+			err = errors.New("empty script reply")
+		}
+		switch {
+		case ctx.Err() != nil:
+			q.abandon(chatID, runID)
+			return nil, context.Cause(ctx)
+		case err != nil:
+			q.ctl.log.Warn("chat queue: try turn", "chat", chatID, "run", runID, "err", err)
+		case res[0] == "granted":
+			return q.granted(chatID, runID, token, s, superseded), nil
+		case res[0] == "superseded" && len(res) > 1:
+			return nil, runcontrol.SupersededBy(chatID, res[1])
+		case res[0] == "gone":
+			return nil, fmt.Errorf("runcontrol/redis: run %s lost its place in the queue of chat %s (lease expired)", runID, chatID)
+		}
+		select {
+		case <-ctx.Done():
+			q.abandon(chatID, runID)
+			return nil, context.Cause(ctx)
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+func (q *ChatQueue) granted(chatID, runID, token string, s runcontrol.Strategy, superseded []string) *runcontrol.Turn {
+	q.mu.Lock()
+	q.held[token] = heldTurn{chat: chatID, run: runID}
+	q.mu.Unlock()
+	return runcontrol.NewTurn(chatID, runID, s, superseded, func() {
+		q.mu.Lock()
+		delete(q.held, token)
+		q.mu.Unlock()
+		q.releaseTurn(chatID, token)
+	})
+}
+
+func (q *ChatQueue) releaseTurn(chatID, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.ctl.opTO)
+	defer cancel()
+	if err := releaseTurnScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, token).Err(); err != nil {
+		q.ctl.log.Warn("chat queue: release turn (its lease runs out by itself)", "chat", chatID, "err", err)
+	}
+}
+
+func (q *ChatQueue) abandon(chatID, runID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.ctl.opTO)
+	defer cancel()
+	if err := abandonScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID).Err(); err != nil {
+		q.ctl.log.Warn("chat queue: leave line (the place expires by itself)", "chat", chatID, "run", runID, "err", err)
+	}
+}
+
+func (q *ChatQueue) watch(chatID string) chan struct{} {
+	ch := make(chan struct{}, 1)
+	q.mu.Lock()
+	if q.watches[chatID] == nil {
+		q.watches[chatID] = make(map[chan struct{}]struct{})
+	}
+	q.watches[chatID][ch] = struct{}{}
+	q.mu.Unlock()
+	return ch
+}
+
+func (q *ChatQueue) unwatch(chatID string, ch chan struct{}) {
+	q.mu.Lock()
+	delete(q.watches[chatID], ch)
+	if len(q.watches[chatID]) == 0 {
+		delete(q.watches, chatID)
+	}
+	q.mu.Unlock()
+}
+
+func (q *ChatQueue) receiveLoop(ctx context.Context) {
+	defer q.wg.Done()
+	for {
+		msg, err := q.ps.ReceiveTimeout(ctx, healthInterval)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			// go-redis re-subscribes on the next receive; waiters poll
+			// meanwhile.
+			if !isTimeout(err) {
+				q.ctl.log.Warn("chat queue: pub/sub receive", "err", err)
+				if !sleepCtx(ctx, 100*time.Millisecond) {
+					return
+				}
+			} else {
+				_ = q.ps.Ping(ctx)
+			}
+			continue
+		}
+		m, ok := msg.(*goredis.Message)
+		if !ok {
+			continue
+		}
+		q.mu.Lock()
+		for ch := range q.watches[m.Payload] {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		q.mu.Unlock()
+	}
+}
+
+// holdLoop extends the leases of the turns this process holds; a turn that
+// was lost has its run cancelled with ErrLeaseLost.
+func (q *ChatQueue) holdLoop(ctx context.Context) {
+	defer q.wg.Done()
+	tick := time.NewTicker(q.ctl.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		q.mu.Lock()
+		args := []any{q.ctl.bttl.Milliseconds()}
+		for token, h := range q.held {
+			args = append(args, h.chat, token)
+		}
+		q.mu.Unlock()
+		if len(args) == 1 {
+			continue
+		}
+		opCtx, cancel := context.WithTimeout(ctx, q.ctl.opTO)
+		lost, err := holdScript.Run(opCtx, q.ctl.rdb, q.keys(), args...).StringSlice()
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				q.ctl.log.Warn("chat queue: extend turn leases", "err", err)
+			}
+			continue
+		}
+		for _, token := range lost {
+			// Released meanwhile (deleted before its release script ran,
+			// so before this answer): not lost.
+			q.mu.Lock()
+			h, ok := q.held[token]
+			delete(q.held, token)
+			q.mu.Unlock()
+			if !ok {
+				continue
+			}
+			q.ctl.log.Warn("chat queue: turn lease lost", "chat", h.chat, "run", h.run)
+			cause := fmt.Errorf("%w: turn of chat %s", runcontrol.ErrLeaseLost, h.chat)
+			if _, err := q.ctl.Cancel(ctx, runcontrol.RunScope(h.run), cause); err != nil {
+				q.ctl.log.Warn("chat queue: cancel run after lost turn", "run", h.run, "err", err)
+			}
+		}
+	}
+}
+
+// Close stops the queue's loops and releases the turns still held here.
+// It does not close the Controller. Idempotent.
+func (q *ChatQueue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	held := q.held
+	q.held = make(map[string]heldTurn)
+	q.mu.Unlock()
+	q.stop()
+	err := q.ps.Close()
+	q.wg.Wait()
+	for token, h := range held {
+		q.releaseTurn(h.chat, token)
+	}
+	if err != nil && !errors.Is(err, goredis.ErrClosed) {
+		return fmt.Errorf("runcontrol/redis: close chat queue pub/sub: %w", err)
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
+}
+
+// sleepCtx waits d unless ctx ends first (then it reports false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,444 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runcontrol/controltest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// redisAddr is the shared test Redis (REDIS_ADDR overrides).
+func redisAddr() string {
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// newClient connects a client named name (so a test can find and kill its
+// connections). Without Redis the test is skipped, but fails under CI=true.
+func newClient(t *testing.T, name string) *goredis.Client {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: redisAddr(), ClientName: name, DialTimeout: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Redis at %s unreachable under CI: %v", redisAddr(), err)
+		}
+		t.Skipf("Redis at %s unreachable: %v", redisAddr(), err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// newPrefix returns a key prefix unique to this test and deletes its keys
+// when the test ends.
+func newPrefix(t *testing.T) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "rctest:" + hex.EncodeToString(b[:])
+	admin := newClient(t, "")
+	t.Cleanup(func() { deleteKeys(t, admin, prefix) })
+	return prefix
+}
+
+func deleteKeys(t *testing.T, c *goredis.Client, prefix string) {
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, "{"+prefix+"}*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	require.NoError(t, iter.Err())
+	if len(keys) > 0 {
+		require.NoError(t, c.Del(ctx, keys...).Err())
+	}
+}
+
+// newController opens a controller on its own connection; closed at the
+// end of the test (before its client, cleanups run last-in first-out).
+func newController(t *testing.T, client *goredis.Client, cfg Config) *Controller {
+	t.Helper()
+	cfg.Client = client
+	c, err := New(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	controltest.Run(t, func(t *testing.T, o controltest.Options) func() runcontrol.Controller {
+		prefix := newPrefix(t)
+		return func() runcontrol.Controller {
+			// One client per controller: two processes.
+			return newController(t, newClient(t, ""), Config{Prefix: prefix, IntentTTL: o.IntentTTL})
+		}
+	})
+}
+
+// killClients kills the connections of the client named name (only the
+// pub/sub one if typ is "pubsub"), using a separate admin connection.
+// It never touches other clients of the shared server.
+func killClients(t *testing.T, admin *goredis.Client, name, typ string) int {
+	t.Helper()
+	ctx := t.Context()
+	var list string
+	var err error
+	if typ != "" {
+		list, err = admin.Do(ctx, "CLIENT", "LIST", "TYPE", typ).Text()
+	} else {
+		list, err = admin.ClientList(ctx).Result()
+	}
+	require.NoError(t, err)
+	killed := 0
+	for line := range strings.SplitSeq(list, "\n") {
+		fields := map[string]string{}
+		for f := range strings.FieldsSeq(line) {
+			k, v, _ := strings.Cut(f, "=")
+			fields[k] = v
+		}
+		if fields["name"] != name {
+			continue
+		}
+		require.NoError(t, admin.Do(ctx, "CLIENT", "KILL", "ID", fields["id"]).Err())
+		killed++
+	}
+	return killed
+}
+
+func waitCause(t *testing.T, ctx context.Context) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(10 * time.Second):
+		t.Fatal("run not cancelled within 10s")
+		return nil
+	}
+}
+
+func numSub(t *testing.T, admin *goredis.Client, channel string) int64 {
+	m, err := admin.PubSubNumSub(t.Context(), channel).Result()
+	require.NoError(t, err)
+	return m[channel]
+}
+
+// TestReconnect kills the connections of instance A (first its pub/sub
+// connection, then all of them) from a third client: runs bound on A stay
+// cancellable from B, and A re-subscribes.
+func TestReconnect(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	nameA := prefix + ":a"
+	admin := newClient(t, "")
+	a := newController(t, newClient(t, nameA), Config{Prefix: prefix})
+	b := newController(t, newClient(t, ""), Config{Prefix: prefix})
+	chat := runcontrol.ChatScope("c1")
+
+	for round, typ := range []string{"pubsub", "pubsub", ""} {
+		run := "r" + string(rune('1'+round))
+		ctx, release, err := a.Bind(t.Context(), run, chat)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return numSub(t, admin, a.channel) == 2 }, 10*time.Second, 10*time.Millisecond,
+			"both instances subscribed")
+		require.Positive(t, killClients(t, admin, nameA, typ))
+
+		// Cancel right away, while A may still be reconnecting: the
+		// message may be lost; the re-subscribe poll or the periodic poll
+		// applies the stored mark.
+		res, err := b.Cancel(t.Context(), chat, runcontrol.ErrUserCancel)
+		require.NoError(t, err)
+		require.Equal(t, []string{run}, res.RunIDs)
+		cause := waitCause(t, ctx)
+		require.ErrorIs(t, cause, runcontrol.ErrUserCancel)
+		release()
+	}
+
+	// After the reconnects, A is subscribed again and serves pub/sub.
+	require.Eventually(t, func() bool { return numSub(t, admin, a.channel) == 2 }, 10*time.Second, 10*time.Millisecond)
+	ctx, release, err := a.Bind(t.Context(), "r9", chat)
+	require.NoError(t, err)
+	defer release()
+	_, err = b.Cancel(t.Context(), runcontrol.RunScope("r9"), runcontrol.ErrShutdown)
+	require.NoError(t, err)
+	require.ErrorIs(t, waitCause(t, ctx), runcontrol.ErrShutdown)
+}
+
+// TestPollDeliversWithoutPubSub writes a cancel mark with no PUBLISH (a
+// message lost for good): the poll alone cancels the run, and Check sees
+// the mark at once.
+func TestPollDeliversWithoutPubSub(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	client := newClient(t, "")
+	a := newController(t, client, Config{Prefix: prefix, PollInterval: 50 * time.Millisecond})
+	ctx, release, err := a.Bind(t.Context(), "r1", runcontrol.ChatScope("c1"))
+	require.NoError(t, err)
+	defer release()
+	ctx2, release2, err := a.Bind(t.Context(), "r2")
+	require.NoError(t, err)
+	defer release2()
+
+	mark := func(run string, reason error) {
+		ce := &runcontrol.CancelError{Reason: reason, Scope: runcontrol.RunScope(run)}
+		require.NoError(t, client.Set(t.Context(), a.base+":c:"+run, encodeCause(ce), time.Minute).Err())
+	}
+	mark("r1", runcontrol.ErrLeaseLost)
+	require.ErrorIs(t, waitCause(t, ctx), runcontrol.ErrLeaseLost)
+
+	// Check reads the mark itself, without waiting for the poll.
+	mark("r2", runcontrol.ErrTimeout)
+	require.ErrorIs(t, a.Check(t.Context(), "r2"), runcontrol.ErrTimeout)
+	require.ErrorIs(t, context.Cause(ctx2), runcontrol.ErrTimeout)
+}
+
+// TestBindingsSurviveDataLoss deletes every key of the prefix (Redis lost
+// its data) while a run is bound: its owner re-asserts the binding at the
+// next poll, so the run is listed and cancellable again.
+func TestBindingsSurviveDataLoss(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	admin := newClient(t, "")
+	a := newController(t, newClient(t, ""), Config{Prefix: prefix, PollInterval: 50 * time.Millisecond})
+	b := newController(t, newClient(t, ""), Config{Prefix: prefix})
+	chat := runcontrol.ChatScope("c1")
+	ctx, release, err := a.Bind(t.Context(), "r1", chat)
+	require.NoError(t, err)
+	defer release()
+
+	deleteKeys(t, admin, prefix)
+	active, err := b.Active(t.Context(), chat)
+	require.NoError(t, err)
+	require.Empty(t, active, "the binding is gone with the data")
+	require.Eventually(t, func() bool {
+		active, err := b.Active(t.Context(), chat)
+		return err == nil && len(active) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the owner re-asserts its binding")
+	res, err := b.Cancel(t.Context(), chat, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"r1"}, res.RunIDs)
+	require.ErrorIs(t, waitCause(t, ctx), runcontrol.ErrUserCancel)
+}
+
+// TestBindingOfDeadProcessExpires: a controller that vanishes without
+// releasing (a crashed process) stops refreshing; its bindings expire
+// after BindingTTL and the run id can be bound elsewhere.
+func TestBindingOfDeadProcessExpires(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	client := newClient(t, "")
+	b := newController(t, newClient(t, ""), Config{Prefix: prefix})
+	// A dead process: its binding written by the script, never refreshed.
+	err := bindScript.Run(t.Context(), client, []string{"{" + prefix + "}"},
+		"r1", "dead/1", 300, time.Minute.Milliseconds(), "run:r1", "chat:c1").Err()
+	require.NoError(t, err)
+	_, _, err = b.Bind(t.Context(), "r1")
+	require.ErrorIs(t, err, runcontrol.ErrAlreadyBound)
+	require.Eventually(t, func() bool {
+		active, err := b.Active(t.Context(), runcontrol.ChatScope("c1"))
+		return err == nil && len(active) == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, release, err := b.Bind(t.Context(), "r1")
+		if err == nil {
+			release()
+		}
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	_, err := New(t.Context(), Config{})
+	require.Error(t, err)
+	// Unreachable Redis: New fails instead of pretending.
+	dead := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	defer dead.Close()
+	_, err = New(t.Context(), Config{Client: dead, Prefix: "a{b}"})
+	require.ErrorContains(t, err, "braces")
+	_, err = New(t.Context(), Config{Client: dead})
+	require.Error(t, err)
+}
+
+func TestDecodeCause(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{"", "{", `{"code":"from_the_future","scope":"chat:c1"}`} {
+		ce := decodeCause(raw)
+		require.True(t, errors.Is(ce, runcontrol.ErrUserCancel), raw)
+	}
+	ce := &runcontrol.CancelError{Reason: runcontrol.ErrSuperseded, Scope: runcontrol.ChatScope("c:1"), Detail: "x\ty\nz"}
+	require.Equal(t, ce, decodeCause(encodeCause(ce)))
+	require.NotContains(t, encodeCause(ce), "\n")
+	require.NotContains(t, encodeCause(ce), "\t")
+}
+
+func TestChatQueueConformance(t *testing.T) {
+	t.Parallel()
+	controltest.RunChatQueue(t, func(t *testing.T) func() (runcontrol.Controller, runcontrol.ChatQueue) {
+		prefix := newPrefix(t)
+		return func() (runcontrol.Controller, runcontrol.ChatQueue) {
+			ctl := newController(t, newClient(t, ""), Config{Prefix: prefix})
+			q, err := NewChatQueue(t.Context(), ctl)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, q.Close()) })
+			return ctl, q
+		}
+	})
+}
+
+func newQueue(t *testing.T, ctl *Controller) *ChatQueue {
+	t.Helper()
+	q, err := NewChatQueue(t.Context(), ctl)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, q.Close()) })
+	return q
+}
+
+// TestChatQueueLostTurn: the turn of a run vanishes (its lease ran out
+// while Redis was unreachable, or Redis lost it): the holder is cancelled
+// with ErrLeaseLost and the queued run on the other instance takes over.
+func TestChatQueueLostTurn(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	admin := newClient(t, "")
+	cfg := Config{Prefix: prefix, PollInterval: 50 * time.Millisecond}
+	a := newController(t, newClient(t, ""), cfg)
+	b := newController(t, newClient(t, ""), cfg)
+	qa, qb := newQueue(t, a), newQueue(t, b)
+
+	ctx1, rel1, err := a.Bind(t.Context(), "r1", runcontrol.ChatScope("c1"))
+	require.NoError(t, err)
+	defer rel1()
+	t1, err := qa.Acquire(ctx1, "c1", "r1", runcontrol.Enqueue)
+	require.NoError(t, err)
+	defer t1.Release()
+
+	ctx2, rel2, err := b.Bind(t.Context(), "r2", runcontrol.ChatScope("c1"))
+	require.NoError(t, err)
+	defer rel2()
+	got := make(chan error, 1)
+	go func() {
+		t2, err := qb.Acquire(ctx2, "c1", "r2", runcontrol.Enqueue)
+		if err == nil {
+			defer t2.Release()
+		}
+		got <- err
+	}()
+	require.NoError(t, admin.Del(t.Context(), a.base+":qh:c1").Err())
+	require.ErrorIs(t, waitCause(t, ctx1), runcontrol.ErrLeaseLost)
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queued run never got the turn")
+	}
+}
+
+// TestChatQueueDeadWaiter: a queued run whose process died stops renewing
+// its place; it is dropped when its lease runs out and the next run gets
+// the turn.
+func TestChatQueueDeadWaiter(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	client := newClient(t, "")
+	a := newController(t, client, Config{Prefix: prefix, PollInterval: 50 * time.Millisecond})
+	qa := newQueue(t, a)
+
+	ctx1, rel1, err := a.Bind(t.Context(), "r1")
+	require.NoError(t, err)
+	defer rel1()
+	t1, err := qa.Acquire(ctx1, "c1", "r1", runcontrol.Enqueue)
+	require.NoError(t, err)
+	// A dead process queued "ghost" with a 300ms lease, then vanished.
+	res, err := acquireScript.Run(t.Context(), client, []string{a.base}, "c1", "ghost", "ghost/x", "enqueue", 300).StringSlice()
+	require.NoError(t, err)
+	require.Equal(t, []string{"queued"}, res)
+
+	ctx2, rel2, err := a.Bind(t.Context(), "r2")
+	require.NoError(t, err)
+	defer rel2()
+	got := make(chan error, 1)
+	go func() {
+		t2, err := qa.Acquire(ctx2, "c1", "r2", runcontrol.Enqueue)
+		if err == nil {
+			t2.Release()
+		}
+		got <- err
+	}()
+	t1.Release()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a dead waiter blocked the chat")
+	}
+}
+
+func benchController(b *testing.B) *Controller {
+	client := goredis.NewClient(&goredis.Options{Addr: redisAddr()})
+	b.Cleanup(func() { _ = client.Close() })
+	if err := client.Ping(b.Context()).Err(); err != nil {
+		b.Skip("no Redis:", err)
+	}
+	var rb [6]byte
+	_, _ = rand.Read(rb[:])
+	prefix := "rcbench:" + hex.EncodeToString(rb[:])
+	c, err := New(b.Context(), Config{Client: client, Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = c.Close()
+		iter := client.Scan(context.Background(), 0, "{"+prefix+"}*", 1000).Iterator()
+		for iter.Next(context.Background()) {
+			client.Del(context.Background(), iter.Val())
+		}
+	})
+	return c
+}
+
+func BenchmarkRedisBindRelease(b *testing.B) {
+	c := benchController(b)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_, release, err := c.Bind(b.Context(), strconv.Itoa(i), runcontrol.ChatScope("c"), runcontrol.RequestScope(strconv.Itoa(i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		release()
+	}
+}
+
+func BenchmarkRedisCancelBound(b *testing.B) {
+	c := benchController(b)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		ctx, release, err := c.Bind(b.Context(), strconv.Itoa(i), runcontrol.ChatScope(strconv.Itoa(i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Cancel(b.Context(), runcontrol.ChatScope(strconv.Itoa(i)), nil); err != nil {
+			b.Fatal(err)
+		}
+		<-ctx.Done() // delivered through pub/sub
+		release()
+	}
+}
