@@ -1,0 +1,175 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Spec describes a tool to a model. Parameters is a JSON Schema of the
+// arguments object.
+type Spec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Call is one invocation of a tool.
+type Call struct {
+	// ID is the model's id of the call.
+	ID   string
+	Name string
+	// Arguments is the JSON arguments object.
+	Arguments json.RawMessage
+	// IdempotencyKey is stable across retries and resumes of the run that
+	// made the call: a tool with side effects should use it to dedupe.
+	IdempotencyKey string
+}
+
+// Tool is something an agent can call. Implementations are safe for
+// concurrent use and honour ctx. The returned text is what the model sees;
+// an error is reported to the model as the call's failure (the agent goes
+// on), not as the node's.
+type Tool interface {
+	Spec() Spec
+	Invoke(ctx context.Context, c Call) (string, error)
+}
+
+type funcTool struct {
+	spec Spec
+	fn   func(context.Context, Call) (string, error)
+}
+
+func (f *funcTool) Spec() Spec { return f.spec }
+func (f *funcTool) Invoke(ctx context.Context, c Call) (string, error) {
+	return f.fn(ctx, c)
+}
+
+// New returns a Tool made of a spec and a function.
+func New(spec Spec, fn func(ctx context.Context, c Call) (string, error)) Tool {
+	return &funcTool{spec: spec, fn: fn}
+}
+
+// ErrInvalidArguments wraps argument decoding failures.
+var ErrInvalidArguments = errors.New("invalid arguments")
+
+// DecodeArgs decodes a call's JSON arguments into v, rejecting unknown
+// fields; empty arguments decode as {}.
+func DecodeArgs(c Call, v any) error {
+	args := bytes.TrimSpace(c.Arguments)
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the arguments object", ErrInvalidArguments)
+	}
+	return nil
+}
+
+// namePattern is what model APIs accept as a function name.
+var namePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// ValidName reports whether s can name a tool.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// Registry holds tools by name. It is safe for concurrent use.
+type Registry struct {
+	mu    sync.RWMutex
+	tools map[string]Tool
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{tools: map[string]Tool{}} }
+
+// Register adds a tool. Its name must match ^[a-zA-Z0-9_-]{1,64}$ and be
+// new; its parameters, when set, must be a JSON object.
+func (r *Registry) Register(t Tool) error {
+	if t == nil {
+		return errors.New("tools: nil tool")
+	}
+	s := t.Spec()
+	if !ValidName(s.Name) {
+		return fmt.Errorf("tools: invalid tool name %q (letters, digits, _ and -, at most 64)", s.Name)
+	}
+	if len(s.Parameters) > 0 {
+		var m map[string]any
+		if err := json.Unmarshal(s.Parameters, &m); err != nil {
+			return fmt.Errorf("tools: %s: parameters must be a JSON Schema object: %v", s.Name, err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.tools[s.Name]; dup {
+		return fmt.Errorf("tools: %q registered twice", s.Name)
+	}
+	r.tools[s.Name] = t
+	return nil
+}
+
+// Lookup returns the tool named name.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Names returns the registered names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.tools))
+	for k := range r.tools {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Specs returns every tool's spec, sorted by name.
+func (r *Registry) Specs() []Spec {
+	names := r.Names()
+	out := make([]Spec, 0, len(names))
+	for _, n := range names {
+		if t, ok := r.Lookup(n); ok {
+			out = append(out, t.Spec())
+		}
+	}
+	return out
+}
+
+// Config configures the built-in tools.
+type Config struct {
+	// HTTP configures http_request; with no AllowedHosts it refuses every
+	// request.
+	HTTP HTTPConfig
+	// Now is current_time's clock (default time.Now).
+	Now func() time.Time
+	// CalculatorCostLimit bounds an expression's CEL cost (default 10000).
+	CalculatorCostLimit uint64
+}
+
+// RegisterBuiltins adds calculator, current_time and http_request.
+func RegisterBuiltins(r *Registry, cfg Config) error {
+	calc, err := Calculator(cfg.CalculatorCostLimit)
+	if err != nil {
+		return err
+	}
+	for _, t := range []Tool{calc, CurrentTime(cfg.Now), HTTPRequest(cfg.HTTP)} {
+		if err := r.Register(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
