@@ -1,0 +1,238 @@
+package chatscope
+
+import (
+	"encoding/json"
+	"sort"
+
+	"chatgraph/runtime"
+)
+
+// Node type names and the data field the policy reads. They are the
+// names package nodes registers (a test there checks they agree).
+const (
+	AgentType             = "agent"
+	ChatStartType         = "chat_start"
+	IncludeUserToolsField = "includeUserTools"
+)
+
+// Input modes, as agents report them in node_started.
+const (
+	ModeChatHistory = "chat_history"
+	ModeFlowPayload = "flow_payload"
+)
+
+// Scope is the policy of one run. It is immutable and safe for
+// concurrent use.
+type Scope struct {
+	active      map[string]bool
+	agents      []string // active agents, sorted
+	entryAgents map[string]bool
+	userTools   map[string]bool
+}
+
+// New computes the scope of a run of g started at entryIDs. With no entry
+// ids the run starts at every chat_start (as the runtime does). Unknown
+// ids, and edges that are not valid flow edges, are ignored: the runtime
+// validates graphs, this package only reads them.
+func New(g *runtime.Graph, entryIDs []string) *Scope {
+	s := &Scope{active: map[string]bool{}, entryAgents: map[string]bool{}, userTools: map[string]bool{}}
+	if g == nil {
+		return s
+	}
+	t := newTopo(g)
+	var entries []string
+	for _, id := range entryIDs {
+		if _, ok := t.nodes[id]; ok {
+			entries = append(entries, id)
+		}
+	}
+	if len(entryIDs) == 0 {
+		for _, n := range g.Nodes {
+			if n.Type == ChatStartType {
+				entries = append(entries, n.ID)
+			}
+		}
+	}
+	// Active subgraph: what the entries reach by flow edges.
+	t.walk(entries, nil, func(id string) bool { s.active[id] = true; return true })
+	for id := range s.active {
+		if t.nodes[id].Type == AgentType {
+			s.agents = append(s.agents, id)
+		}
+	}
+	sort.Strings(s.agents)
+	// Nodes strictly downstream of an active agent.
+	below := map[string]bool{}
+	for _, a := range s.agents {
+		for _, next := range t.succ[a] {
+			if s.active[next] {
+				t.walk([]string{next}, s.active, func(id string) bool {
+					if below[id] {
+						return false
+					}
+					below[id] = true
+					return true
+				})
+			}
+		}
+	}
+	for _, a := range s.agents {
+		if !below[a] {
+			s.entryAgents[a] = true
+		}
+	}
+	// Which chat_starts reach each entry agent without passing through
+	// another agent: the active ones, or — in a run that starts at an
+	// agent — those of the whole graph.
+	var starts []string
+	for id := range s.active {
+		if t.nodes[id].Type == ChatStartType {
+			starts = append(starts, id)
+		}
+	}
+	within := s.active
+	if len(starts) == 0 {
+		within = nil
+		for _, n := range g.Nodes {
+			if n.Type == ChatStartType {
+				starts = append(starts, n.ID)
+			}
+		}
+	}
+	sort.Strings(starts)
+	reached := map[string]int{} // entry agent -> chat_starts reaching it
+	denied := map[string]bool{} // entry agent -> reached by one that excludes user tools
+	for _, st := range starts {
+		allow := includeUserTools(t.nodes[st])
+		seen := map[string]bool{}
+		t.walk([]string{st}, within, func(id string) bool {
+			if seen[id] {
+				return false
+			}
+			seen[id] = true
+			if t.nodes[id].Type != AgentType {
+				return true
+			}
+			if s.entryAgents[id] {
+				reached[id]++
+				if !allow {
+					denied[id] = true
+				}
+			}
+			return false // never through an agent
+		})
+	}
+	for a := range s.entryAgents {
+		s.userTools[a] = reached[a] > 0 && !denied[a]
+	}
+	return s
+}
+
+// IsEntryAgent reports whether id is an agent of the active subgraph with
+// no active agent upstream: it gets the chat history.
+func (s *Scope) IsEntryAgent(id string) bool { return s.entryAgents[id] }
+
+// IncludeUserTools reports whether agent id gets the user's tools: it is
+// an entry agent, at least one chat_start reaches it through non-agent
+// nodes, and every such chat_start has includeUserTools true (the
+// default). Non-entry agents never get user tools.
+func (s *Scope) IncludeUserTools(id string) bool { return s.userTools[id] }
+
+// InputMode returns ModeChatHistory for entry agents, ModeFlowPayload for
+// other active agents and "" for nodes that are not active agents.
+func (s *Scope) InputMode(id string) string {
+	switch {
+	case s.entryAgents[id]:
+		return ModeChatHistory
+	case s.active[id] && contains(s.agents, id):
+		return ModeFlowPayload
+	}
+	return ""
+}
+
+// Active reports whether the run's entries reach id by flow edges.
+func (s *Scope) Active(id string) bool { return s.active[id] }
+
+// EntryAgents returns the entry agents, sorted.
+func (s *Scope) EntryAgents() []string {
+	out := make([]string, 0, len(s.entryAgents))
+	for id := range s.entryAgents {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Agents returns the active agents, sorted.
+func (s *Scope) Agents() []string { return append([]string(nil), s.agents...) }
+
+func contains(xs []string, x string) bool {
+	i := sort.SearchStrings(xs, x)
+	return i < len(xs) && xs[i] == x
+}
+
+// includeUserTools reads a chat_start's setting (default true).
+func includeUserTools(n *runtime.Node) bool {
+	var d map[string]json.RawMessage
+	if len(n.Data) == 0 || json.Unmarshal(n.Data, &d) != nil {
+		return true
+	}
+	raw, ok := d[IncludeUserToolsField]
+	if !ok {
+		return true
+	}
+	var b bool
+	if json.Unmarshal(raw, &b) != nil {
+		return true
+	}
+	return b
+}
+
+// topo is the flow adjacency of a graph.
+type topo struct {
+	nodes map[string]*runtime.Node
+	succ  map[string][]string
+}
+
+func newTopo(g *runtime.Graph) *topo {
+	t := &topo{nodes: make(map[string]*runtime.Node, len(g.Nodes)), succ: map[string][]string{}}
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		if _, dup := t.nodes[n.ID]; !dup {
+			t.nodes[n.ID] = n
+		}
+	}
+	for _, e := range g.Edges {
+		if e.Data.Channel != runtime.ChannelFlow {
+			continue
+		}
+		if _, ok := t.nodes[e.Source]; !ok {
+			continue
+		}
+		if _, ok := t.nodes[e.Target]; !ok {
+			continue
+		}
+		t.succ[e.Source] = append(t.succ[e.Source], e.Target)
+	}
+	return t
+}
+
+// walk visits nodes depth-first from roots along flow edges, staying
+// inside within when it is not nil. visit returns whether to expand the
+// node; a node whose visit returned true is not visited again.
+func (t *topo) walk(roots []string, within map[string]bool, visit func(id string) bool) {
+	expanded := map[string]bool{}
+	stack := append([]string(nil), roots...)
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if expanded[id] || (within != nil && !within[id]) {
+			continue
+		}
+		if !visit(id) {
+			continue
+		}
+		expanded[id] = true
+		stack = append(stack, t.succ[id]...)
+	}
+}
