@@ -1,0 +1,42 @@
+package nodes
+
+import (
+	"context"
+
+	"chatgraph/runtime"
+)
+
+type chatStartData struct {
+	// IncludeUserTools (default true) gives the user's tools to every
+	// entry agent downstream (the chat scope applies it).
+	IncludeUserTools *bool `json:"includeUserTools"`
+}
+
+func (e *env) chatStartType() runtime.NodeType {
+	return runtime.NodeType{
+		Name:        TypeChatStart,
+		Entry:       true,
+		Label:       "Chat start",
+		Description: "Starts a chat turn: emits the user's new message. Entry agents downstream also get the chat history.",
+		Ports:       []runtime.Port{flowOut(PortMessage)},
+		DataSchema: schema(`{"type":"object","properties":{
+			"includeUserTools":{"type":"boolean","default":true,"description":"Give the user's tools to the entry agents downstream."}}}`),
+		New: func(n *runtime.Node) (runtime.Executor, error) {
+			var d chatStartData
+			if err := e.data.decode(n, &d); err != nil {
+				return nil, err
+			}
+			return runtime.ExecutorFunc(execChatStart), nil
+		},
+	}
+}
+
+// execChatStart emits the user's message from the run input (a ChatInput).
+func execChatStart(_ context.Context, _ *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
+	v := fc.RunInput()
+	if len(in) > 0 {
+		v = in[0].Value
+	}
+	ci := AsChatInput(v)
+	return runtime.Result{Output: Message{Role: RoleUser, Content: ci.Content}.Value()}, nil
+}

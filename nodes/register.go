@@ -1,0 +1,141 @@
+package nodes
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"chatgraph/nodes/llm"
+	"chatgraph/nodes/tools"
+	"chatgraph/runtime"
+)
+
+// Node type names.
+const (
+	TypeChatStart  = "chat_start"
+	TypeAgent      = "agent"
+	TypeTool       = "tool"
+	TypeRouter     = "router"
+	TypeTemplate   = "template"
+	TypeApproval   = "approval"
+	TypeChatOutput = "chat_output"
+	TypeDelay      = "delay"
+	TypeFlaky      = "flaky"
+)
+
+// Port names.
+const (
+	PortMessage = "message"
+	PortInput   = "input"
+	PortOutput  = "output"
+	PortTools   = "tools"
+	PortSelf    = "self"
+	PortTool    = "tool"
+)
+
+// Deps are the domain dependencies of the built-in node types. Zero
+// fields take the documented defaults.
+type Deps struct {
+	// Models resolves agents' model names (default: llm.NewModels(), which
+	// knows only the offline "echo" model).
+	Models *llm.Models
+	// Tools are the tools tool nodes and user tools name (default: a
+	// registry with the built-ins; http_request then allows no host).
+	Tools *tools.Registry
+	// Ledger records completed tool calls and model steps of agents
+	// (default: NewMemoryLedger(), lost on restart).
+	Ledger Ledger
+	// Logger (default: discard).
+	Logger *slog.Logger
+	// DefaultMaxSteps bounds an agent's model calls when its data sets no
+	// maxSteps (default 8).
+	DefaultMaxSteps int
+	// MaxToolResultBytes cuts tool results before the model sees them
+	// (default 32 KiB).
+	MaxToolResultBytes int
+	// MaxParallelTools bounds the tool calls of one model step that run at
+	// once (default 4).
+	MaxParallelTools int
+}
+
+// env is Deps with defaults applied, shared by the node types.
+type env struct {
+	Deps
+	data *dataDecoder
+}
+
+func newEnv(d Deps) (*env, error) {
+	if d.Models == nil {
+		d.Models = llm.NewModels()
+	}
+	if d.Tools == nil {
+		d.Tools = tools.NewRegistry()
+		if err := tools.RegisterBuiltins(d.Tools, tools.Config{}); err != nil {
+			return nil, err
+		}
+	}
+	if d.Ledger == nil {
+		d.Ledger = NewMemoryLedger()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.DefaultMaxSteps <= 0 {
+		d.DefaultMaxSteps = 8
+	}
+	if d.MaxToolResultBytes <= 0 {
+		d.MaxToolResultBytes = 32 << 10
+	}
+	if d.MaxParallelTools <= 0 {
+		d.MaxParallelTools = 4
+	}
+	return &env{Deps: d, data: newDataDecoder()}, nil
+}
+
+// Register adds the built-in node types to reg: chat_start, agent, tool,
+// router, template, approval, chat_output, delay and flaky.
+func Register(reg *runtime.Registry, deps Deps) error {
+	e, err := newEnv(deps)
+	if err != nil {
+		return fmt.Errorf("nodes: %w", err)
+	}
+	for _, t := range e.types() {
+		if err := reg.Register(t); err != nil {
+			return fmt.Errorf("nodes: %w", err)
+		}
+	}
+	return nil
+}
+
+func (e *env) types() []runtime.NodeType {
+	return []runtime.NodeType{
+		e.chatStartType(), e.agentType(), e.toolType(), e.routerType(), e.templateType(),
+		e.approvalType(), e.chatOutputType(), e.delayType(), e.flakyType(),
+	}
+}
+
+// Port helpers.
+
+func flowIn(required, many bool) runtime.Port {
+	return runtime.Port{Name: PortInput, Direction: runtime.In, Channel: runtime.ChannelFlow, Required: required, Many: many}
+}
+
+func flowOut(name string) runtime.Port {
+	return runtime.Port{Name: name, Direction: runtime.Out, Channel: runtime.ChannelFlow, Many: true}
+}
+
+func schema(s string) json.RawMessage {
+	if !json.Valid([]byte(s)) {
+		panic("nodes: invalid data schema: " + s)
+	}
+	return json.RawMessage(s)
+}
+
+// passThrough is the output of nodes that hand their input on: the
+// single input's value in canonical JSON form.
+func passThrough(in runtime.Inputs) any {
+	if len(in) == 0 {
+		return nil
+	}
+	return jsonValue(in[0].Value)
+}
