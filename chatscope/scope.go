@@ -22,7 +22,7 @@ const (
 )
 
 // Scope is the policy of one run. It is immutable and safe for
-// concurrent use.
+// concurrent use; a nil *Scope answers false (no entry agents).
 type Scope struct {
 	active      map[string]bool
 	agents      []string // active agents, sorted
@@ -130,18 +130,20 @@ func New(g *runtime.Graph, entryIDs []string) *Scope {
 
 // IsEntryAgent reports whether id is an agent of the active subgraph with
 // no active agent upstream: it gets the chat history.
-func (s *Scope) IsEntryAgent(id string) bool { return s.entryAgents[id] }
+func (s *Scope) IsEntryAgent(id string) bool { return s != nil && s.entryAgents[id] }
 
 // IncludeUserTools reports whether agent id gets the user's tools: it is
 // an entry agent, at least one chat_start reaches it through non-agent
 // nodes, and every such chat_start has includeUserTools true (the
 // default). Non-entry agents never get user tools.
-func (s *Scope) IncludeUserTools(id string) bool { return s.userTools[id] }
+func (s *Scope) IncludeUserTools(id string) bool { return s != nil && s.userTools[id] }
 
 // InputMode returns ModeChatHistory for entry agents, ModeFlowPayload for
 // other active agents and "" for nodes that are not active agents.
 func (s *Scope) InputMode(id string) string {
 	switch {
+	case s == nil:
+		return ""
 	case s.entryAgents[id]:
 		return ModeChatHistory
 	case s.active[id] && contains(s.agents, id):
@@ -151,7 +153,7 @@ func (s *Scope) InputMode(id string) string {
 }
 
 // Active reports whether the run's entries reach id by flow edges.
-func (s *Scope) Active(id string) bool { return s.active[id] }
+func (s *Scope) Active(id string) bool { return s != nil && s.active[id] }
 
 // EntryAgents returns the entry agents, sorted.
 func (s *Scope) EntryAgents() []string {

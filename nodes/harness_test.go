@@ -95,7 +95,9 @@ type gb struct {
 	types map[string]string
 }
 
-func newGraph(id string) *gb { return &gb{g: runtime.Graph{ID: id, PlanVersion: 1}, types: map[string]string{}} }
+func newGraph(id string) *gb {
+	return &gb{g: runtime.Graph{ID: id, PlanVersion: 1}, types: map[string]string{}}
+}
 
 func (b *gb) node(id, typ string, data ...any) *gb {
 	n := runtime.Node{ID: id, Type: typ}
