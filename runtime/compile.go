@@ -159,7 +159,9 @@ func compile(g *Graph, reg *Registry, lim Limits, conds *conditions) (*Plan, Dia
 	if c.diags.HasErrors() {
 		return nil, sortDiagnostics(c.diags)
 	}
-	return c.plan(rank), sortDiagnostics(c.diags)
+	p := c.plan(rank)
+	p.diags = sortDiagnostics(c.diags)
+	return p, p.diags
 }
 
 func nodePath(i int) string { return "nodes[" + strconv.Itoa(i) + "]" }

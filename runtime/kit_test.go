@@ -123,6 +123,7 @@ func (k *kit) stepExec(n *runtime.Node, _ bool) (runtime.Executor, error) {
 		k.execs[n.ID]++
 		k.order = append(k.order, n.ID)
 		gate, started := k.gate[n.ID], k.started[n.ID]
+		delete(k.gate, n.ID) // a hold applies to one execution
 		k.mu.Unlock()
 		if started != nil {
 			close(started)

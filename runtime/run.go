@@ -295,6 +295,10 @@ func (r *run) canLaunch() bool {
 // it waits for a global slot (or the end of the run).
 func (r *run) launch() {
 	for r.canLaunch() {
+		if r.ctx.Err() != nil {
+			r.halt() // a cancel before or between nodes: start nothing more
+			return
+		}
 		if !r.slot {
 			select {
 			case r.e.sem <- struct{}{}:
@@ -730,6 +734,9 @@ func (r *run) abandon() {
 
 // finish skips what never ran, writes the terminal run event and record.
 func (r *run) finish() (*RunResult, error) {
+	if r.ctx.Err() != nil {
+		r.halt()
+	}
 	status := RunCompleted
 	reason := ""
 	switch {
