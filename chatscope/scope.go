@@ -157,6 +157,9 @@ func (s *Scope) Active(id string) bool { return s != nil && s.active[id] }
 
 // EntryAgents returns the entry agents, sorted.
 func (s *Scope) EntryAgents() []string {
+	if s == nil {
+		return nil
+	}
 	out := make([]string, 0, len(s.entryAgents))
 	for id := range s.entryAgents {
 		out = append(out, id)
@@ -166,7 +169,12 @@ func (s *Scope) EntryAgents() []string {
 }
 
 // Agents returns the active agents, sorted.
-func (s *Scope) Agents() []string { return append([]string(nil), s.agents...) }
+func (s *Scope) Agents() []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string(nil), s.agents...)
+}
 
 func contains(xs []string, x string) bool {
 	i := sort.SearchStrings(xs, x)

@@ -190,6 +190,12 @@ func TestScopeNilGraph(t *testing.T) {
 	s := chatscope.New(nil, nil)
 	require.False(t, s.IsEntryAgent("a"))
 	require.Empty(t, s.EntryAgents())
+	var none *chatscope.Scope
+	require.False(t, none.IsEntryAgent("a"))
+	require.False(t, none.IncludeUserTools("a"))
+	require.Empty(t, none.EntryAgents())
+	require.Empty(t, none.Agents())
+	require.Equal(t, "", none.InputMode("a"))
 }
 
 func sorted(xs []string) []string {
