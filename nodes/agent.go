@@ -279,7 +279,7 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 		// Remember which call this interrupt asks about, so the resume
 		// value goes to that call.
 		val, _ := json.Marshal(na.key)
-		if perr := a.e.Ledger.Put(ctx, LedgerRecord{Key: pendingKey(scope, fc.Resumes()), RootRunID: root, NodeID: n.ID,
+		if perr := a.e.Ledger.Put(ctx, LedgerRecord{Key: pendingKey(scope, fc.RunID()), RootRunID: root, NodeID: n.ID,
 			Kind: LedgerApprovalPending, Value: val}); perr != nil {
 			return runtime.Result{}, runtime.Errorf(CodeLedger, "record pending approval: %v", perr)
 		}
@@ -296,8 +296,12 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	return runtime.Result{Output: out.Value(), Summary: summary(text)}, nil
 }
 
-func pendingKey(scope string, resumes int) string {
-	return IdempotencyKey(scope, "pending", fmt.Sprint(resumes))
+// pendingKey names the record of which call an interrupt raised in run
+// runID asked about. A resume value always answers an interrupt of the
+// run it continues (its parent), so the resumed execution finds the
+// record under its ParentRunID.
+func pendingKey(scope, runID string) string {
+	return IdempotencyKey(scope, "pending", runID)
 }
 
 // resumeState returns the resume value of this execution and the key of
@@ -308,8 +312,8 @@ func (a *agentNode) resumeState(ctx context.Context, fc *runtime.FlowContext, sc
 		return nil, nil
 	}
 	rs := &resumeState{value: v}
-	if fc.Resumes() > 0 {
-		rec, found, err := a.e.Ledger.Get(ctx, pendingKey(scope, fc.Resumes()-1))
+	if parent := fc.ParentRunID(); parent != "" {
+		rec, found, err := a.e.Ledger.Get(ctx, pendingKey(scope, parent))
 		if err != nil {
 			return nil, runtime.Errorf(CodeLedger, "read pending approval: %v", err)
 		}

@@ -2,13 +2,18 @@ package nodes_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/chatscope"
 	"chatgraph/nodes"
 	"chatgraph/nodes/llm"
+	"chatgraph/nodes/tools"
 	"chatgraph/runtime"
 )
 
@@ -220,4 +225,122 @@ func TestApprovalNode(t *testing.T) {
 	res, _ = h.resume(t, g, start().RunID, "maybe")
 	require.Equal(t, runtime.NodeFailed, res.NodeStatus("ap"))
 	require.Equal(t, "not sent (invalid_resume)", output(t, res, "o2").Content)
+}
+
+// Cancelling a resumed run while the approved call runs: the call is not
+// recorded, a later resume asks again, and the sibling still ran once.
+func TestCancelDuringApprovedCall(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	startedCh := h.blockOnce(t, "slow")
+	h.script.set(twoCalls(
+		llm.ToolCall{ID: "c_sib", Name: "sibling", Arguments: `{}`},
+		llm.ToolCall{ID: "c_slow", Name: "slow", Arguments: `{}`}))
+	g := newGraph("cancel").node("s", nodes.TypeChatStart).node("a", nodes.TypeAgent, `{"model":"script/x"}`).
+		node("sib", nodes.TypeTool, `{"name":"sibling"}`).
+		node("slow", nodes.TypeTool, `{"name":"slow","requireApproval":true}`).
+		flow("s", "a").link("sib", "a").link("slow", "a").build()
+	res, _ := h.run(t, context.Background(), g, nodes.ChatInput{Content: "go"})
+	require.Equal(t, runtime.RunInterrupted, res.Status)
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	st, err := h.eng.StreamResume(ctx, runtime.ResumeRequest{RunID: res.RunID, Graph: g, Value: map[string]any{"approved": true},
+		Services: &nodes.Services{Scope: chatscope.New(g, nil)}})
+	require.NoError(t, err)
+	go func() {
+		<-startedCh
+		cancel(errors.New("user cancelled"))
+	}()
+	res2, err := st.Wait()
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, res2.Status)
+
+	res3, _ := h.resume(t, g, res2.RunID, nil)
+	require.Equal(t, runtime.RunInterrupted, res3.Status, "the unrecorded call needs approval again")
+	require.Equal(t, "slow", res3.Interrupts[0].Payload.(*nodes.ApprovalRequiredData).ToolCall.Name)
+
+	res4, _ := h.resume(t, g, res3.RunID, map[string]any{"approved": true})
+	require.Equal(t, runtime.RunCompleted, res4.Status)
+	require.Equal(t, "done: sibling ok | slow ok", output(t, res4, "a").Content)
+	require.Len(t, h.toolCalls("sibling"), 1)
+	require.Len(t, h.toolCalls("slow"), 2, "the cancelled call, then the approved one")
+}
+
+// blockOnce registers tool name: its first call blocks until cancelled
+// (startedCh is closed when it starts), later calls answer "<name> ok".
+func (h *harness) blockOnce(t *testing.T, name string) <-chan struct{} {
+	startedCh := make(chan struct{})
+	var blocked atomic.Bool
+	require.NoError(t, h.tools.Register(tools.New(tools.Spec{Name: name, Parameters: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, c tools.Call) (string, error) {
+			h.mu.Lock()
+			h.calls[name] = append(h.calls[name], c)
+			h.mu.Unlock()
+			if blocked.CompareAndSwap(false, true) {
+				close(startedCh)
+				<-ctx.Done()
+				return "", context.Cause(ctx)
+			}
+			return name + " ok", nil
+		})))
+	return startedCh
+}
+
+// A run cancelled between two approvals of one agent: the next approval
+// is still matched to its own call (interrupts are told apart by run, not
+// by the node's resume count, which restarts after a cancelled run).
+func TestApprovalAfterCancelledResume(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	startedCh := h.blockOnce(t, "slow")
+	h.script.set(func(req llm.Request) (llm.Response, error) {
+		n := 0
+		for _, m := range req.Messages {
+			if m.Role == llm.RoleTool {
+				n++
+			}
+		}
+		switch n {
+		case 0:
+			return llm.Response{ToolCalls: []llm.ToolCall{{ID: "x", Name: "guarded", Arguments: `{"n":1}`}}}, nil
+		case 1:
+			return llm.Response{ToolCalls: []llm.ToolCall{{ID: "b", Name: "slow", Arguments: `{}`}}}, nil
+		case 2:
+			return llm.Response{ToolCalls: []llm.ToolCall{{ID: "y", Name: "guarded", Arguments: `{"n":2}`}}}, nil
+		}
+		return llm.Response{Content: "done"}, nil
+	})
+	g := newGraph("cancel2").node("s", nodes.TypeChatStart).node("a", nodes.TypeAgent, `{"model":"script/x"}`).
+		node("guard", nodes.TypeTool, `{"name":"guarded","requireApproval":true}`).
+		node("slow", nodes.TypeTool, `{"name":"slow"}`).
+		flow("s", "a").link("guard", "a").link("slow", "a").build()
+	res, _ := h.run(t, context.Background(), g, nodes.ChatInput{Content: "go"})
+	require.Equal(t, runtime.RunInterrupted, res.Status)
+	require.Equal(t, "x", res.Interrupts[0].Payload.(*nodes.ApprovalRequiredData).ToolCall.ID)
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	st, err := h.eng.StreamResume(ctx, runtime.ResumeRequest{RunID: res.RunID, Graph: g, Value: true,
+		Services: &nodes.Services{Scope: chatscope.New(g, nil)}})
+	require.NoError(t, err)
+	go func() {
+		<-startedCh
+		cancel(errors.New("user cancelled"))
+	}()
+	res2, err := st.Wait()
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, res2.Status)
+	require.Len(t, h.toolCalls("guarded"), 1)
+
+	res3, _ := h.resume(t, g, res2.RunID, nil)
+	require.Equal(t, runtime.RunInterrupted, res3.Status)
+	require.Equal(t, "y", res3.Interrupts[0].Payload.(*nodes.ApprovalRequiredData).ToolCall.ID)
+
+	res4, _ := h.resume(t, g, res3.RunID, true)
+	require.Equal(t, runtime.RunCompleted, res4.Status, "%v", res4.Interrupts)
+	require.Equal(t, "done", output(t, res4, "a").Content)
+	g2 := h.toolCalls("guarded")
+	require.Len(t, g2, 2)
+	require.JSONEq(t, `{"n":2}`, string(g2[1].Arguments))
 }

@@ -17,8 +17,8 @@ const (
 	// LedgerModelStep records a model answer inside an agent's loop, so a
 	// re-executed agent replays its steps instead of asking the model again.
 	LedgerModelStep = "model_step"
-	// LedgerApprovalPending records which call an approval interrupt asked
-	// about, so the resume value is applied to that call.
+	// LedgerApprovalPending records which call an approval interrupt (of
+	// one run) asked about, so the resume value is applied to that call.
 	LedgerApprovalPending = "approval_pending"
 )
 
