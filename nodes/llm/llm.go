@@ -107,6 +107,7 @@ type Error struct {
 	Err        error // underlying error, if any
 }
 
+// Error describes the failure with its code and, when there was one, the HTTP status.
 func (e *Error) Error() string {
 	if e.Status != 0 {
 		return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
