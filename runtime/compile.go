@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -202,7 +203,11 @@ func (c *compiler) checkNodes() {
 		}
 		c.types[i] = t
 		c.nodes[i].typ = t
-		opts, ferrs := ParseNodeOptions(n.Data)
+		def := t.DefaultEffect
+		if def == "" {
+			def = EffectPure
+		}
+		opts, ferrs := parseNodeOptions(n.Data, def)
 		c.nodes[i].opts = opts
 		for _, fe := range ferrs {
 			c.deferf([]int32{int32(i)}, CodeInvalidOption, dataPath(p, fe.Field), n.ID, "%s", fe.Message)
@@ -213,7 +218,8 @@ func (c *compiler) checkNodes() {
 		exec, err := c.buildExecutor(t, n)
 		if err != nil {
 			field := ""
-			if fe, ok := err.(*FieldError); ok {
+			var fe *FieldError
+			if errors.As(err, &fe) {
 				field = fe.Field
 				err = fmt.Errorf("%s", fe.Message)
 			}

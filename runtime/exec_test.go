@@ -379,3 +379,28 @@ func TestLinksMaterializeOncePerRun(t *testing.T) {
 	require.Equal(t, 1, k.execCount("mat:q"))
 	require.Zero(t, k.execCount("p"), "producers are not executed")
 }
+
+func TestDefaultEffectAndInterruptID(t *testing.T) {
+	t.Parallel()
+	reg := runtime.NewRegistry()
+	var predicted string
+	reg.MustRegister(runtime.NodeType{Name: "ext", Entry: true, DefaultEffect: runtime.EffectExternal,
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(_ context.Context, _ *runtime.Node, _ runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
+				predicted = fc.InterruptID()
+				return runtime.Result{}, runtime.Interrupt("ask", nil)
+			}), nil
+		}})
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg})
+	require.NoError(t, err)
+	g := &runtime.Graph{ID: "g", Nodes: []runtime.Node{{ID: "a", Type: "ext"}, {ID: "b", Type: "ext", Data: []byte(`{"effect":"read"}`)}}}
+	p, err := e.Compile(g)
+	require.NoError(t, err)
+	o, _ := p.NodeOptions("a")
+	require.Equal(t, runtime.EffectExternal, o.Effect)
+	o, _ = p.NodeOptions("b")
+	require.Equal(t, runtime.EffectRead, o.Effect, "data overrides the type default")
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, EntryNodeIDs: []string{"a"}})
+	require.NoError(t, err)
+	require.Equal(t, predicted, res.Interrupts[0].ID, "executors can name their interrupt before returning it")
+}

@@ -82,6 +82,13 @@ func (fc *FlowContext) Services() any { return fc.r.services }
 // ResumeValue returns the value a Resume gave this node's pending interrupt.
 func (fc *FlowContext) ResumeValue() (any, bool) { return fc.resume, fc.hasResume }
 
+// InterruptID is the id an interrupt returned by this execution will get,
+// so an executor can name it in the events it emits before interrupting.
+// It is unique per node, attempt and resume count within a run lineage.
+func (fc *FlowContext) InterruptID() string {
+	return interruptID(fc.r.rec.RootID, fc.NodeID(), fc.attempt, fc.resumes)
+}
+
 // Resumes counts the resume values this node has consumed over its run lineage.
 func (fc *FlowContext) Resumes() int { return fc.resumes }
 

@@ -63,9 +63,13 @@ func writeValue(h hash.Hash, v any) {
 		binary.BigEndian.PutUint64(b[1:], math.Float64bits(x))
 		h.Write(b[:])
 	case int:
-		writeStr(h, "i"+strconv.Itoa(x))
+		writeValue(h, float64(x))
 	case int64:
-		writeStr(h, "i"+strconv.FormatInt(x, 10))
+		writeValue(h, float64(x))
+	case int32:
+		writeValue(h, float64(x))
+	case float32:
+		writeValue(h, float64(x))
 	case []any:
 		writeStr(h, "a"+strconv.Itoa(len(x)))
 		for _, e := range x {
@@ -83,12 +87,16 @@ func writeValue(h hash.Hash, v any) {
 			writeValue(h, x[k])
 		}
 	default:
+		// Structs and other Go values hash as their JSON decoding, so a
+		// value read back from a durable store hashes the same.
 		b, err := json.Marshal(v)
-		if err != nil {
-			b = fmt.Appendf(nil, "%T:%v", v, v)
+		var plain any
+		if err == nil && json.Unmarshal(b, &plain) == nil {
+			writeValue(h, plain)
+			return
 		}
 		h.Write([]byte{'j'})
-		writeStr(h, string(b))
+		writeStr(h, fmt.Sprintf("%T:%v", v, v))
 	}
 }
 

@@ -67,7 +67,7 @@ func newKit(t testing.TB) *kit {
 		New: func(n *runtime.Node) (runtime.Executor, error) { return &producer{k: k}, nil }}))
 	require.NoError(t, k.reg.Register(runtime.NodeType{Name: "consumer",
 		Ports: []runtime.Port{{Name: "deps", Direction: runtime.In, Channel: runtime.ChannelLink, Many: true}, flowIn, flowOut},
-		New: func(n *runtime.Node) (runtime.Executor, error) { return &consumer{k: k}, nil }}))
+		New:   func(n *runtime.Node) (runtime.Executor, error) { return &consumer{k: k}, nil }}))
 	require.NoError(t, k.reg.Register(runtime.NodeType{Name: "strict", Ports: []runtime.Port{
 		{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Required: true}, flowOut},
 		New: func(n *runtime.Node) (runtime.Executor, error) {

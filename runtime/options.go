@@ -129,7 +129,15 @@ const maxRetryAttempts = 100
 // ParseNodeOptions reads the generic options out of node data. Each problem
 // is a *FieldError naming the field.
 func ParseNodeOptions(data json.RawMessage) (NodeOptions, []*FieldError) {
-	var o NodeOptions
+	return parseNodeOptions(data, EffectPure)
+}
+
+func parseNodeOptions(data json.RawMessage, defaultEffect Effect) (o NodeOptions, errs []*FieldError) {
+	defer func() {
+		if o.Effect == "" {
+			o.Effect = defaultEffect
+		}
+	}()
 	if len(bytes.TrimSpace(data)) == 0 || string(bytes.TrimSpace(data)) == "null" {
 		o.normalize()
 		return o, nil
@@ -145,7 +153,6 @@ func ParseNodeOptions(data json.RawMessage) (NodeOptions, []*FieldError) {
 		}
 		return o, []*FieldError{{Field: "", Message: err.Error()}}
 	}
-	var errs []*FieldError
 	bad := func(f, m string) { errs = append(errs, &FieldError{Field: f, Message: m}) }
 	r := &o.Retry
 	if r.MaxAttempts < 0 || r.MaxAttempts > maxRetryAttempts {
@@ -188,8 +195,5 @@ func (o *NodeOptions) normalize() {
 	}
 	if o.Join == "" {
 		o.Join = JoinAll
-	}
-	if o.Effect == "" {
-		o.Effect = EffectPure
 	}
 }

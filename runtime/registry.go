@@ -42,6 +42,9 @@ type NodeType struct {
 	// Entry marks types that start runs. Problems in parts of a graph that no
 	// node of an Entry type reaches are reported as warnings, not errors.
 	Entry bool
+	// DefaultEffect applies when a node's data sets no effect (default
+	// pure): a type that calls out to the world declares it here once.
+	DefaultEffect Effect
 	// Label, Description and DataSchema (a JSON Schema of data) are for
 	// editors; the runtime does not read them.
 	Label       string

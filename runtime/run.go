@@ -357,11 +357,15 @@ func (r *run) start(n int32) {
 		return
 	}
 	fc := &FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: time.Now()}
-	if prev != nil && prev.Status == NodeInterrupted && prev.Interrupt != nil {
+	if prev != nil {
+		// The count survives cancelled and failed runs too, so interrupt
+		// ids never repeat within a lineage.
 		fc.resumes = prev.Resumes
-		if v, ok := r.answers[prev.Interrupt.ID]; ok {
-			fc.resume, fc.hasResume = v, true
-			fc.resumes++
+		if prev.Status == NodeInterrupted && prev.Interrupt != nil {
+			if v, ok := r.answers[prev.Interrupt.ID]; ok {
+				fc.resume, fc.hasResume = v, true
+				fc.resumes++
+			}
 		}
 	}
 	r.fcs[n] = fc
@@ -526,7 +530,7 @@ func (r *run) complete(c completion) {
 			r.route(n, live, out)
 		}
 	case errors.As(c.err, &ie):
-		info := InterruptInfo{ID: interruptID(r.rec.RootID, pn.node.ID, fc.attempt, fc.resumes),
+		info := InterruptInfo{ID: fc.InterruptID(),
 			NodeID: pn.node.ID, Reason: ie.Reason, Payload: ie.Payload}
 		r.state[n] = NodeInterrupted
 		r.interrupt = append(r.interrupt, info)

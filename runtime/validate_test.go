@@ -34,19 +34,27 @@ func TestValidateDiagnostics(t *testing.T) {
 		{"duplicate node", func(g *runtime.Graph) { g.Nodes[1].ID = "s" }, runtime.CodeDuplicateID, "nodes[1].id", "s", runtime.SeverityError},
 		{"duplicate edge", func(g *runtime.Graph) { g.Edges = append(g.Edges, g.Edges[0]) }, runtime.CodeDuplicateID, "edges[1].id", "e1", runtime.SeverityError},
 		{"empty node id", func(g *runtime.Graph) { g.Nodes = append(g.Nodes, runtime.Node{Type: "step"}) }, runtime.CodeInvalidID, "nodes[2].id", "", runtime.SeverityError},
-		{"long id", func(g *runtime.Graph) { g.Nodes = append(g.Nodes, runtime.Node{ID: strings.Repeat("x", 200), Type: "step"}) }, runtime.CodeInvalidID, "nodes[2].id", strings.Repeat("x", 128), runtime.SeverityError},
+		{"long id", func(g *runtime.Graph) {
+			g.Nodes = append(g.Nodes, runtime.Node{ID: strings.Repeat("x", 200), Type: "step"})
+		}, runtime.CodeInvalidID, "nodes[2].id", strings.Repeat("x", 128), runtime.SeverityError},
 		{"unknown type", func(g *runtime.Graph) { g.Nodes[1].Type = "nope" }, runtime.CodeUnknownType, "nodes[1].type", "a", runtime.SeverityError},
 		{"dangling target", func(g *runtime.Graph) { g.Edges[0].Target = "ghost" }, runtime.CodeDanglingEdge, "edges[0].target", "e1", runtime.SeverityError},
 		{"dangling source", func(g *runtime.Graph) { g.Edges[0].Source = "" }, runtime.CodeDanglingEdge, "edges[0].source", "e1", runtime.SeverityError},
 		{"unknown handle", func(g *runtime.Graph) { g.Edges[0].TargetHandle = "nope" }, runtime.CodeUnknownHandle, "edges[0].targetHandle", "e1", runtime.SeverityError},
-		{"handle direction", func(g *runtime.Graph) { g.Edges[0].SourceHandle = "in"; g.Edges[0].Source = "a"; g.Edges[0].Target = "s" }, runtime.CodeHandleDirection, "edges[0].sourceHandle", "e1", runtime.SeverityError},
+		{"handle direction", func(g *runtime.Graph) {
+			g.Edges[0].SourceHandle = "in"
+			g.Edges[0].Source = "a"
+			g.Edges[0].Target = "s"
+		}, runtime.CodeHandleDirection, "edges[0].sourceHandle", "e1", runtime.SeverityError},
 		{"bad when", func(g *runtime.Graph) { g.Edges[0].Data.When = "sometimes" }, runtime.CodeInvalidWhen, "edges[0].data.when", "e1", runtime.SeverityError},
 		{"bad condition", func(g *runtime.Graph) { g.Edges[0].Data.Condition = "output ==" }, runtime.CodeInvalidCondition, "edges[0].data.condition", "e1", runtime.SeverityError},
 		{"non-bool condition", func(g *runtime.Graph) { g.Edges[0].Data.Condition = "1 + 2" }, runtime.CodeInvalidCondition, "edges[0].data.condition", "e1", runtime.SeverityError},
 		{"costly condition", func(g *runtime.Graph) {
 			g.Edges[0].Data.Condition = "output.a.all(x, output.b.all(y, output.c.all(z, x + y + z > 0)))"
 		}, runtime.CodeConditionCost, "edges[0].data.condition", "e1", runtime.SeverityError},
-		{"long condition", func(g *runtime.Graph) { g.Edges[0].Data.Condition = "true || " + strings.Repeat("true || ", 300) + "true" }, runtime.CodeLimit, "edges[0].data.condition", "e1", runtime.SeverityError},
+		{"long condition", func(g *runtime.Graph) {
+			g.Edges[0].Data.Condition = "true || " + strings.Repeat("true || ", 300) + "true"
+		}, runtime.CodeLimit, "edges[0].data.condition", "e1", runtime.SeverityError},
 		{"single port twice", func(g *runtime.Graph) {
 			g.Nodes = append(g.Nodes, runtime.Node{ID: "q", Type: "strict"})
 			g.Edges = append(g.Edges, edge("x1", "s", "out", "q", "in", flow), edge("x2", "a", "out", "q", "in", flow))
