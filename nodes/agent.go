@@ -34,8 +34,9 @@ type agentData struct {
 
 func (e *env) agentType() runtime.NodeType {
 	return runtime.NodeType{
-		Name:  TypeAgent,
-		Label: "Agent",
+		Name:          TypeAgent,
+		DefaultEffect: runtime.EffectExternal,
+		Label:         "Agent",
 		Description: "Answers with a language model in a tool-calling loop, streaming tokens. Tools come from links into its tools port " +
 			"(tool nodes, or other agents' self port: composition). Entry agents get the chat history, downstream agents their upstream payload.",
 		Ports: []runtime.Port{

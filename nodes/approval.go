@@ -12,8 +12,9 @@ type approvalData struct {
 
 func (e *env) approvalType() runtime.NodeType {
 	return runtime.NodeType{
-		Name:  TypeApproval,
-		Label: "Approval",
+		Name:          TypeApproval,
+		DefaultEffect: runtime.EffectHuman,
+		Label:         "Approval",
 		Description: "Pauses the run until a person decides. Resume with {\"approved\":true} to pass the input on; " +
 			"{\"approved\":false,\"reason\":\"...\"} fails the node with code approval_denied (route it with an on_failure edge).",
 		Ports: []runtime.Port{flowIn(true, false), flowOut(PortOutput)},
