@@ -168,12 +168,12 @@ func compile(g *Graph, reg *Registry, lim Limits, conds *conditions) (*Plan, Dia
 func nodePath(i int) string { return "nodes[" + strconv.Itoa(i) + "]" }
 func edgePath(i int) string { return "edges[" + strconv.Itoa(i) + "]" }
 
-func (c *compiler) checkID(id, path string) bool {
+func (c *compiler) checkID(id string, i int, path func(int) string) bool {
 	switch {
 	case id == "":
-		c.errorf(CodeInvalidID, path+".id", "", "id is empty")
+		c.errorf(CodeInvalidID, path(i)+".id", "", "id is empty")
 	case len(id) > c.lim.MaxIDLength:
-		c.errorf(CodeInvalidID, path+".id", id[:c.lim.MaxIDLength], "id is %d bytes long, the limit is %d", len(id), c.lim.MaxIDLength)
+		c.errorf(CodeInvalidID, path(i)+".id", id[:c.lim.MaxIDLength], "id is %d bytes long, the limit is %d", len(id), c.lim.MaxIDLength)
 	default:
 		return true
 	}
@@ -187,18 +187,17 @@ func (c *compiler) checkNodes() {
 	c.index = make(map[string]int32, len(g.Nodes))
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		p := nodePath(i)
 		c.nodes[i].node = n
-		if c.checkID(n.ID, p) {
+		if c.checkID(n.ID, i, nodePath) {
 			if j, dup := c.index[n.ID]; dup {
-				c.errorf(CodeDuplicateID, p+".id", n.ID, "node id %q is also used by nodes[%d]", n.ID, j)
+				c.errorf(CodeDuplicateID, nodePath(i)+".id", n.ID, "node id %q is also used by nodes[%d]", n.ID, j)
 			} else {
 				c.index[n.ID] = int32(i)
 			}
 		}
 		t, ok := c.reg.Lookup(n.Type)
 		if !ok {
-			c.errorf(CodeUnknownType, p+".type", n.ID, "unknown node type %q", n.Type)
+			c.errorf(CodeUnknownType, nodePath(i)+".type", n.ID, "unknown node type %q", truncate(n.Type, 64))
 			continue
 		}
 		c.types[i] = t
@@ -210,7 +209,7 @@ func (c *compiler) checkNodes() {
 		opts, ferrs := parseNodeOptions(n.Data, def)
 		c.nodes[i].opts = opts
 		for _, fe := range ferrs {
-			c.deferf([]int32{int32(i)}, CodeInvalidOption, dataPath(p, fe.Field), n.ID, "%s", fe.Message)
+			c.deferf([]int32{int32(i)}, CodeInvalidOption, dataPath(nodePath(i), fe.Field), n.ID, "%s", fe.Message)
 		}
 		if len(ferrs) > 0 {
 			continue
@@ -223,7 +222,7 @@ func (c *compiler) checkNodes() {
 				field = fe.Field
 				err = fmt.Errorf("%s", fe.Message)
 			}
-			c.deferf([]int32{int32(i)}, CodeInvalidData, dataPath(p, field), n.ID, "%v", err)
+			c.deferf([]int32{int32(i)}, CodeInvalidData, dataPath(nodePath(i), field), n.ID, "%v", err)
 			continue
 		}
 		c.nodes[i].exec = exec
@@ -255,16 +254,16 @@ func (c *compiler) checkEdges() {
 	g := c.g
 	c.edges = make([]pedge, len(g.Edges))
 	c.okEdge = make([]bool, len(g.Edges))
+	taken := make([]EdgeTakenData, len(g.Edges))
 	ids := make(map[string]int, len(g.Edges))
 	for i := range g.Edges {
 		e := &g.Edges[i]
-		p := edgePath(i)
 		pe := &c.edges[i]
 		pe.edge, pe.src, pe.dst = e, -1, -1
 		ok := true
-		if c.checkID(e.ID, p) {
+		if c.checkID(e.ID, i, edgePath) {
 			if j, dup := ids[e.ID]; dup {
-				c.errorf(CodeDuplicateID, p+".id", e.ID, "edge id %q is also used by edges[%d]", e.ID, j)
+				c.errorf(CodeDuplicateID, edgePath(i)+".id", e.ID, "edge id %q is also used by edges[%d]", e.ID, j)
 				ok = false
 			} else {
 				ids[e.ID] = i
@@ -275,20 +274,20 @@ func (c *compiler) checkEdges() {
 		switch e.Data.Channel {
 		case ChannelFlow, ChannelLink:
 		case "":
-			c.errorf(CodeChannelMissing, p+".data.channel", e.ID, "data.channel is required: \"flow\" or \"link\"")
+			c.errorf(CodeChannelMissing, edgePath(i)+".data.channel", e.ID, "data.channel is required: \"flow\" or \"link\"")
 			ok = false
 		default:
-			c.errorf(CodeChannelInvalid, p+".data.channel", e.ID, "data.channel must be exactly \"flow\" or \"link\", not %q", truncate(string(e.Data.Channel), 40))
+			c.errorf(CodeChannelInvalid, edgePath(i)+".data.channel", e.ID, "data.channel must be exactly \"flow\" or \"link\", not %q", truncate(string(e.Data.Channel), 40))
 			ok = false
 		}
 		switch e.Data.When {
 		case "", WhenOnSuccess, WhenOnFailure, WhenAlways:
 			if e.Data.When != "" && e.Data.Channel == ChannelLink {
-				c.errorf(CodeInvalidWhen, p+".data.when", e.ID, "when applies to flow edges only")
+				c.errorf(CodeInvalidWhen, edgePath(i)+".data.when", e.ID, "when applies to flow edges only")
 				ok = false
 			}
 		default:
-			c.errorf(CodeInvalidWhen, p+".data.when", e.ID, "when must be on_success, on_failure or always, not %q", truncate(string(e.Data.When), 40))
+			c.errorf(CodeInvalidWhen, edgePath(i)+".data.when", e.ID, "when must be on_success, on_failure or always, not %q", truncate(string(e.Data.When), 40))
 			ok = false
 		}
 		pe.when = e.Data.When
@@ -298,60 +297,98 @@ func (c *compiler) checkEdges() {
 		if e.Data.Condition != "" {
 			switch {
 			case e.Data.Channel == ChannelLink:
-				c.errorf(CodeConditionOnLink, p+".data.condition", e.ID, "conditions apply to flow edges only")
+				c.errorf(CodeConditionOnLink, edgePath(i)+".data.condition", e.ID, "conditions apply to flow edges only")
 				ok = false
 			case len(e.Data.Condition) > c.lim.MaxConditionLength:
-				c.errorf(CodeLimit, p+".data.condition", e.ID, "condition is %d bytes long, the limit is %d", len(e.Data.Condition), c.lim.MaxConditionLength)
+				c.errorf(CodeLimit, edgePath(i)+".data.condition", e.ID, "condition is %d bytes long, the limit is %d", len(e.Data.Condition), c.lim.MaxConditionLength)
 				ok = false
 			default:
 				prg, code, err := c.conds.compile(e.Data.Condition)
 				if err != nil {
-					c.errorf(code, p+".data.condition", e.ID, "%v", err)
+					c.errorf(code, edgePath(i)+".data.condition", e.ID, "%v", err)
 					ok = false
 				}
 				pe.cond = prg
 			}
 		}
-		src, sok := c.endpoint(e.Source, p+".source", e.ID)
-		dst, dok := c.endpoint(e.Target, p+".target", e.ID)
+		src, sok := c.endpoint(e.Source, i, ".source", e.ID)
+		dst, dok := c.endpoint(e.Target, i, ".target", e.ID)
 		pe.src, pe.dst = src, dst
 		if sok {
-			ok = c.checkHandle(src, e.SourceHandle, Out, e.Data.Channel, p+".sourceHandle", e.ID) && ok
+			ok = c.checkHandle(src, e.SourceHandle, Out, e.Data.Channel, i, ".sourceHandle", e.ID) && ok
 		}
 		if dok {
-			ok = c.checkHandle(dst, e.TargetHandle, In, e.Data.Channel, p+".targetHandle", e.ID) && ok
+			ok = c.checkHandle(dst, e.TargetHandle, In, e.Data.Channel, i, ".targetHandle", e.ID) && ok
 		}
 		c.okEdge[i] = ok && sok && dok
 		if c.okEdge[i] {
-			pe.taken = &EdgeTakenData{EdgeID: e.ID, Source: e.Source, Target: e.Target}
-			if e.Data.Channel == ChannelFlow {
-				c.nodes[src].flowOut = append(c.nodes[src].flowOut, int32(i))
-				c.nodes[dst].flowIn = append(c.nodes[dst].flowIn, int32(i))
-			} else {
-				c.nodes[dst].linkIn = append(c.nodes[dst].linkIn, int32(i))
-			}
+			taken[i] = EdgeTakenData{EdgeID: e.ID, Source: e.Source, Target: e.Target}
+			pe.taken = &taken[i]
+		}
+	}
+	c.adjacency()
+}
+
+// adjacency fills each node's flowIn, flowOut and linkIn (in graph edge
+// order) from one backing array sized by a counting pass.
+func (c *compiler) adjacency() {
+	n := len(c.nodes)
+	counts := make([]int32, 3*n)
+	total := 0
+	for i := range c.edges {
+		if !c.okEdge[i] {
+			continue
+		}
+		pe := &c.edges[i]
+		if pe.edge.Data.Channel == ChannelFlow {
+			counts[3*pe.src+1]++
+			counts[3*pe.dst]++
+			total += 2
+		} else {
+			counts[3*pe.dst+2]++
+			total++
+		}
+	}
+	backing := make([]int32, total)
+	for i := range c.nodes {
+		pn := &c.nodes[i]
+		pn.flowIn, backing = backing[:0:counts[3*i]], backing[counts[3*i]:]
+		pn.flowOut, backing = backing[:0:counts[3*i+1]], backing[counts[3*i+1]:]
+		pn.linkIn, backing = backing[:0:counts[3*i+2]], backing[counts[3*i+2]:]
+	}
+	for i := range c.edges {
+		if !c.okEdge[i] {
+			continue
+		}
+		pe := &c.edges[i]
+		if pe.edge.Data.Channel == ChannelFlow {
+			c.nodes[pe.src].flowOut = append(c.nodes[pe.src].flowOut, int32(i))
+			c.nodes[pe.dst].flowIn = append(c.nodes[pe.dst].flowIn, int32(i))
+		} else {
+			c.nodes[pe.dst].linkIn = append(c.nodes[pe.dst].linkIn, int32(i))
 		}
 	}
 }
 
 // endpoint resolves an edge end to a node index with a known type.
-func (c *compiler) endpoint(id, path, edgeID string) (int32, bool) {
+func (c *compiler) endpoint(id string, edge int, field, edgeID string) (int32, bool) {
 	if id == "" {
-		c.errorf(CodeDanglingEdge, path, edgeID, "edge end is empty")
+		c.errorf(CodeDanglingEdge, edgePath(edge)+field, edgeID, "edge end is empty")
 		return -1, false
 	}
 	i, ok := c.index[id]
 	if !ok {
-		c.errorf(CodeDanglingEdge, path, edgeID, "no node with id %q", truncate(id, c.lim.MaxIDLength))
+		c.errorf(CodeDanglingEdge, edgePath(edge)+field, edgeID, "no node with id %q", truncate(id, c.lim.MaxIDLength))
 		return -1, false
 	}
 	return i, c.types[i] != nil
 }
 
-func (c *compiler) checkHandle(n int32, handle string, dir Direction, ch Channel, path, edgeID string) bool {
+func (c *compiler) checkHandle(n int32, handle string, dir Direction, ch Channel, edge int, field, edgeID string) bool {
 	t := c.types[n]
 	port, ok := t.Port(handle, dir)
 	if !ok {
+		path := edgePath(edge) + field
 		if _, other := t.Port(handle, opposite(dir)); other {
 			c.errorf(CodeHandleDirection, path, edgeID, "port %q of node %q (%s) is an %s-port", handle, c.g.Nodes[n].ID, t.Name, opposite(dir))
 		} else {
@@ -360,7 +397,7 @@ func (c *compiler) checkHandle(n int32, handle string, dir Direction, ch Channel
 		return false
 	}
 	if (ch == ChannelFlow || ch == ChannelLink) && port.Channel != ch {
-		c.errorf(CodeChannelMismatch, path, edgeID, "port %q of node %q is a %s port, the edge is %s", handle, c.g.Nodes[n].ID, port.Channel, ch)
+		c.errorf(CodeChannelMismatch, edgePath(edge)+field, edgeID, "port %q of node %q is a %s port, the edge is %s", handle, c.g.Nodes[n].ID, port.Channel, ch)
 		return false
 	}
 	return true
@@ -373,32 +410,35 @@ func opposite(d Direction) Direction {
 	return In
 }
 
-// checkPorts enforces single-edge ports and required in-ports.
+// checkPorts enforces single-edge ports and required in-ports, counting
+// edges per declared port in one flat array.
 func (c *compiler) checkPorts() {
-	type key struct {
-		node int32
-		dir  Direction
-		port string
+	offset := make([]int32, len(c.nodes)+1)
+	for i, t := range c.types {
+		offset[i+1] = offset[i]
+		if t != nil {
+			offset[i+1] += int32(len(t.Ports))
+		}
 	}
-	count := map[key]int{}
+	count := make([]int32, offset[len(c.nodes)])
 	for i := range c.edges {
 		if !c.okEdge[i] {
 			continue
 		}
-		e := c.edges[i].edge
-		count[key{c.edges[i].src, Out, e.SourceHandle}]++
-		k := key{c.edges[i].dst, In, e.TargetHandle}
-		count[k]++
-		if count[k] == 2 {
-			if p, _ := c.types[c.edges[i].dst].Port(e.TargetHandle, In); !p.Many {
-				c.errorf(CodePortMany, edgePath(i)+".targetHandle", e.ID, "port %q of node %q takes one edge", e.TargetHandle, e.Target)
+		pe := &c.edges[i]
+		e := pe.edge
+		sp := c.types[pe.src].portIndex(e.SourceHandle, Out)
+		k := offset[pe.src] + int32(sp)
+		if count[k]++; count[k] == 2 {
+			if p := c.types[pe.src].Ports[sp]; !p.Many && p.Channel == ChannelLink {
+				c.errorf(CodePortMany, edgePath(i)+".sourceHandle", e.ID, "out-port %q of node %q takes one edge", e.SourceHandle, e.Source)
 			}
 		}
-	}
-	for k, n := range count {
-		if k.dir == Out && n > 1 {
-			if p, _ := c.types[k.node].Port(k.port, Out); !p.Many && p.Channel == ChannelLink {
-				c.errorf(CodePortMany, nodePath(int(k.node)), c.g.Nodes[k.node].ID, "out-port %q of node %q takes one edge", k.port, c.g.Nodes[k.node].ID)
+		dp := c.types[pe.dst].portIndex(e.TargetHandle, In)
+		k = offset[pe.dst] + int32(dp)
+		if count[k]++; count[k] == 2 {
+			if !c.types[pe.dst].Ports[dp].Many {
+				c.errorf(CodePortMany, edgePath(i)+".targetHandle", e.ID, "port %q of node %q takes one edge", e.TargetHandle, e.Target)
 			}
 		}
 	}
@@ -406,8 +446,8 @@ func (c *compiler) checkPorts() {
 		if t == nil {
 			continue
 		}
-		for _, p := range t.Ports {
-			if p.Direction == In && p.Required && count[key{int32(i), In, p.Name}] == 0 {
+		for j, p := range t.Ports {
+			if p.Direction == In && p.Required && count[offset[i]+int32(j)] == 0 {
 				c.deferf([]int32{int32(i)}, CodePortRequired, nodePath(i), c.g.Nodes[i].ID, "required port %q of node %q has no edge", p.Name, c.g.Nodes[i].ID)
 			}
 		}

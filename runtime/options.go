@@ -132,12 +132,15 @@ func ParseNodeOptions(data json.RawMessage) (NodeOptions, []*FieldError) {
 	return parseNodeOptions(data, EffectPure)
 }
 
-func parseNodeOptions(data json.RawMessage, defaultEffect Effect) (o NodeOptions, errs []*FieldError) {
-	defer func() {
-		if o.Effect == "" {
-			o.Effect = defaultEffect
-		}
-	}()
+func parseNodeOptions(data json.RawMessage, defaultEffect Effect) (NodeOptions, []*FieldError) {
+	o, errs := decodeNodeOptions(data)
+	if o.Effect == "" {
+		o.Effect = defaultEffect
+	}
+	return o, errs
+}
+
+func decodeNodeOptions(data json.RawMessage) (o NodeOptions, errs []*FieldError) {
 	if len(bytes.TrimSpace(data)) == 0 || string(bytes.TrimSpace(data)) == "null" {
 		o.normalize()
 		return o, nil

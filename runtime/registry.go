@@ -62,6 +62,15 @@ func (t *NodeType) Port(name string, dir Direction) (Port, bool) {
 	return Port{}, false
 }
 
+func (t *NodeType) portIndex(name string, dir Direction) int {
+	for i, p := range t.Ports {
+		if p.Name == name && p.Direction == dir {
+			return i
+		}
+	}
+	return -1
+}
+
 // FieldError is an invalid field of a node's data, returned by factories.
 type FieldError struct {
 	Field   string // JSON field path inside data, e.g. "retry.maxAttempts"
