@@ -271,6 +271,7 @@ func (r *run) execute() (*RunResult, error) {
 		case c := <-r.done:
 			r.inflight--
 			r.complete(c)
+			r.drain()
 		case slot <- struct{}{}:
 			r.slot = true
 		case <-ctxDone:
@@ -285,6 +286,20 @@ func (r *run) execute() (*RunResult, error) {
 		r.slot = false
 	}
 	return r.finish()
+}
+
+// drain handles every completion already waiting, so a burst of parallel
+// nodes costs one trip through the main select rather than one each.
+func (r *run) drain() {
+	for r.inflight > 0 {
+		select {
+		case c := <-r.done:
+			r.inflight--
+			r.complete(c)
+		default:
+			return
+		}
+	}
 }
 
 func (r *run) canLaunch() bool {
