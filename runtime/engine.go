@@ -36,6 +36,11 @@ type Config struct {
 	CancelGrace time.Duration
 	// Logger receives run transitions at debug level (default: discard).
 	Logger *slog.Logger
+	// Owner names this process in run leases (default: a random id).
+	Owner string
+	// LeaseTTL is how long a run's lease lasts without renewal; the holder
+	// renews it every third of that (default 15s). Only with a Leaser store.
+	LeaseTTL time.Duration
 }
 
 // Engine compiles graphs and executes runs. It is safe for concurrent use.
@@ -51,6 +56,8 @@ type Engine struct {
 	log      *slog.Logger
 	idPrefix string
 	idSeq    atomic.Uint64
+	owner    string
+	leaseTTL time.Duration
 }
 
 // NewEngine returns an engine for cfg.
@@ -87,11 +94,22 @@ func NewEngine(cfg Config) (*Engine, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	e.idPrefix = "r_" + hex.EncodeToString(b[:])
+	e.owner = cfg.Owner
+	if e.owner == "" {
+		e.owner = "engine-" + hex.EncodeToString(b[:])
+	}
+	e.leaseTTL = cfg.LeaseTTL
+	if e.leaseTTL <= 0 {
+		e.leaseTTL = 15 * time.Second
+	}
 	return e, nil
 }
 
 // Registry returns the engine's node type registry.
 func (e *Engine) Registry() *Registry { return e.reg }
+
+// Owner is the name this engine's leases carry.
+func (e *Engine) Owner() string { return e.owner }
 
 // Store returns the engine's store (nil when none).
 func (e *Engine) Store() Store { return e.store }

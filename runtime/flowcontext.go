@@ -23,6 +23,9 @@ type FlowContext struct {
 	resume     any
 	hasResume  bool
 	resumes    int
+	answers    string    // the interrupt id the resume value answers
+	wait       time.Time // recovery: the persisted time of the next attempt
+	stale      bool      // recovery: this attempt was lost with its process
 	replayed   bool
 	// chain is the link materialization path that led here (for cycle checks).
 	chain []int32

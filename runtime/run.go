@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,6 +64,13 @@ type run struct {
 	// Resume state: the parent run's checkpoints and the answers to its interrupts.
 	prev    map[string]*Checkpoint
 	answers map[string]any
+
+	// Durability: the run's lease (with a Leaser store), and for a
+	// recovered run what its log already holds.
+	lease      *Lease
+	logged     *logged
+	recovering bool
+	dead       atomic.Bool // the store refused a write: write nothing more
 
 	lmu   sync.Mutex
 	links map[linkKey]*linkEntry
@@ -160,7 +168,7 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 	now := time.Now()
 	rec := &RunRecord{ID: id, ParentID: parent.ID, RootID: parent.RootID, ChatID: parent.ChatID,
 		GraphID: p.GraphID, PlanVersion: p.PlanVersion, Kind: parent.Kind, Attrs: attrs,
-		EntryNodeIDs: parent.EntryNodeIDs, Input: parent.Input, Options: parent.Options,
+		EntryNodeIDs: parent.EntryNodeIDs, Input: parent.Input, Options: parent.Options, Answers: answers,
 		Status: RunRunning, CreatedAt: now, UpdatedAt: now}
 	r, err := e.startRun(ctx, p, as, rec, req.Services, req.Sink)
 	if err != nil {
@@ -210,14 +218,27 @@ func (p *Plan) defaultEntries() []string {
 }
 
 func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink) (*run, error) {
+	var lease *Lease
 	if e.store != nil {
 		if err := e.store.CreateRun(ctx, rec); err != nil {
 			return nil, err
 		}
+		if l, ok := e.store.(Leaser); ok {
+			got, err := l.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL)
+			if err != nil {
+				return nil, err
+			}
+			lease = &got
+			rec.Token = got.Token
+		}
 	}
+	return e.newRunState(ctx, p, as, rec, services, sink, lease)
+}
+
+func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink, lease *Lease) (*run, error) {
 	n, m := len(p.nodes), len(p.edges)
-	r := &run{e: e, p: p, as: as, rec: rec, store: e.store, services: services, sink: sink,
-		maxPar: rec.Options.MaxParallel, bg: context.WithoutCancel(ctx), started: rec.CreatedAt}
+	r := &run{e: e, p: p, as: as, rec: rec, store: e.store, services: services, sink: sink, lease: lease,
+		maxPar: rec.Options.MaxParallel, bg: context.WithoutCancel(ctx), started: time.Now()}
 	if r.maxPar <= 0 {
 		r.maxPar = e.maxPar
 	}
@@ -238,6 +259,11 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 // execute is the dispatcher loop. It returns when the run has ended.
 func (r *run) execute() (*RunResult, error) {
 	defer r.cancel(context.Canceled)
+	if r.lease != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go r.renewLease(stop)
+	}
 	r.emit(EventRunStarted, -1, 0, &RunStartedData{Kind: r.rec.Kind, GraphID: r.p.GraphID,
 		PlanVersion: r.p.PlanVersion, EntryNodeIDs: r.as.entryIDs, ActiveNodeIDs: r.as.ids,
 		ParentRunID: r.rec.ParentID, Resumed: r.rec.ParentID != "", Attrs: r.rec.Attrs})
@@ -365,22 +391,23 @@ func (r *run) start(n int32) {
 		hash = inputsHash(r.rec.RootID, r.p, n, in)
 	}
 	prev := r.prev[pn.node.ID]
-	if prev != nil && prev.Status == NodeSucceeded &&
-		((prev.PlanVersion == r.p.PlanVersion && prev.InputsHash == hash) || pn.opts.Effect.Sticky()) {
+	fc := &FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: time.Now()}
+	switch {
+	case r.recovering && prev != nil:
+		if r.restore(n, prev, fc) {
+			return
+		}
+	case prev != nil && prev.Status == NodeSucceeded &&
+		((prev.PlanVersion == r.p.PlanVersion && prev.InputsHash == hash) || pn.opts.Effect.Sticky()):
 		<-r.e.sem
 		r.replay(n, prev, hash)
 		return
-	}
-	fc := &FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: time.Now()}
-	if prev != nil {
+	case prev != nil:
 		// The count survives cancelled and failed runs too, so interrupt
 		// ids never repeat within a lineage.
 		fc.resumes = prev.Resumes
 		if prev.Status == NodeInterrupted && prev.Interrupt != nil {
-			if v, ok := r.answers[prev.Interrupt.ID]; ok {
-				fc.resume, fc.hasResume = v, true
-				fc.resumes++
-			}
+			r.answer(fc, prev.Interrupt.ID)
 		}
 	}
 	r.fcs[n] = fc
@@ -389,12 +416,23 @@ func (r *run) start(n int32) {
 	if pn.desc != nil {
 		details = pn.desc.Describe(r.ctx, pn.node, in, fc)
 	}
-	r.checkpoint(fc, NodeRunning)
+	if fc.wait.IsZero() {
+		r.checkpoint(fc, NodeRunning)
+	}
 	var data any
 	if details != nil {
 		data = &NodeStartedData{Details: details}
 	}
 	r.emit(EventNodeStarted, n, 1, data)
+	switch {
+	case fc.stale:
+		r.emit(EventNodeRetrying, n, fc.attempt, &NodeRetryingData{Attempt: fc.attempt, Code: CodeStaleRunning,
+			Error: "the process running this attempt was lost; it runs again with the same attempt id"})
+	case !fc.wait.IsZero():
+		prev := r.prev[pn.node.ID]
+		r.emit(EventNodeRetrying, n, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
+			DelayMs: max(time.Until(fc.wait), 0).Milliseconds(), Error: prev.Error, Code: prev.ErrorCode})
+	}
 	if r.inflight == 0 && r.ready.len() == 0 && pn.opts.TimeoutMs == 0 {
 		// Nothing else can run until this node ends: run it here and save
 		// a goroutine and two channel hand-offs.
@@ -405,11 +443,75 @@ func (r *run) start(n int32) {
 	go func() { r.done <- r.exec(n, in, fc) }()
 }
 
+// answer gives fc the resume value for interrupt id, if the run has one.
+func (r *run) answer(fc *FlowContext, id string) {
+	if v, ok := r.answers[id]; ok {
+		fc.resume, fc.hasResume, fc.answers = v, true, id
+		fc.resumes++
+	}
+}
+
+// restore re-establishes node n of a recovered run from its own
+// checkpoint. It returns false when the node must execute (again), after
+// setting fc up for that: a node lost mid-attempt reruns the same attempt;
+// a node lost during a retry backoff waits out the persisted nextAttemptAt.
+func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
+	fc.attempt, fc.resumes = max(prev.Attempt, 1), prev.Resumes
+	if !prev.StartedAt.IsZero() {
+		fc.begin = prev.StartedAt
+	}
+	switch prev.Status {
+	case NodeSucceeded:
+		<-r.e.sem
+		r.replay(n, prev, prev.InputsHash)
+		return true
+	case NodeFailed:
+		<-r.e.sem
+		r.fcs[n], r.state[n] = fc, NodeRunning
+		err := &CodedError{Code: prev.ErrorCode, Err: errors.New(prev.Error)}
+		r.failNode(n, fc, completion{node: n, err: err, trace: prev.ErrorTrace, attempt: fc.attempt, begin: fc.begin}, 0)
+		return true
+	case NodeInterrupted:
+		<-r.e.sem
+		r.fcs[n], r.state[n] = fc, NodeInterrupted
+		info := *prev.Interrupt
+		r.interrupt = append(r.interrupt, info)
+		r.terminal(fc, EventNodeInterrupted, &info)
+		return true
+	case NodeCancelled:
+		// The run was being cancelled when its process was lost: finish that.
+		<-r.e.sem
+		r.fcs[n], r.state[n] = fc, NodeRunning
+		if r.ctx.Err() == nil {
+			r.cancel(errors.New("cancelled before the run's process was lost"))
+		}
+		r.halt()
+		r.cancelNode(n, fc, prev.Error)
+		return true
+	case NodeRunning, NodeStaleRunning:
+		if prev.Interrupt != nil {
+			r.answer(fc, prev.Interrupt.ID)
+			fc.resumes = prev.Resumes // the answer was counted when first given
+		}
+		if prev.Status == NodeRunning && !prev.NextAttemptAt.IsZero() {
+			fc.wait = prev.NextAttemptAt
+		} else {
+			fc.stale = true
+		}
+	}
+	return false
+}
+
 // exec runs node n's attempts with its retry policy. It holds a global slot
 // while an attempt runs and releases it for backoff delays.
 func (r *run) exec(n int32, in Inputs, fc *FlowContext) completion {
 	pn := &r.p.nodes[n]
 	pol := &pn.opts.Retry
+	if !fc.wait.IsZero() {
+		if c, ok := r.backoff(n, fc, fc.wait); !ok {
+			return c
+		}
+	}
 	for {
 		c := r.attempt(pn, n, in, fc)
 		if c.err == nil || r.ctx.Err() != nil {
@@ -427,24 +529,38 @@ func (r *run) exec(n int32, in Inputs, fc *FlowContext) completion {
 			return c
 		}
 		delay := pol.Delay(fc.attempt, rand.Float64())
-		<-r.e.sem
 		next := time.Now().Add(delay)
 		r.retrying(fc, c, next, delay, code)
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-r.ctx.Done():
-			t.Stop()
-			return completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
+		if c, ok := r.backoff(n, fc, next); !ok {
+			return c
 		}
-		select {
-		case r.e.sem <- struct{}{}:
-		case <-r.ctx.Done():
-			return completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
-		}
-		fc.setAttempt(fc.attempt + 1)
-		r.checkpoint(fc, NodeRunning)
 	}
+}
+
+// backoff waits until the next attempt is due without holding a global
+// slot, then moves fc to that attempt and checkpoints it running. It fails
+// (returning the cancelled completion) when the run stops meanwhile.
+func (r *run) backoff(n int32, fc *FlowContext, until time.Time) (completion, bool) {
+	<-r.e.sem
+	cancelled := completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
+	t := time.NewTimer(max(time.Until(until), 0))
+	select {
+	case <-t.C:
+	case <-r.ctx.Done():
+		t.Stop()
+		cancelled.err = context.Cause(r.ctx)
+		return cancelled, false
+	}
+	select {
+	case r.e.sem <- struct{}{}:
+	case <-r.ctx.Done():
+		cancelled.err = context.Cause(r.ctx)
+		return cancelled, false
+	}
+	fc.setAttempt(fc.attempt + 1)
+	fc.wait = time.Time{}
+	r.checkpoint(fc, NodeRunning)
+	return completion{}, true
 }
 
 // retrying records a failed attempt and the scheduled next one, then
@@ -726,13 +842,13 @@ func (r *run) replay(n int32, prev *Checkpoint, hash string) {
 	}
 	r.state[n] = NodeSucceeded
 	r.outputs[n] = out
-	if r.store != nil {
+	if r.store != nil && !r.recovering {
 		cp := r.newCheckpoint(fc, NodeSucceeded)
 		cp.Output, cp.Summary, cp.Replayed = out, prev.Summary, true
 		cp.StartedAt, cp.AttemptID = prev.StartedAt, prev.AttemptID
 		r.save(cp)
 	}
-	r.terminal(fc, EventNodeCompleted, &NodeCompletedData{Output: out, Replayed: true})
+	r.terminal(fc, EventNodeCompleted, &NodeCompletedData{Output: out, Replayed: !r.recovering})
 	if r.stopping == stopNone {
 		r.route(n, live, out)
 	}
@@ -808,6 +924,14 @@ func (r *run) finish() (*RunResult, error) {
 		r.rec.Status, r.rec.Interrupts, r.rec.LastSeq, r.rec.UpdatedAt = status, r.interrupt, res.LastSeq, time.Now()
 		storeErr = r.store.UpdateRun(r.bg, r.rec)
 	}
+	if l, ok := r.store.(Leaser); ok && r.lease != nil && storeErr == nil {
+		r.emu.Lock()
+		cur := *r.lease
+		r.emu.Unlock()
+		if err := l.ReleaseLease(r.bg, cur); err != nil {
+			r.e.log.Warn("release lease", "run", r.rec.ID, "err", err)
+		}
+	}
 	if storeErr != nil {
 		return res, fmt.Errorf("runtime: run %s: store: %w", r.rec.ID, storeErr)
 	}
@@ -856,6 +980,15 @@ func (r *run) emitLocked(t EventType, n int32, attempt int, data any) {
 	if r.storeErr != nil {
 		return
 	}
+	if r.logged != nil {
+		id := ""
+		if n >= 0 {
+			id = r.p.nodes[n].node.ID
+		}
+		if r.logged.has(t, id, attempt, data) {
+			return
+		}
+	}
 	r.seq++
 	ev := Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, Attempt: attempt, Time: time.Now(), Data: data}
 	if n >= 0 {
@@ -863,8 +996,7 @@ func (r *run) emitLocked(t EventType, n int32, attempt int, data any) {
 	}
 	if r.store != nil {
 		if err := r.store.AppendEvents(r.bg, r.rec.ID, r.rec.Token, []Event{ev}); err != nil {
-			r.storeErr = err
-			r.cancel(fmt.Errorf("store failed: %w", err))
+			r.failLocked(err)
 			return
 		}
 	}
@@ -885,9 +1017,13 @@ func (r *run) terminal(fc *FlowContext, t EventType, data any) {
 func (r *run) newCheckpoint(fc *FlowContext, s NodeStatus) *Checkpoint {
 	pn := &r.p.nodes[fc.node]
 	now := time.Now()
-	return &Checkpoint{RunID: r.rec.ID, NodeID: pn.node.ID, Status: s, PlanVersion: r.p.PlanVersion,
+	cp := &Checkpoint{RunID: r.rec.ID, NodeID: pn.node.ID, Status: s, PlanVersion: r.p.PlanVersion,
 		InputsHash: fc.inputsHash, Effect: pn.opts.Effect, Attempt: fc.attempt, AttemptID: fc.AttemptID(),
 		Resumes: fc.resumes, StartedAt: fc.begin, UpdatedAt: now, Token: r.rec.Token}
+	if s == NodeRunning && fc.answers != "" {
+		cp.Interrupt = &InterruptInfo{ID: fc.answers, NodeID: pn.node.ID, Reason: "answered"}
+	}
+	return cp
 }
 
 func (r *run) checkpoint(fc *FlowContext, s NodeStatus) {
@@ -897,13 +1033,32 @@ func (r *run) checkpoint(fc *FlowContext, s NodeStatus) {
 }
 
 func (r *run) save(cp *Checkpoint) {
+	if r.dead.Load() {
+		return
+	}
 	if err := r.store.SaveCheckpoint(r.bg, cp); err != nil {
-		r.emu.Lock()
-		if r.storeErr == nil {
-			r.storeErr = err
-			r.cancel(fmt.Errorf("store failed: %w", err))
-		}
-		r.emu.Unlock()
+		r.fail(err)
+	}
+}
+
+// fail stops all writes of the run after a store error (a fenced write: a
+// newer lease holder owns the run) and cancels it.
+func (r *run) fail(err error) {
+	r.emu.Lock()
+	r.failLocked(err)
+	r.emu.Unlock()
+}
+
+func (r *run) failLocked(err error) {
+	if r.storeErr != nil {
+		return
+	}
+	r.storeErr = err
+	r.dead.Store(true)
+	if errors.Is(err, ErrLeaseLost) {
+		r.cancel(err)
+	} else {
+		r.cancel(fmt.Errorf("store failed: %w", err))
 	}
 }
 

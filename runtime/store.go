@@ -79,6 +79,9 @@ type RunRecord struct {
 	Error        string         `json:"error,omitempty"`
 	// Interrupts pending when the run ended interrupted.
 	Interrupts []InterruptInfo `json:"interrupts,omitempty"`
+	// Answers are the resume values this run was started with, by
+	// interrupt id, so a recovered run gives them again.
+	Answers map[string]any `json:"answers,omitempty"`
 	// LastSeq is the seq of the last event appended.
 	LastSeq int64 `json:"lastSeq"`
 	// Token is the fencing token of the lease holder that wrote the record.
@@ -120,8 +123,10 @@ type Checkpoint struct {
 	// ErrorTrace keeps detail that never goes on the wire (a panic's stack).
 	ErrorTrace string `json:"errorTrace,omitempty"`
 	// SkipReason is set on skipped nodes.
-	SkipReason string         `json:"skipReason,omitempty"`
-	Interrupt  *InterruptInfo `json:"interrupt,omitempty"`
+	SkipReason string `json:"skipReason,omitempty"`
+	// Interrupt is, for an interrupted node, its pending interrupt; for a
+	// running node resumed with a value, the interrupt that value answers.
+	Interrupt *InterruptInfo `json:"interrupt,omitempty"`
 	// Resumes counts the resume values this node has consumed.
 	Resumes       int       `json:"resumes,omitempty"`
 	Attempt       int       `json:"attempt"`

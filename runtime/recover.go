@@ -1,0 +1,219 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLeaseLost is the cause a run's context gets when its lease could not
+// be renewed: another process may own the run now, so this one stops.
+var ErrLeaseLost = errors.New("run lease lost")
+
+// ErrPlanChanged is returned when a run is recovered with a plan version
+// other than the one it started with.
+var ErrPlanChanged = errors.New("plan version changed since the run started")
+
+// RecoverRequest continues a run that was running when its process died
+// (its lease expired). It is the same run: its log goes on from the last
+// seq, events already in the log are not emitted again, succeeded nodes are
+// not executed again, and a node that was in flight runs again with the
+// same attempt number and attempt id (a node_retrying with code
+// stale_running marks it).
+type RecoverRequest struct {
+	RunID string
+	// Plan or Graph at the run's plan version.
+	Plan     *Plan
+	Graph    *Graph
+	Services any
+	Sink     EventSink
+}
+
+// CodeStaleRunning is the node_retrying code of a node re-executed after
+// its process was lost mid-attempt.
+const CodeStaleRunning = "stale_running"
+
+// Recover continues a run whose process was lost (see RecoverRequest). With
+// a Leaser store it first claims the run's lease (ErrLeaseHeld when
+// another live process holds it).
+func (e *Engine) Recover(ctx context.Context, req RecoverRequest) (*RunResult, error) {
+	r, err := e.recoverRun(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return r.execute()
+}
+
+func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest) (*run, error) {
+	if e.store == nil {
+		return nil, fmt.Errorf("%w: the engine has no store", ErrRunNotResumable)
+	}
+	rec, err := e.store.GetRun(ctx, req.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Status != RunRunning {
+		return nil, fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, rec.ID, rec.Status)
+	}
+	p, err := e.plan(req.Plan, req.Graph)
+	if err != nil {
+		return nil, err
+	}
+	if p.GraphID != rec.GraphID || p.PlanVersion != rec.PlanVersion {
+		return nil, fmt.Errorf("%w: run %s started on %s v%d", ErrPlanChanged, rec.ID, rec.GraphID, rec.PlanVersion)
+	}
+	as := p.active(rec.EntryNodeIDs)
+	if as.err != nil {
+		return nil, as.err
+	}
+	var lease *Lease
+	if l, ok := e.store.(Leaser); ok {
+		got, err := l.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL)
+		if err != nil {
+			return nil, err
+		}
+		lease = &got
+		rec.Token = got.Token
+	}
+	cps, err := e.store.Checkpoints(ctx, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	evs, err := e.store.Events(ctx, rec.ID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	prev := make(map[string]*Checkpoint, len(cps))
+	for _, cp := range cps {
+		if cp.Status == NodeRunning && cp.NextAttemptAt.IsZero() {
+			cp.Status = NodeStaleRunning
+			cp.Token, cp.UpdatedAt = rec.Token, time.Now()
+			if err := e.store.SaveCheckpoint(ctx, cp); err != nil {
+				return nil, err
+			}
+		}
+		prev[cp.NodeID] = cp
+	}
+	r, err := e.newRunState(ctx, p, as, rec, req.Services, req.Sink, lease)
+	if err != nil {
+		return nil, err
+	}
+	r.prev, r.answers, r.recovering = prev, rec.Answers, true
+	r.logged = newLogged(p, evs)
+	if n := len(evs); n > 0 {
+		r.seq = evs[n-1].Seq
+	}
+	return r, nil
+}
+
+// logged is what a recovered run's log already holds, so the run does not
+// emit it again.
+type logged struct {
+	runStarted bool
+	started    map[string]bool
+	terminal   map[string]bool
+	skipped    map[string]bool
+	retrying   map[string]int // highest attempt announced
+	taken      map[string]bool
+}
+
+func newLogged(p *Plan, evs []Event) *logged {
+	l := &logged{started: map[string]bool{}, terminal: map[string]bool{}, skipped: map[string]bool{},
+		retrying: map[string]int{}, taken: map[string]bool{}}
+	for _, ev := range evs {
+		switch ev.Type {
+		case EventRunStarted:
+			l.runStarted = true
+		case EventNodeStarted:
+			l.started[ev.NodeID] = true
+		case EventNodeCompleted, EventNodeFailed, EventNodeCancelled, EventNodeInterrupted:
+			l.terminal[ev.NodeID] = true
+		case EventNodeSkipped:
+			l.skipped[ev.NodeID] = true
+		case EventNodeRetrying:
+			if ev.Attempt > l.retrying[ev.NodeID] {
+				l.retrying[ev.NodeID] = ev.Attempt
+			}
+		case EventEdgeTaken:
+			if id := edgeIDOf(ev.Data); id != "" {
+				l.taken[id] = true
+			}
+		}
+	}
+	return l
+}
+
+func edgeIDOf(data any) string {
+	switch d := data.(type) {
+	case *EdgeTakenData:
+		return d.EdgeID
+	case EdgeTakenData:
+		return d.EdgeID
+	case json.RawMessage:
+		var x EdgeTakenData
+		if json.Unmarshal(d, &x) == nil {
+			return x.EdgeID
+		}
+	case map[string]any:
+		s, _ := d["edgeId"].(string)
+		return s
+	}
+	return ""
+}
+
+// has reports whether an event like this one is already in the log.
+func (l *logged) has(t EventType, node string, attempt int, data any) bool {
+	switch t {
+	case EventRunStarted:
+		return l.runStarted
+	case EventNodeStarted:
+		return l.started[node]
+	case EventNodeCompleted, EventNodeFailed, EventNodeCancelled, EventNodeInterrupted:
+		return l.terminal[node]
+	case EventNodeSkipped:
+		return l.skipped[node]
+	case EventNodeRetrying:
+		if d, ok := data.(*NodeRetryingData); ok && d.Code == CodeStaleRunning {
+			return false // each recovery of an in-flight node is a new fact
+		}
+		return attempt <= l.retrying[node]
+	case EventEdgeTaken:
+		return l.taken[edgeIDOf(data)]
+	}
+	return false
+}
+
+// renewLease keeps the run's lease alive until stop is closed; when a
+// renewal fails the run is cancelled with ErrLeaseLost.
+func (r *run) renewLease(stop <-chan struct{}) {
+	l, ok := r.store.(Leaser)
+	if !ok || r.lease == nil {
+		return
+	}
+	t := time.NewTicker(r.e.leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			r.emu.Lock()
+			cur := *r.lease
+			r.emu.Unlock()
+			next, err := l.RenewLease(r.bg, cur, r.e.leaseTTL)
+			if err != nil {
+				r.e.log.Warn("run lease lost", "run", r.rec.ID, "err", err)
+				lost := fmt.Errorf("%w: %v", ErrLeaseLost, err)
+				// Write nothing more: the run belongs to whoever recovers it.
+				r.fail(lost)
+				r.cancel(lost)
+				return
+			}
+			r.emu.Lock()
+			*r.lease = next
+			r.emu.Unlock()
+		}
+	}
+}

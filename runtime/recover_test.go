@@ -1,0 +1,194 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/runtime"
+)
+
+// crashStore stands for a process that dies at a failpoint: from the
+// moment it crashes nothing more reaches the underlying store, and the
+// run's context is cancelled (the process's goroutines are gone).
+type crashStore struct {
+	runtime.Store
+	crashed atomic.Bool
+	kill    func()
+	// failpoint decides, for each checkpoint write, whether to crash before
+	// or after persisting it.
+	failpoint func(cp *runtime.Checkpoint) (before, after bool)
+	// eventFailpoint may crash before an event is appended.
+	eventFailpoint func(ev runtime.Event) bool
+}
+
+func (s *crashStore) die() {
+	if s.crashed.CompareAndSwap(false, true) {
+		s.kill()
+	}
+}
+
+func (s *crashStore) SaveCheckpoint(ctx context.Context, cp *runtime.Checkpoint) error {
+	if s.crashed.Load() {
+		return nil
+	}
+	before, after := false, false
+	if s.failpoint != nil {
+		before, after = s.failpoint(cp)
+	}
+	if before {
+		s.die()
+		return nil
+	}
+	err := s.Store.SaveCheckpoint(ctx, cp)
+	if after {
+		s.die()
+	}
+	return err
+}
+
+func (s *crashStore) AppendEvents(ctx context.Context, runID string, token int64, evs []runtime.Event) error {
+	if s.crashed.Load() {
+		return nil
+	}
+	if s.eventFailpoint != nil && s.eventFailpoint(evs[0]) {
+		s.die()
+		return nil
+	}
+	return s.Store.AppendEvents(ctx, runID, token, evs)
+}
+
+func (s *crashStore) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
+	if s.crashed.Load() {
+		return nil
+	}
+	return s.Store.UpdateRun(ctx, r)
+}
+
+func TestRecoverAfterCrash(t *testing.T) {
+	t.Parallel()
+	type fp struct {
+		name  string
+		point func(cp *runtime.Checkpoint) (bool, bool)
+		event func(ev runtime.Event) bool
+		// maxExtra is how often b may run again after the crash.
+		maxExtra int
+	}
+	points := []fp{
+		{name: "before b's handler", point: func(cp *runtime.Checkpoint) (bool, bool) {
+			return false, cp.NodeID == "b" && cp.Status == runtime.NodeRunning
+		}, maxExtra: 1},
+		{name: "after b's handler, before its commit", point: func(cp *runtime.Checkpoint) (bool, bool) {
+			return cp.NodeID == "b" && cp.Status == runtime.NodeSucceeded, false
+		}, maxExtra: 1},
+		{name: "after b's commit, before its terminal event", point: func(cp *runtime.Checkpoint) (bool, bool) {
+			return false, cp.NodeID == "b" && cp.Status == runtime.NodeSucceeded
+		}, maxExtra: 0},
+		{name: "after b's terminal event, before its edge", event: func(ev runtime.Event) bool {
+			return ev.Type == runtime.EventEdgeTaken && ev.Data.(*runtime.EdgeTakenData).Source == "b"
+		}, maxExtra: 0},
+		{name: "in b's retry backoff", point: func(cp *runtime.Checkpoint) (bool, bool) {
+			return false, cp.NodeID == "b" && !cp.NextAttemptAt.IsZero()
+		}, maxExtra: 1},
+	}
+	for i, p := range points {
+		t.Run(p.name, func(t *testing.T) {
+			k := newKit(t)
+			mem := newMem()
+			bData := ""
+			if p.name == "in b's retry backoff" {
+				bData = `{"fail":1,"retry":{"maxAttempts":3,"initialDelayMs":30}}`
+			}
+			g := newGraph(fmt.Sprintf("crash%d", i)).node("s", "start").node("a", "step").node("b", "step", bData).
+				node("c", "step").node("side", "step").flow("s", "a").flow("a", "b").flow("b", "c").flow("s", "side").build()
+			if bData == "" {
+				g.Nodes[2].Data = nil
+			}
+			ctx, kill := context.WithCancel(context.Background())
+			cs := &crashStore{Store: mem, kill: kill, failpoint: p.point, eventFailpoint: p.event}
+			crashed := k.engine(t, cs)
+			res, _ := crashed.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "run", Input: "x"})
+			require.True(t, cs.crashed.Load(), "the failpoint was hit")
+			_ = res
+			before := map[string]int{}
+			for _, id := range []string{"s", "a", "b", "c", "side"} {
+				before[id] = k.execCount(id)
+			}
+			rec, err := mem.GetRun(context.Background(), "run")
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunRunning, rec.Status, "the dead process never finished the run")
+
+			var live collect
+			fresh := k.engine(t, mem)
+			res, err = fresh.Recover(context.Background(), runtime.RecoverRequest{RunID: "run", Graph: g, Sink: &live})
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunCompleted, res.Status)
+			out, _ := res.Output("c")
+			require.Equal(t, "c(b(a(s(x))))", out, "the no-crash result")
+			require.Equal(t, before["s"], k.execCount("s"), "succeeded nodes are not executed again")
+			require.Equal(t, before["a"], k.execCount("a"))
+			require.LessOrEqual(t, k.execCount("b")-before["b"], p.maxExtra)
+			require.Equal(t, 1, k.execCount("c"))
+
+			log, err := mem.Events(context.Background(), "run", 0, 0)
+			require.NoError(t, err)
+			checkLifecycle(t, log)
+			for _, ev := range live.events() {
+				require.Greater(t, ev.Seq, int64(0))
+			}
+			stored, err := mem.GetRun(context.Background(), "run")
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunCompleted, stored.Status)
+			require.Equal(t, int64(len(log)), stored.LastSeq)
+		})
+	}
+}
+
+// A recovered node runs with the same attempt id as the attempt that was
+// lost, so an idempotent executor can dedupe.
+func TestRecoverKeepsAttemptID(t *testing.T) {
+	t.Parallel()
+	reg := runtime.NewRegistry()
+	var mu sync.Mutex
+	var ids []string
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, New: func(*runtime.Node) (runtime.Executor, error) {
+		return runtime.ExecutorFunc(func(_ context.Context, _ *runtime.Node, _ runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
+			mu.Lock()
+			ids = append(ids, fc.AttemptID())
+			mu.Unlock()
+			return runtime.Result{Output: "done"}, nil
+		}), nil
+	}})
+	mem := newMem()
+	ctx, kill := context.WithCancel(context.Background())
+	cs := &crashStore{Store: mem, kill: kill, failpoint: func(cp *runtime.Checkpoint) (bool, bool) {
+		return cp.Status == runtime.NodeSucceeded, false
+	}}
+	e1, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: cs})
+	require.NoError(t, err)
+	g := &runtime.Graph{ID: "g", PlanVersion: 1, Nodes: []runtime.Node{{ID: "s", Type: "start"}}}
+	_, _ = e1.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "r"})
+	e2, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: mem})
+	require.NoError(t, err)
+	res, err := e2.Recover(context.Background(), runtime.RecoverRequest{RunID: "r", Graph: g})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	require.Len(t, ids, 2)
+	require.Equal(t, ids[0], ids[1])
+	log, _ := mem.Events(context.Background(), "r", 0, 0)
+	checkLifecycle(t, log)
+	var stale int
+	for _, ev := range log {
+		if ev.Type == runtime.EventNodeRetrying && ev.Data.(*runtime.NodeRetryingData).Code == runtime.CodeStaleRunning {
+			stale++
+		}
+	}
+	require.Equal(t, 1, stale, "a node_retrying marks the re-run attempt")
+
+	_, err = e2.Recover(context.Background(), runtime.RecoverRequest{RunID: "r", Graph: g})
+	require.ErrorIs(t, err, runtime.ErrRunNotResumable, "a finished run is not recovered")
+}
