@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"chatgraph/nodes"
+	"chatgraph/nodes/llm"
+	"chatgraph/nodes/tools"
+	"chatgraph/runcontrol"
+	rcredis "chatgraph/runcontrol/redis"
+	"chatgraph/runtime"
+	"chatgraph/transport"
+	"chatgraph/transport/chatstore"
+	chatsqlite "chatgraph/transport/chatstore/sqlite"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := Main(ctx, Env{Args: os.Args[1:], Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "chatgraph:", err)
+		os.Exit(1)
+	}
+}
+
+// Env is the process environment Main runs in (tests substitute their own).
+type Env struct {
+	Args   []string
+	Getenv func(string) string
+	Stdout io.Writer
+	Stderr io.Writer
+	// Ready, when set, is called with the server's base URL once it listens.
+	Ready func(baseURL string)
+}
+
+// Main runs one command line. It returns when the command is done; the
+// server returns after a graceful shutdown once ctx is cancelled.
+func Main(ctx context.Context, env Env) error {
+	if env.Getenv == nil {
+		env.Getenv = func(string) string { return "" }
+	}
+	if env.Stdout == nil {
+		env.Stdout = io.Discard
+	}
+	if env.Stderr == nil {
+		env.Stderr = io.Discard
+	}
+	args := env.Args
+	cmd := "server"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "server":
+		return serve(ctx, env, args)
+	case "runs":
+		return runsCmd(ctx, env, args)
+	case "gc":
+		return gcCmd(ctx, env, args)
+	case "help":
+		fmt.Fprint(env.Stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+}
+
+const usage = `usage:
+  chatgraph [server] [flags]        run the server (see chatgraph server -h)
+  chatgraph runs list [flags]       list runs
+  chatgraph runs show RUN_ID        show a run's nodes
+  chatgraph gc --older-than 720h    delete finished runs older than that
+`
+
+// config is the server's configuration: flags over environment over defaults.
+type config struct {
+	addr, stateDir, redisURL, databaseURL, token, logLevel, logFormat string
+	allowedOrigins, httpAllowedHosts                                  string
+	openAIBaseURL, openAIKey                                          string
+	drainTimeout                                                      time.Duration
+	bodyLimit                                                         int64
+	rateLimit                                                         float64
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, error) {
+	ge := env.Getenv
+	c := &config{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.StringVar(&c.addr, "addr", envOr(ge, "CHATGRAPH_ADDR", "127.0.0.1:8080"), "listen address (CHATGRAPH_ADDR)")
+	fs.StringVar(&c.stateDir, "state-dir", envOr(ge, "CHATGRAPH_STATE_DIR", "./.chatgraph"), "state directory for the SQLite files (CHATGRAPH_STATE_DIR)")
+	fs.StringVar(&c.redisURL, "redis-url", ge("CHATGRAPH_REDIS_URL"), "Redis URL for multi-instance run control (CHATGRAPH_REDIS_URL)")
+	fs.StringVar(&c.databaseURL, "database-url", ge("CHATGRAPH_DATABASE_URL"), "Postgres URL for the shared store (CHATGRAPH_DATABASE_URL)")
+	fs.StringVar(&c.logLevel, "log-level", envOr(ge, "CHATGRAPH_LOG_LEVEL", "info"), "debug, info, warn or error (CHATGRAPH_LOG_LEVEL)")
+	fs.StringVar(&c.logFormat, "log-format", envOr(ge, "CHATGRAPH_LOG_FORMAT", "text"), "text or json (CHATGRAPH_LOG_FORMAT)")
+	fs.StringVar(&c.allowedOrigins, "allowed-origins", ge("CHATGRAPH_ALLOWED_ORIGINS"), "extra WebSocket origins, comma separated host patterns (CHATGRAPH_ALLOWED_ORIGINS)")
+	fs.StringVar(&c.httpAllowedHosts, "http-allowed-hosts", ge("CHATGRAPH_HTTP_ALLOWED_HOSTS"), "hosts the http_request tool may call, comma separated (CHATGRAPH_HTTP_ALLOWED_HOSTS)")
+	fs.StringVar(&c.openAIBaseURL, "openai-base-url", ge("CHATGRAPH_OPENAI_BASE_URL"), "OpenAI-compatible API for models named openai/<model> (CHATGRAPH_OPENAI_BASE_URL)")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown lets runs finish before cancelling them")
+	fs.Int64Var(&c.bodyLimit, "body-limit", 1<<20, "largest request body in bytes")
+	fs.Float64Var(&c.rateLimit, "rate-limit", 50, "requests per second per client IP (negative: off)")
+	c.token = ge("CHATGRAPH_TOKEN")
+	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
+	if c.openAIKey == "" {
+		c.openAIKey = ge("OPENAI_API_KEY")
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	return c, fs, nil
+}
+
+func newLogger(c *config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// stores are the two stores a server uses, and how to close them.
+type stores struct {
+	runs  runtime.Store
+	chats chatstore.Store
+	close func()
+}
+
+// openStores opens the run store and the chat store: SQLite files under
+// the state dir, or Postgres with --database-url.
+func openStores(ctx context.Context, c *config, log *slog.Logger) (*stores, error) {
+	if c.databaseURL != "" {
+		return openPostgres(ctx, c, log)
+	}
+	if err := os.MkdirAll(c.stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	runs, closeRuns, err := openRunStore(ctx, c, log)
+	if err != nil {
+		return nil, err
+	}
+	chats, err := chatsqlite.Open(ctx, chatsqlite.Config{Path: filepath.Join(c.stateDir, "chats.db")})
+	if err != nil {
+		closeRuns()
+		return nil, err
+	}
+	return &stores{runs: runs, chats: chats, close: func() {
+		_ = chats.Close()
+		closeRuns()
+	}}, nil
+}
+
+// registry builds the node type registry with the built-in types, the
+// offline echo model and, when configured, an OpenAI-compatible provider.
+func registry(c *config) (*runtime.Registry, error) {
+	models := llm.NewModels()
+	if c.openAIBaseURL != "" || c.openAIKey != "" {
+		base := c.openAIBaseURL
+		if base == "" {
+			base = "https://api.openai.com/v1"
+		}
+		oa, err := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: base, APIKey: c.openAIKey})
+		if err != nil {
+			return nil, err
+		}
+		if err := models.Register("openai", oa); err != nil {
+			return nil, err
+		}
+	}
+	tr := tools.NewRegistry()
+	if err := tools.RegisterBuiltins(tr, tools.Config{HTTP: tools.HTTPConfig{AllowedHosts: splitList(c.httpAllowedHosts)}}); err != nil {
+		return nil, err
+	}
+	reg := runtime.NewRegistry()
+	if err := nodes.Register(reg, nodes.Deps{Models: models, Tools: tr}); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// runControl returns in-process run control, or Redis with --redis-url.
+func runControl(ctx context.Context, c *config, log *slog.Logger) (runcontrol.Controller, runcontrol.ChatQueue, func(), error) {
+	if c.redisURL == "" {
+		ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
+		return ctl, runcontrol.NewMemoryChatQueue(ctl), func() {}, nil
+	}
+	opts, err := goredis.ParseURL(c.redisURL)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("redis url: %w", err)
+	}
+	rdb := goredis.NewClient(opts)
+	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Logger: log})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, nil, fmt.Errorf("redis run control: %w", err)
+	}
+	q, err := rcredis.NewChatQueue(ctx, ctl)
+	if err != nil {
+		_ = ctl.Close()
+		_ = rdb.Close()
+		return nil, nil, nil, fmt.Errorf("redis chat queue: %w", err)
+	}
+	return ctl, q, func() { _ = rdb.Close() }, nil
+}
+
+func serve(ctx context.Context, env Env, args []string) error {
+	c, _, err := parseConfig("server", env, args)
+	if err != nil {
+		return err
+	}
+	log := newLogger(c, env.Stderr)
+	st, err := openStores(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	reg, err := registry(c)
+	if err != nil {
+		return err
+	}
+	ctl, queue, closeRedis, err := runControl(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	srv, err := transport.New(transport.Config{
+		Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue,
+		Token: c.token, AllowedOrigins: splitList(c.allowedOrigins), BodyLimit: c.bodyLimit,
+		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, UI: webUI(), Logger: log,
+	})
+	if err != nil {
+		_ = ctl.Close()
+		return err
+	}
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	base := "http://" + ln.Addr().String()
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	recovered := srv.Start(ctx)
+	fmt.Fprintf(env.Stdout, "chatgraph listening on %s (state: %s)\n", base, describeState(c))
+	log.Info("listening", "url", base, "recovered_runs", recovered)
+	if env.Ready != nil {
+		env.Ready(base)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	log.Info("shutting down")
+	// Stop accepting at once; established streams end as their runs do.
+	httpDone := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.Background(), c.drainTimeout+15*time.Second)
+		defer cancel()
+		httpDone <- hs.Shutdown(sctx)
+	}()
+	if err := srv.Shutdown(context.Background()); err != nil {
+		log.Warn("shutdown", "err", err)
+	}
+	if err := <-httpDone; err != nil {
+		_ = hs.Close()
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func describeState(c *config) string {
+	var parts []string
+	if c.databaseURL != "" {
+		parts = append(parts, "postgres")
+	} else {
+		parts = append(parts, c.stateDir)
+	}
+	if c.redisURL != "" {
+		parts = append(parts, "redis run control")
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,190 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/coder/websocket"
+	"github.com/labstack/echo/v4"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+	"chatgraph/transport/chatstore"
+)
+
+// Error codes of the wire contract ({"error":{"code",...}}).
+const (
+	CodeInvalidJSON      = "invalid_json"
+	CodeInvalidGraph     = "invalid_graph"
+	CodeNotFound         = "not_found"
+	CodeConflict         = "conflict"
+	CodeUnauthorized     = "unauthorized"
+	CodePayloadTooLarge  = "payload_too_large"
+	CodeRateLimited      = "rate_limited"
+	CodeInternal         = "internal"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeUnavailable      = "unavailable"
+)
+
+// Error is an API error: the HTTP status and the JSON body
+// {"error":{"code","message","details"}}. Handlers return it (or any error
+// the table in apiError knows) and the error handler writes it.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Details any    `json:"details,omitempty"`
+	// RetryAfter, when positive, becomes a Retry-After header (seconds).
+	RetryAfter int `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// errorBody is the JSON shape of every non-2xx answer.
+type errorBody struct {
+	Error *Error `json:"error"`
+}
+
+func newError(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) *Error {
+	return newError(http.StatusBadRequest, CodeInvalidJSON, format, args...)
+}
+
+func notFound(format string, args ...any) *Error {
+	return newError(http.StatusNotFound, CodeNotFound, format, args...)
+}
+
+func conflict(format string, args ...any) *Error {
+	return newError(http.StatusConflict, CodeConflict, format, args...)
+}
+
+// Sentinels of this package that the table maps.
+var (
+	errShuttingDown = errors.New("server is shutting down")
+	errTooManyRuns  = errors.New("too many active runs")
+)
+
+// apiError is THE table mapping errors to status codes and wire codes.
+// Unknown errors are 500 internal with a generic message: the error text
+// (which may carry internals) is logged, never sent.
+func apiError(err error) *Error {
+	var (
+		e    *Error
+		ge   *runtime.GraphError
+		busy *runcontrol.BusyError
+		he   *echo.HTTPError
+	)
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &ge):
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidGraph, Message: "the graph is invalid",
+			Details: diagnosticsOrEmpty(ge.Diagnostics)}
+	case errors.As(err, &busy):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "the chat has an active run",
+			Details: map[string]any{"runIds": busy.RunIDs}}
+	case errors.As(err, &he):
+		return httpError(he)
+	case errors.Is(err, chatstore.ErrNotFound), errors.Is(err, runtime.ErrRunNotFound):
+		return notFound("%s", err.Error())
+	case errors.Is(err, chatstore.ErrConflict), errors.Is(err, runtime.ErrRunExists),
+		errors.Is(err, runtime.ErrRunNotResumable), errors.Is(err, runtime.ErrInterruptNotFound),
+		errors.Is(err, runcontrol.ErrAlreadyBound):
+		return conflict("%s", err.Error())
+	case errors.Is(err, runtime.ErrUnknownEntry), errors.Is(err, runcontrol.ErrInvalidStrategy),
+		errors.Is(err, runcontrol.ErrInvalidScope):
+		return badRequest("%s", err.Error())
+	case errors.Is(err, errTooManyRuns):
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Message: err.Error(), RetryAfter: 1}
+	case errors.Is(err, errShuttingDown), errors.Is(err, runcontrol.ErrClosed):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: errShuttingDown.Error(), RetryAfter: 1}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request timed out", RetryAfter: 1}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+}
+
+func httpError(he *echo.HTTPError) *Error {
+	msg := http.StatusText(he.Code)
+	if s, ok := he.Message.(string); ok && s != "" {
+		msg = s
+	}
+	switch he.Code {
+	case http.StatusNotFound:
+		return &Error{Status: he.Code, Code: CodeNotFound, Message: msg}
+	case http.StatusMethodNotAllowed:
+		return &Error{Status: he.Code, Code: CodeMethodNotAllowed, Message: msg}
+	case http.StatusRequestEntityTooLarge:
+		return &Error{Status: he.Code, Code: CodePayloadTooLarge, Message: "the request body is too large"}
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or invalid bearer token"}
+	case http.StatusTooManyRequests:
+		return &Error{Status: he.Code, Code: CodeRateLimited, Message: "too many requests", RetryAfter: 1}
+	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: msg}
+	case http.StatusServiceUnavailable:
+		return &Error{Status: he.Code, Code: CodeUnavailable, Message: msg, RetryAfter: 1}
+	}
+	if he.Code >= 500 {
+		return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+	}
+	return &Error{Status: he.Code, Code: CodeInvalidJSON, Message: msg}
+}
+
+func diagnosticsOrEmpty(ds runtime.Diagnostics) runtime.Diagnostics {
+	if ds == nil {
+		return runtime.Diagnostics{}
+	}
+	return ds
+}
+
+// errorHandler is echo's HTTPErrorHandler: every error becomes the JSON
+// error body; 5xx are logged with the real error, never sent.
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	e := apiError(err)
+	if e.Status >= 500 {
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+	}
+	if e.RetryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Status == http.StatusUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="chatgraph"`)
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(e.Status)
+		return
+	}
+	_ = c.JSON(e.Status, errorBody{Error: e})
+}
+
+// errorJSON encodes err as the wire error object (for WebSocket frames).
+func errorJSON(err error) *Error { return apiError(err) }
+
+// WebSocket close codes: why the server closed a connection.
+const (
+	CloseUnauthorized = websocket.StatusCode(4001) // bad or missing token
+	CloseBadFrame     = websocket.StatusCode(4400) // a frame that is not a JSON object
+	CloseTooBig       = websocket.StatusMessageTooBig
+	CloseTooSlow      = websocket.StatusPolicyViolation // the send queue overflowed
+	CloseShutdown     = websocket.StatusGoingAway
+)
+
+// mustJSON encodes v (values built by this package always encode).
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(errorBody{Error: &Error{Code: CodeInternal, Message: "encoding failed"}})
+	}
+	return b
+}

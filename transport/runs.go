@@ -1,0 +1,150 @@
+package transport
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// runJSON is a run on the wire.
+type runJSON struct {
+	ID           string                  `json:"id"`
+	ChatID       string                  `json:"chatId,omitempty"`
+	GraphID      string                  `json:"graphId,omitempty"`
+	PlanVersion  int64                   `json:"planVersion,omitempty"`
+	Kind         string                  `json:"kind,omitempty"`
+	Status       runtime.RunStatus       `json:"status"`
+	MessageID    string                  `json:"messageId,omitempty"`
+	ParentRunID  string                  `json:"parentRunId,omitempty"`
+	RootRunID    string                  `json:"rootRunId,omitempty"`
+	EntryNodeIDs []string                `json:"entryNodeIds,omitempty"`
+	Error        string                  `json:"error,omitempty"`
+	Interrupts   []runtime.InterruptInfo `json:"interrupts,omitempty"`
+	LastSeq      int64                   `json:"lastSeq"`
+	Attrs        map[string]any          `json:"attrs,omitempty"`
+	CreatedAt    *time.Time              `json:"createdAt,omitempty"`
+	UpdatedAt    *time.Time              `json:"updatedAt,omitempty"`
+	Nodes        []nodeStateJSON         `json:"nodes,omitempty"`
+}
+
+// nodeStateJSON is one node's latest checkpoint (never its error trace).
+type nodeStateJSON struct {
+	ID            string                 `json:"id"`
+	Status        runtime.NodeStatus     `json:"status"`
+	Attempt       int                    `json:"attempt"`
+	AttemptID     string                 `json:"attemptId,omitempty"`
+	Replayed      bool                   `json:"replayed,omitempty"`
+	Effect        runtime.Effect         `json:"effect,omitempty"`
+	Summary       string                 `json:"summary,omitempty"`
+	Output        any                    `json:"output,omitempty"`
+	Error         string                 `json:"error,omitempty"`
+	ErrorCode     string                 `json:"errorCode,omitempty"`
+	SkipReason    string                 `json:"skipReason,omitempty"`
+	Interrupt     *runtime.InterruptInfo `json:"interrupt,omitempty"`
+	StartedAt     *time.Time             `json:"startedAt,omitempty"`
+	UpdatedAt     *time.Time             `json:"updatedAt,omitempty"`
+	NextAttemptAt *time.Time             `json:"nextAttemptAt,omitempty"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func toRunJSON(r *runtime.RunRecord) runJSON {
+	mid, _ := r.Attrs["messageId"].(string)
+	out := runJSON{ID: r.ID, ChatID: r.ChatID, GraphID: r.GraphID, PlanVersion: r.PlanVersion, Kind: r.Kind, Status: r.Status,
+		MessageID: mid, ParentRunID: r.ParentID, RootRunID: r.RootID, EntryNodeIDs: r.EntryNodeIDs, Error: r.Error,
+		Interrupts: r.Interrupts, LastSeq: r.LastSeq, Attrs: r.Attrs, CreatedAt: timePtr(r.CreatedAt), UpdatedAt: timePtr(r.UpdatedAt)}
+	return out
+}
+
+func (s *Server) getRun(c echo.Context) error {
+	ctx := c.Request().Context()
+	id := c.Param("id")
+	rec, err := s.store.GetRun(ctx, id)
+	if errors.Is(err, runtime.ErrRunNotFound) {
+		if lr := s.liveRun(id); lr != nil {
+			// Accepted, waiting for its chat's turn.
+			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.chatID, MessageID: lr.messageID, Status: runtime.RunPending})
+		}
+	}
+	if err != nil {
+		return err
+	}
+	cps, err := s.store.Checkpoints(ctx, id)
+	if err != nil {
+		return err
+	}
+	out := toRunJSON(rec)
+	out.Nodes = make([]nodeStateJSON, 0, len(cps))
+	for _, cp := range cps {
+		out.Nodes = append(out.Nodes, nodeStateJSON{ID: cp.NodeID, Status: cp.Status, Attempt: cp.Attempt, AttemptID: cp.AttemptID,
+			Replayed: cp.Replayed, Effect: cp.Effect, Summary: cp.Summary, Output: cp.Output, Error: cp.Error, ErrorCode: cp.ErrorCode,
+			SkipReason: cp.SkipReason, Interrupt: cp.Interrupt, StartedAt: timePtr(cp.StartedAt), UpdatedAt: timePtr(cp.UpdatedAt),
+			NextAttemptAt: timePtr(cp.NextAttemptAt)})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) listRuns(c echo.Context) error {
+	ins, ok := s.raw.(runtime.Inspector)
+	if !ok {
+		return newError(http.StatusNotImplemented, CodeInternal, "the run store cannot list runs")
+	}
+	f := runtime.RunFilter{ChatID: c.QueryParam("chatId"), GraphID: c.QueryParam("graphId")}
+	if v := c.QueryParam("status"); v != "" {
+		for _, st := range strings.Split(v, ",") {
+			f.Status = append(f.Status, runtime.RunStatus(strings.TrimSpace(st)))
+		}
+	}
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return badRequest("limit must be between 1 and 1000")
+		}
+		f.Limit = n
+	}
+	recs, err := ins.ListRuns(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	out := make([]runJSON, len(recs))
+	for i, r := range recs {
+		out[i] = toRunJSON(r)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// cancelRun cancels one run. A finished run answers 409 with its status.
+func (s *Server) cancelRun(c echo.Context) error {
+	id := c.Param("id")
+	res, err := s.cancelScope(runcontrol.RunScope(id))
+	if err != nil {
+		return err
+	}
+	if res.Status == runcontrol.StatusCancelled {
+		return c.JSON(http.StatusAccepted, res)
+	}
+	rec, err := s.store.GetRun(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	if rec.Status.Finished() {
+		e := conflict("run %s already ended %s", id, rec.Status)
+		e.Details = map[string]any{"status": rec.Status}
+		return e
+	}
+	e := conflict("run %s is not bound to any server process", id)
+	e.Details = map[string]any{"status": rec.Status}
+	return e
+}

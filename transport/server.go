@@ -1,0 +1,365 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+	"chatgraph/transport/chatstore"
+)
+
+// Config configures a Server. Zero fields take the documented defaults.
+type Config struct {
+	// Registry holds the node types graphs may use (nodes.Register). Required.
+	Registry *runtime.Registry
+	// Store keeps runs, checkpoints and event logs. Required; the caller
+	// closes it after Shutdown.
+	Store runtime.Store
+	// Engine tunes the engine the server builds (Registry, Store and
+	// Logger are set by the server).
+	Engine runtime.Config
+	// Chats keeps graphs and chats. Required; the caller closes it.
+	Chats chatstore.Store
+	// Control binds and cancels runs. Required; Shutdown closes it.
+	Control runcontrol.Controller
+	// Queue orders the runs of each chat (double texting). Default:
+	// runcontrol.NewMemoryChatQueue(Control).
+	Queue runcontrol.ChatQueue
+
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// every /api/v1 call (?token= also works for GET and WebSocket).
+	Token string
+	// AllowedOrigins are extra WebSocket Origin host patterns
+	// (path.Match syntax, e.g. "localhost:5173"); the server's own origin
+	// is always allowed.
+	AllowedOrigins []string
+	// BodyLimit bounds request bodies (default 1 MiB).
+	BodyLimit int64
+	// RateLimit is requests per second per client IP (default 50;
+	// negative disables); RateBurst its burst (default 2*RateLimit).
+	RateLimit float64
+	RateBurst int
+	// MaxRuns bounds the runs queued or executing in this process
+	// (default 1000); MaxRunsPerChat those of one chat (default 16).
+	MaxRuns        int
+	MaxRunsPerChat int
+	// RequestTimeout bounds non-streaming requests (default 30s).
+	RequestTimeout time.Duration
+	// Heartbeat is the SSE comment interval (default 15s).
+	Heartbeat time.Duration
+	// WriteTimeout bounds each SSE or WebSocket write (default 10s).
+	WriteTimeout time.Duration
+	// WSPing is the WebSocket ping interval (default 20s); WSReadLimit the
+	// largest client frame (default 64 KiB); WSSendQueue the frames queued
+	// per connection before a slow client is closed with 1008 (default 256).
+	WSPing      time.Duration
+	WSReadLimit int64
+	WSSendQueue int
+	// SubscriberQueue is the live events buffered per subscriber before a
+	// slow one is dropped to catch up from the log (default 1024).
+	SubscriberQueue int
+	// PollInterval is how often a stream of a run executing in another
+	// process reads the log (default 250ms).
+	PollInterval time.Duration
+	// DrainTimeout bounds how long Shutdown lets runs finish before it
+	// cancels them with cause shutdown (default 10s; the ctx of Shutdown
+	// may end it sooner).
+	DrainTimeout time.Duration
+	// UI is served at / (nil: a placeholder page).
+	UI fs.FS
+	// Logger receives one line per request and per run transition
+	// (default: discard).
+	Logger *slog.Logger
+	// Metrics is the Prometheus registry /metrics serves (default: a new
+	// one with Go and process collectors).
+	Metrics *prometheus.Registry
+}
+
+// Server is the HTTP, SSE and WebSocket API. Create it with New, serve
+// Handler, stop it with Shutdown. Safe for concurrent use.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	engine   *runtime.Engine
+	store    runtime.Store // measured
+	raw      runtime.Store // as given
+	chats    chatstore.Store
+	ctl      runcontrol.Controller
+	queue    runcontrol.ChatQueue
+	hub      *hub
+	metrics  *metrics
+	validate *validator.Validate
+	echo     *echo.Echo
+
+	// base is the parent of every run context; cancelled by Shutdown last.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu       sync.Mutex
+	closing  bool
+	runs     map[string]*liveRun
+	perChat  map[string]int
+	cancelAt map[string]time.Time // run id -> when a cancel reached it
+	wsConns  map[*wsConn]struct{}
+	runsDone sync.WaitGroup
+}
+
+// New builds a Server from cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Registry == nil || cfg.Store == nil || cfg.Chats == nil || cfg.Control == nil {
+		return nil, errors.New("transport: Registry, Store, Chats and Control are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = 1 << 20
+	}
+	if cfg.RateLimit == 0 {
+		cfg.RateLimit = 50
+	}
+	if cfg.RateBurst <= 0 {
+		cfg.RateBurst = int(2 * cfg.RateLimit)
+	}
+	if cfg.MaxRuns <= 0 {
+		cfg.MaxRuns = 1000
+	}
+	if cfg.MaxRunsPerChat <= 0 {
+		cfg.MaxRunsPerChat = 16
+	}
+	def(&cfg.RequestTimeout, 30*time.Second)
+	def(&cfg.Heartbeat, 15*time.Second)
+	def(&cfg.WriteTimeout, 10*time.Second)
+	def(&cfg.WSPing, 20*time.Second)
+	def(&cfg.PollInterval, 250*time.Millisecond)
+	def(&cfg.DrainTimeout, 10*time.Second)
+	if cfg.WSReadLimit <= 0 {
+		cfg.WSReadLimit = 64 << 10
+	}
+	if cfg.WSSendQueue <= 0 {
+		cfg.WSSendQueue = 256
+	}
+	if cfg.Queue == nil {
+		cfg.Queue = runcontrol.NewMemoryChatQueue(cfg.Control)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := newMetrics(cfg.Metrics)
+	st := m.wrapStore(cfg.Store)
+	ecfg := cfg.Engine
+	ecfg.Registry, ecfg.Store = cfg.Registry, st
+	if ecfg.Logger == nil {
+		ecfg.Logger = log
+	}
+	eng, err := runtime.NewEngine(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, engine: eng, store: st, raw: cfg.Store, chats: cfg.Chats,
+		ctl: cfg.Control, queue: cfg.Queue, hub: newHub(cfg.SubscriberQueue), metrics: m,
+		validate: newValidator(), runs: map[string]*liveRun{}, perChat: map[string]int{},
+		cancelAt: map[string]time.Time{}, wsConns: map[*wsConn]struct{}{}}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.echo = s.routes()
+	return s, nil
+}
+
+// Engine returns the engine the server runs graphs with.
+func (s *Server) Engine() *runtime.Engine { return s.engine }
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Echo returns the echo instance (its Routes() are the API's routes).
+func (s *Server) Echo() *echo.Echo { return s.echo }
+
+// streaming reports whether a request holds its connection open for
+// events: the echo Timeout middleware stays off these.
+func streaming(c echo.Context) bool {
+	p := c.Path()
+	return strings.HasSuffix(p, "/events") || strings.HasSuffix(p, "/ws") ||
+		strings.Contains(c.Request().Header.Get("Accept"), "text/event-stream")
+}
+
+func (s *Server) routes() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		DisablePrintStack: true,
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			s.log.Error("panic in handler", "path", c.Path(), "err", err, "stack", string(stack))
+			return err
+		},
+	}))
+	e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+		LogStatus: true, LogURIPath: true, LogMethod: true, LogLatency: true, LogRemoteIP: true, LogError: true,
+		HandleError: true,
+		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			s.metrics.httpRequests.WithLabelValues(route, strconv.Itoa(v.Status)).Inc()
+			s.log.Info("request", "method", v.Method, "path", v.URIPath, "route", route, "status", v.Status,
+				"latency_ms", float64(v.Latency.Microseconds())/1000, "remote", v.RemoteIP)
+			return nil
+		},
+	}))
+	e.GET("/healthz", s.healthz)
+	e.HEAD("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
+	e.GET("/", s.ui)
+	e.GET("/*", s.ui)
+
+	api := e.Group("/api/v1", s.auth, s.rateLimiter(),
+		middleware.BodyLimit(strconv.FormatInt(s.cfg.BodyLimit, 10)),
+		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
+			Timeout: s.cfg.RequestTimeout, Skipper: streaming}))
+	api.GET("/openapi.json", s.openapi)
+	api.GET("/node-types", s.nodeTypes)
+
+	api.POST("/graphs/validate", s.validateGraph)
+	api.POST("/graphs", s.createGraph)
+	api.GET("/graphs", s.listGraphs)
+	api.GET("/graphs/:id", s.getGraph)
+	api.PUT("/graphs/:id", s.updateGraph)
+	api.DELETE("/graphs/:id", s.deleteGraph)
+
+	api.POST("/chats", s.createChat)
+	api.GET("/chats", s.listChats)
+	api.GET("/chats/:id", s.getChat)
+	api.DELETE("/chats/:id", s.deleteChat)
+	api.PUT("/chats/:id/active-leaf", s.setActiveLeaf)
+	api.POST("/chats/:id/messages", s.streamChat)
+	api.POST("/chats/:id/agent-messages", s.streamAgentChat)
+	api.POST("/chats/:id/messages/:mid/continue", s.continueMessage)
+	api.POST("/chats/:id/messages/:mid/retry", s.retryMessage)
+	api.POST("/chats/:id/messages/:mid/edit", s.editUserMessage)
+	api.POST("/chats/:id/cancel", s.cancelChat)
+
+	api.GET("/runs", s.listRuns)
+	api.GET("/runs/:id", s.getRun)
+	api.GET("/runs/:id/events", s.runEvents)
+	api.POST("/runs/:id/cancel", s.cancelRun)
+	api.POST("/runs/:id/resume", s.resumeRun)
+
+	api.GET("/ws", s.websocket)
+	api.RouteNotFound("/*", func(echo.Context) error { return notFound("no such route") })
+	return e
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	ok := true
+	if err := s.chats.Ping(ctx); err != nil {
+		checks["chats"], ok = err.Error(), false
+	} else {
+		checks["chats"] = "ok"
+	}
+	if p, isPinger := s.raw.(interface{ Ping(context.Context) error }); isPinger {
+		if err := p.Ping(ctx); err != nil {
+			checks["runs"], ok = err.Error(), false
+		} else {
+			checks["runs"] = "ok"
+		}
+	} else if _, err := s.store.GetRun(ctx, "readyz-probe"); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
+		checks["runs"], ok = err.Error(), false
+	} else {
+		checks["runs"] = "ok"
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		checks["server"], ok = "shutting down", false
+	}
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	return c.JSON(status, map[string]any{"ready": ok, "checks": checks})
+}
+
+// Shutdown stops the server in order: new runs are refused, running runs
+// get until DrainTimeout (or ctx) to finish, the rest are cancelled with
+// cause shutdown (runcontrol.ErrShutdown) and awaited, WebSocket
+// connections are closed with 1001, and the run controller is closed.
+// The caller then shuts the http.Server down and closes the stores.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	drain, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	defer cancel()
+	if !waitGroup(drain, &s.runsDone) {
+		s.mu.Lock()
+		ids := make([]string, 0, len(s.runs))
+		for id := range s.runs {
+			ids = append(ids, id)
+		}
+		s.mu.Unlock()
+		s.log.Info("shutdown: cancelling runs", "count", len(ids))
+		for _, id := range ids {
+			_, _ = s.ctl.Cancel(context.Background(), runcontrol.RunScope(id), runcontrol.ErrShutdown)
+		}
+		grace, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+		waitGroup(grace, &s.runsDone)
+		cancel2()
+	}
+	s.mu.Lock()
+	conns := make([]*wsConn, 0, len(s.wsConns))
+	for c := range s.wsConns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close(CloseShutdown, "server shutting down")
+	}
+	s.cancelBase()
+	if q, ok := s.queue.(interface{ Close() error }); ok {
+		_ = q.Close()
+	}
+	if err := s.ctl.Close(); err != nil {
+		return fmt.Errorf("transport: close run control: %w", err)
+	}
+	return nil
+}
+
+// waitGroup waits for wg or ctx; it reports whether wg finished.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,55 @@
+package transport
+
+import (
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+const placeholderUI = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>chatgraph</title>
+<style>body{font-family:system-ui,sans-serif;max-width:40rem;margin:4rem auto;padding:0 1rem;line-height:1.5}code{background:#f3f3f3;padding:0 .25rem}</style>
+</head><body>
+<h1>chatgraph</h1>
+<p>The server is running, but the web UI is not built into this binary.</p>
+<p>The API is at <code>/api/v1</code> (<a href="/api/v1/openapi.json">OpenAPI</a>),
+health at <a href="/healthz"><code>/healthz</code></a>, metrics at <a href="/metrics"><code>/metrics</code></a>.</p>
+</body></html>
+`
+
+// ui serves the web UI (Config.UI) at /, falling back to index.html for
+// client-side routes, or a placeholder page when no UI was built in.
+func (s *Server) ui(c echo.Context) error {
+	p := strings.TrimPrefix(path.Clean("/"+c.Param("*")), "/")
+	if strings.HasPrefix(p, "api/") {
+		return notFound("no such route")
+	}
+	if s.cfg.UI == nil {
+		return c.HTML(http.StatusOK, placeholderUI)
+	}
+	if p == "" {
+		p = "index.html"
+	}
+	if st, err := fs.Stat(s.cfg.UI, p); err != nil || st.IsDir() {
+		if path.Ext(p) != "" {
+			return notFound("no such file")
+		}
+		p = "index.html" // a client-side route
+	}
+	b, err := fs.ReadFile(s.cfg.UI, p)
+	if err != nil {
+		return notFound("no such file")
+	}
+	ct := mime.TypeByExtension(path.Ext(p))
+	if ct == "" {
+		ct = http.DetectContentType(b)
+	}
+	if p != "index.html" {
+		c.Response().Header().Set("Cache-Control", "public, max-age=3600")
+	}
+	return c.Blob(http.StatusOK, ct, b)
+}
