@@ -307,3 +307,7 @@ func (e *env) waitMessage(chatID, id string) map[string]any {
 	})
 	return m
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+type transportConfig = transport.Config

@@ -241,7 +241,11 @@ func (wc *wsConn) close(code websocket.StatusCode, reason string) {
 	})
 }
 
-// enqueue queues one frame; a full queue closes the connection (1008).
+// enqueue queues one frame. A burst (a replay from the log) may wait for
+// room; a queue that stays full for half the write timeout means the
+// client cannot keep up: it is closed with 1008 and resumes with
+// subscribe afterSeq. Only the connection's own forwarders wait here,
+// never a run.
 func (wc *wsConn) enqueue(b []byte) error {
 	if wc.ctx.Err() != nil {
 		return wc.ctx.Err()
@@ -250,6 +254,15 @@ func (wc *wsConn) enqueue(b []byte) error {
 	case wc.out <- b:
 		return nil
 	default:
+	}
+	t := time.NewTimer(wc.s.cfg.WriteTimeout / 2)
+	defer t.Stop()
+	select {
+	case wc.out <- b:
+		return nil
+	case <-wc.ctx.Done():
+		return wc.ctx.Err()
+	case <-t.C:
 		wc.close(CloseTooSlow, "too slow: resubscribe with afterSeq")
 		return errors.New("send queue full")
 	}
@@ -264,6 +277,9 @@ func (wc *wsConn) sendError(id string, err error) {
 func (wc *wsConn) writer() {
 	defer wc.wg.Done()
 	for {
+		if wc.ctx.Err() != nil {
+			return // closing: leave the line free for the close frame
+		}
 		select {
 		case b := <-wc.out:
 			ctx, cancel := context.WithTimeout(context.Background(), wc.s.cfg.WriteTimeout)

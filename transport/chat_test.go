@@ -1,0 +1,273 @@
+package transport_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func sseCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestCancelBeforeStartHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	var res map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/cancel", map[string]any{"clientRequestId": "req-1"}, &res), http.StatusAccepted)
+	require.Equal(t, "pending", res["status"])
+	s := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "hi", "clientRequestId": "req-1"}, nil)
+	evs := s.all(t)
+	requireGapFree(t, evs, 0)
+	require.Equal(t, "run_started", evs[0].Type)
+	require.Equal(t, "run_cancelled", evs[len(evs)-1].Type)
+	require.NotContains(t, types(evs), "node_started")
+	m := e.waitMessage(chatID, s.resp.Header.Get("X-Message-Id"))
+	require.Equal(t, "cancelled", m["status"])
+
+	// The intent was consumed: the next request of the chat runs.
+	s = e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "again", "clientRequestId": "req-2"}, nil)
+	evs = s.all(t)
+	require.Equal(t, "run_completed", evs[len(evs)-1].Type)
+
+	// A chat-scope intent cancels whatever runs next in the chat.
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/cancel", nil, &res), http.StatusAccepted)
+	require.Equal(t, "pending", res["status"])
+	var ticket map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "third"}, &ticket), http.StatusAccepted)
+	m = e.waitMessage(chatID, ticket["messageId"].(string))
+	require.Equal(t, "cancelled", m["status"])
+}
+
+func TestCancelMidStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 50}`))
+	s := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("word ", 100)}, nil)
+	var evs []*sseEvent
+	for {
+		ev, err := s.next(false)
+		require.NoError(t, err)
+		evs = append(evs, ev)
+		if ev.Type == "node_delta" {
+			break
+		}
+	}
+	runID := evs[0].Data["runId"].(string)
+	var res map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, &res), http.StatusAccepted)
+	require.Equal(t, "cancelled", res["status"])
+	evs = append(evs, s.all(t)...)
+	requireGapFree(t, evs, 0)
+	require.Equal(t, "run_cancelled", evs[len(evs)-1].Type)
+	require.Contains(t, types(evs), "node_cancelled")
+	// Once the run has ended and released, a cancel is a conflict.
+	waitFor(t, "the run to release", func() bool {
+		return e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, nil).StatusCode == http.StatusConflict
+	})
+}
+
+func TestRetryAndEditMakeSiblings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	var t1 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "first"}, &t1), http.StatusAccepted)
+	a1 := t1["messageId"].(string)
+	u1 := t1["userMessageId"].(string)
+	e.waitMessage(chatID, a1)
+
+	var t2 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+a1+"/retry", nil, &t2), http.StatusAccepted)
+	a2 := t2["messageId"].(string)
+	m := e.waitMessage(chatID, a2)
+	require.Equal(t, u1, m["parentId"], "a retry is a sibling answer")
+	require.Equal(t, "echo: first", m["content"])
+	require.NotEqual(t, t1["runId"], t2["runId"])
+
+	var t3 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+u1+"/edit", map[string]any{"content": "edited"}, &t3), http.StatusAccepted)
+	a3 := t3["messageId"].(string)
+	u3 := t3["userMessageId"].(string)
+	e.waitMessage(chatID, a3)
+	c := e.chat(chatID)
+	require.Len(t, messages(c), 5, "nothing is overwritten")
+	require.Nil(t, message(c, u3)["parentId"], "an edit is a sibling of the edited message (both roots)")
+	require.Nil(t, message(c, u1)["parentId"])
+	require.Equal(t, "first", message(c, u1)["content"])
+	require.Equal(t, "echo: edited", message(c, a3)["content"])
+	require.Equal(t, a3, c["activeLeafId"])
+	require.Equal(t, "echo: first", message(c, a1)["content"])
+
+	// A follow-up on the edited branch sees that branch's history only.
+	var t4 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "next"}, &t4), http.StatusAccepted)
+	m = e.waitMessage(chatID, t4["messageId"].(string))
+	require.Equal(t, "echo: next", m["content"])
+	require.Equal(t, a3, message(e.chat(chatID), t4["userMessageId"].(string))["parentId"])
+
+	// Switching branches.
+	e.mustStatus(e.do("PUT", "/api/v1/chats/"+chatID+"/active-leaf", map[string]any{"messageId": a1}, nil), http.StatusOK)
+	require.Equal(t, a1, e.chat(chatID)["activeLeafId"])
+}
+
+func approvalGraph() map[string]any {
+	g := basicGraph("")
+	g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": "calc", "type": "tool",
+		"data": map[string]any{"name": "calculator", "requireApproval": true}})
+	g["edges"] = append(g["edges"].([]any), edge("l1", "calc", "tool", "a1", "tools", "link"))
+	return g
+}
+
+func TestContinueAfterApproval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(approvalGraph())
+	s := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": `/tool calculator {"expression":"6*7"}`}, nil)
+	evs := s.all(t)
+	requireGapFree(t, evs, 0)
+	require.Equal(t, "run_interrupted", evs[len(evs)-1].Type)
+	require.Contains(t, types(evs), "approval_required")
+	runID := evs[0].Data["runId"].(string)
+	mid := s.resp.Header.Get("X-Message-Id")
+	require.Equal(t, "interrupted", e.waitMessage(chatID, mid)["status"])
+
+	s = e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue",
+		map[string]any{"resume": map[string]any{"approved": true}}, nil)
+	evs = s.all(t)
+	requireGapFree(t, evs, 0)
+	data := evs[0].Data["data"].(map[string]any)
+	require.Equal(t, runID, data["parentRunId"])
+	require.Equal(t, mid, data["messageId"])
+	require.Equal(t, "run_completed", evs[len(evs)-1].Type)
+	var replayed bool
+	for _, ev := range evs {
+		if ev.Type == "node_started" && ev.Data["nodeId"] == "start" {
+			replayed = ev.Data["data"].(map[string]any)["replayed"] == true
+		}
+	}
+	require.True(t, replayed, "succeeded nodes replay")
+	m := e.waitMessage(chatID, mid)
+	require.Equal(t, "completed", m["status"])
+	require.Equal(t, "tool calculator returned: 42", m["content"])
+	require.Len(t, messages(e.chat(chatID)), 2, "completed in place")
+
+	// Continuing a completed message: conflict.
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue", nil, nil), http.StatusConflict)
+}
+
+func TestResumeDenied(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(approvalGraph())
+	var tk map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": `/tool calculator {"expression":"1+1"}`}, &tk), http.StatusAccepted)
+	mid := tk["messageId"].(string)
+	require.Equal(t, "interrupted", e.waitMessage(chatID, mid)["status"])
+	var tk2 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/resume",
+		map[string]any{"value": map[string]any{"approved": false, "reason": "no"}}, &tk2), http.StatusAccepted)
+	require.Equal(t, mid, tk2["messageId"])
+	m := e.waitMessage(chatID, mid)
+	require.Equal(t, "completed", m["status"])
+	require.Contains(t, m["content"], "refused")
+}
+
+func TestSSEResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 5}`))
+	var tk map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": strings.Repeat("w ", 60)}, &tk), http.StatusAccepted)
+	runID := tk["runId"].(string)
+
+	// Mid-run: read a few events, drop the connection, resume from the last id.
+	ctx, cancel := context.WithCancel(sseCtx(t))
+	s := e.openSSE(ctx, "GET", "/api/v1/runs/"+runID+"/events", nil, nil)
+	var first []*sseEvent
+	for len(first) < 8 {
+		ev, err := s.next(false)
+		require.NoError(t, err)
+		first = append(first, ev)
+	}
+	cancel()
+	last := first[len(first)-1].ID
+	s = e.openSSE(sseCtx(t), "GET", "/api/v1/runs/"+runID+"/events", nil, map[string]string{"Last-Event-ID": itoa(last)})
+	rest := s.all(t)
+	all := append(first, rest...)
+	requireGapFree(t, all, 0)
+	require.Equal(t, "run_completed", all[len(all)-1].Type)
+
+	// After the end: a replay from any point, with ?after=.
+	for _, after := range []int64{0, 3, int64(len(all)) - 1, int64(len(all))} {
+		s = e.openSSE(sseCtx(t), "GET", "/api/v1/runs/"+runID+"/events?after="+itoa(after), nil, nil)
+		got := s.all(t)
+		requireGapFree(t, got, after)
+		require.Len(t, got, len(all)-int(after))
+		for i, ev := range got {
+			require.Equal(t, all[int(after)+i].Raw, ev.Raw)
+		}
+	}
+	e.mustStatus(e.do("GET", "/api/v1/runs/nope/events", nil, nil), http.StatusNotFound)
+}
+
+func TestDoubleTextingReject(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
+	var tk map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": strings.Repeat("w ", 50)}, &tk), http.StatusAccepted)
+	var body struct {
+		Error struct {
+			Code    string
+			Details map[string]any
+		}
+	}
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "again", "multitaskStrategy": "reject"}, &body), http.StatusConflict)
+	require.Equal(t, "conflict", body.Error.Code)
+	require.Contains(t, body.Error.Details["runIds"], tk["runId"])
+	require.Len(t, messages(e.chat(chatID)), 2, "a rejected message is not written")
+
+	// enqueue (the default) waits its turn and sees the first answer.
+	var tk2 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "queued"}, &tk2), http.StatusAccepted)
+	m := e.waitMessage(chatID, tk2["messageId"].(string))
+	require.Equal(t, "completed", m["status"])
+	require.Equal(t, "completed", message(e.chat(chatID), tk["messageId"].(string))["status"])
+}
+
+func TestDoubleTextingInterruptAndRollback(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
+	var tk1 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": strings.Repeat("w ", 200)}, &tk1), http.StatusAccepted)
+	waitFor(t, "first run to run", func() bool { return message(e.chat(chatID), tk1["messageId"].(string))["status"] == "running" })
+	var tk2 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "interrupting", "multitaskStrategy": "interrupt"}, &tk2), http.StatusAccepted)
+	require.Equal(t, "completed", e.waitMessage(chatID, tk2["messageId"].(string))["status"])
+	m1 := message(e.chat(chatID), tk1["messageId"].(string))
+	require.Equal(t, "cancelled", m1["status"])
+	require.Equal(t, "superseded", m1["error"])
+
+	var tk3 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": strings.Repeat("w ", 200)}, &tk3), http.StatusAccepted)
+	waitFor(t, "third run to run", func() bool { return message(e.chat(chatID), tk3["messageId"].(string))["status"] == "running" })
+	var tk4 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "rolling back", "multitaskStrategy": "rollback"}, &tk4), http.StatusAccepted)
+	require.Equal(t, "completed", e.waitMessage(chatID, tk4["messageId"].(string))["status"])
+	c := e.chat(chatID)
+	require.Nil(t, message(c, tk3["messageId"].(string)), "rolled back")
+	require.Nil(t, message(c, tk3["userMessageId"].(string)), "rolled back")
+	require.Equal(t, tk2["messageId"], message(c, tk4["userMessageId"].(string))["parentId"], "re-parented onto what remains")
+}

@@ -1,0 +1,120 @@
+package transport_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+type errBody struct {
+	Error struct {
+		Code    string
+		Message string
+		Details any
+	}
+}
+
+func TestErrorsAndLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *transportConfig) {
+		c.Token = "tok"
+		c.BodyLimit = 1024
+		c.RateLimit, c.RateBurst = 1, 60
+	})
+	// Unauthorized.
+	anon := *e
+	anon.token = ""
+	var b errBody
+	resp := anon.do("GET", "/api/v1/graphs", nil, &b)
+	e.mustStatus(resp, http.StatusUnauthorized)
+	require.Equal(t, "unauthorized", b.Error.Code)
+	anon.token = "wrong"
+	e.mustStatus(anon.do("GET", "/api/v1/graphs", nil, nil), http.StatusUnauthorized)
+	anon.token = ""
+	e.mustStatus(anon.do("GET", "/api/v1/graphs?token=tok", nil, nil), http.StatusOK)
+	// Health and metrics need no token.
+	e.mustStatus(anon.do("GET", "/healthz", nil, nil), http.StatusOK)
+	e.mustStatus(anon.do("GET", "/readyz", nil, nil), http.StatusOK)
+
+	// Too large.
+	resp = e.do("POST", "/api/v1/graphs", `{"name":"`+strings.Repeat("x", 2000)+`"}`, &b)
+	e.mustStatus(resp, http.StatusRequestEntityTooLarge)
+	require.Equal(t, "payload_too_large", b.Error.Code)
+
+	// Not found and bad JSON.
+	e.mustStatus(e.do("GET", "/api/v1/chats/nope", nil, &b), http.StatusNotFound)
+	require.Equal(t, "not_found", b.Error.Code)
+	e.mustStatus(e.do("GET", "/api/v1/nothing", nil, &b), http.StatusNotFound)
+	require.Equal(t, "not_found", b.Error.Code)
+	e.mustStatus(e.do("POST", "/api/v1/chats", `{"graphId":`, &b), http.StatusBadRequest)
+	require.Equal(t, "invalid_json", b.Error.Code)
+	e.mustStatus(e.do("POST", "/api/v1/chats", `{"graphId":7}`, &b), http.StatusBadRequest)
+	require.Equal(t, "invalid_json", b.Error.Code)
+	e.mustStatus(e.do("POST", "/api/v1/chats", `{}`, &b), http.StatusBadRequest)
+	require.Contains(t, b.Error.Message, "graphId")
+
+	// Rate limited, with Retry-After.
+	var limited *http.Response
+	for range 200 {
+		r := e.do("GET", "/api/v1/graphs", nil, nil)
+		if r.StatusCode == http.StatusTooManyRequests {
+			limited = r
+			raw, _ := io.ReadAll(r.Body)
+			require.NoError(t, json.Unmarshal(raw, &b))
+			break
+		}
+	}
+	require.NotNil(t, limited)
+	require.Equal(t, "rate_limited", b.Error.Code)
+	require.NotEmpty(t, limited.Header.Get("Retry-After"))
+}
+
+func TestChatCallValidation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	var b errBody
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", `{}`, &b), http.StatusBadRequest)
+	require.Equal(t, "invalid_json", b.Error.Code)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", `{"content":"x","multitaskStrategy":"later"}`, &b), http.StatusBadRequest)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/agent-messages", `{"content":"x","agentNodeId":"out"}`, &b), http.StatusBadRequest)
+	e.mustStatus(e.do("POST", "/api/v1/chats/nope/messages", `{"content":"x"}`, &b), http.StatusNotFound)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/nope/retry", nil, &b), http.StatusNotFound)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", `{"content":"x","parentId":"nope"}`, &b), http.StatusNotFound)
+}
+
+func TestNodeTypesMetricsOpenAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var nts []map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/node-types", nil, &nts), http.StatusOK)
+	names := map[string]bool{}
+	for _, nt := range nts {
+		names[nt["type"].(string)] = true
+		require.NotEmpty(t, nt["label"])
+		require.NotNil(t, nt["ports"])
+	}
+	for _, want := range []string{"chat_start", "agent", "tool", "router", "template", "approval", "chat_output", "delay", "flaky"} {
+		require.True(t, names[want], want)
+	}
+	_, chatID := e.newChat(basicGraph(""))
+	s := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "m"}, nil)
+	s.all(t)
+	resp := e.do("GET", "/metrics", nil, nil)
+	e.mustStatus(resp, http.StatusOK)
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"chatgraph_runs_total", "chatgraph_node_duration_seconds", "chatgraph_active_streams",
+		"chatgraph_store_operation_duration_seconds", "chatgraph_cancel_latency_seconds"} {
+		require.Contains(t, string(body), want)
+	}
+	resp = e.do("GET", "/api/v1/openapi.json", nil, nil)
+	e.mustStatus(resp, http.StatusOK)
+	resp = e.do("GET", "/", nil, nil)
+	e.mustStatus(resp, http.StatusOK)
+	body, _ = io.ReadAll(resp.Body)
+	require.Contains(t, string(body), "chatgraph")
+}

@@ -1,0 +1,295 @@
+package transport_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"syscall"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+)
+
+// wsClient is a test WebSocket client speaking chatgraph.v1.
+type wsClient struct {
+	t    *testing.T
+	conn *websocket.Conn
+	ctx  context.Context
+}
+
+func (e *env) dialWS(opts *websocket.DialOptions, query string) (*websocket.Conn, *http.Response, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if opts == nil {
+		opts = &websocket.DialOptions{}
+	}
+	if opts.Subprotocols == nil {
+		opts.Subprotocols = []string{"chatgraph.v1"}
+	}
+	if e.token != "" && opts.HTTPHeader == nil && query == "" {
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + e.token}}
+	}
+	return websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/ws"+query, opts)
+}
+
+func (e *env) ws() *wsClient {
+	e.t.Helper()
+	conn, _, err := e.dialWS(nil, "")
+	require.NoError(e.t, err)
+	require.Equal(e.t, "chatgraph.v1", conn.Subprotocol())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	e.t.Cleanup(func() {
+		cancel()
+		_ = conn.Close(websocket.StatusNormalClosure, "")
+	})
+	return &wsClient{t: e.t, conn: conn, ctx: ctx}
+}
+
+func (c *wsClient) send(frame map[string]any) {
+	c.t.Helper()
+	b, err := json.Marshal(frame)
+	require.NoError(c.t, err)
+	require.NoError(c.t, c.conn.Write(c.ctx, websocket.MessageText, b))
+}
+
+func (c *wsClient) read() map[string]any {
+	c.t.Helper()
+	_, b, err := c.conn.Read(c.ctx)
+	require.NoError(c.t, err)
+	var f map[string]any
+	require.NoError(c.t, json.Unmarshal(b, &f))
+	return f
+}
+
+// until reads frames until one matches; it returns the frames read.
+func (c *wsClient) until(match func(map[string]any) bool) []map[string]any {
+	c.t.Helper()
+	var out []map[string]any
+	for {
+		f := c.read()
+		out = append(out, f)
+		if match(f) {
+			return out
+		}
+	}
+}
+
+func terminalOf(runID string) func(map[string]any) bool {
+	return func(f map[string]any) bool {
+		if f["type"] != "event" {
+			return false
+		}
+		ev := f["event"].(map[string]any)
+		switch ev["type"] {
+		case "run_completed", "run_failed", "run_cancelled", "run_interrupted":
+			return ev["runId"] == runID
+		}
+		return false
+	}
+}
+
+// eventsOf picks the envelopes of runID out of frames.
+func eventsOf(frames []map[string]any, runID string) []map[string]any {
+	var out []map[string]any
+	for _, f := range frames {
+		if f["type"] == "event" {
+			if ev := f["event"].(map[string]any); ev["runId"] == runID {
+				out = append(out, ev)
+			}
+		}
+	}
+	return out
+}
+
+func requireEnvelopesGapFree(t *testing.T, evs []map[string]any, after int64) {
+	t.Helper()
+	for i, ev := range evs {
+		require.EqualValues(t, after+int64(i)+1, ev["seq"], "event %d %v", i, ev["type"])
+	}
+}
+
+func evTypes(evs []map[string]any) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev["type"].(string)
+	}
+	return out
+}
+
+func TestWebSocketStreamChat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	c := e.ws()
+	c.send(map[string]any{"id": "q1", "type": "stream_chat", "chatId": chatID, "content": "hi there"})
+	ack := c.read()
+	require.Equal(t, "ack", ack["type"])
+	require.Equal(t, "q1", ack["id"])
+	runID := ack["runId"].(string)
+	require.NotEmpty(t, ack["messageId"])
+	frames := c.until(terminalOf(runID))
+	evs := eventsOf(frames, runID)
+	requireEnvelopesGapFree(t, evs, 0)
+	ts := evTypes(evs)
+	require.Equal(t, "run_started", ts[0])
+	require.Equal(t, "run_completed", ts[len(ts)-1])
+	for _, want := range []string{"node_started", "node_delta", "node_completed", "edge_taken"} {
+		require.Contains(t, ts, want)
+	}
+	for _, ev := range evs {
+		if ev["type"] == "node_started" && ev["nodeId"] == "a1" {
+			d := ev["data"].(map[string]any)
+			require.Equal(t, "chat_history", d["inputMode"])
+			require.Contains(t, d, "messageCount")
+			require.Contains(t, d, "tools")
+		}
+	}
+	require.Equal(t, "echo: hi there", e.waitMessage(chatID, ack["messageId"].(string))["content"])
+
+	// Subscribe again from the middle: the rest, exactly once.
+	c.send(map[string]any{"id": "s1", "type": "subscribe", "runId": runID, "afterSeq": 3})
+	require.Equal(t, "ack", c.read()["type"])
+	again := eventsOf(c.until(terminalOf(runID)), runID)
+	requireEnvelopesGapFree(t, again, 3)
+	require.Len(t, again, len(evs)-3)
+
+	// Errors come back in error frames with the request id.
+	c.send(map[string]any{"id": "x1", "type": "subscribe", "runId": "r_nope"})
+	f := c.read()
+	require.Equal(t, "error", f["type"])
+	require.Equal(t, "x1", f["id"])
+	require.Equal(t, "not_found", f["error"].(map[string]any)["code"])
+	c.send(map[string]any{"id": "x2", "type": "what"})
+	require.Equal(t, "error", c.read()["type"])
+}
+
+func TestWebSocketCancelBeforeStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	c := e.ws()
+	c.send(map[string]any{"id": "c1", "type": "cancel", "clientRequestId": "later"})
+	ack := c.read()
+	require.Equal(t, "ack", ack["type"])
+	require.Equal(t, "pending", ack["status"])
+	c.send(map[string]any{"id": "later", "type": "stream_chat", "chatId": chatID, "content": "hi"})
+	ack = c.read()
+	require.Equal(t, "ack", ack["type"])
+	runID := ack["runId"].(string)
+	evs := eventsOf(c.until(terminalOf(runID)), runID)
+	requireEnvelopesGapFree(t, evs, 0)
+	require.Equal(t, "run_cancelled", evs[len(evs)-1]["type"])
+	require.NotContains(t, evTypes(evs), "node_started")
+}
+
+func TestWebSocketApprovalResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(approvalGraph())
+	c := e.ws()
+	c.send(map[string]any{"id": "q1", "type": "stream_chat", "chatId": chatID, "content": `/tool calculator {"expression":"6*7"}`})
+	ack := c.read()
+	runID := ack["runId"].(string)
+	evs := eventsOf(c.until(terminalOf(runID)), runID)
+	require.Equal(t, "run_interrupted", evs[len(evs)-1]["type"])
+	require.Contains(t, evTypes(evs), "approval_required")
+	c.send(map[string]any{"id": "q2", "type": "resume", "runId": runID, "value": map[string]any{"approved": true}})
+	ack2 := c.read()
+	require.Equal(t, "ack", ack2["type"])
+	require.Equal(t, ack["messageId"], ack2["messageId"])
+	run2 := ack2["runId"].(string)
+	evs = eventsOf(c.until(terminalOf(run2)), run2)
+	requireEnvelopesGapFree(t, evs, 0)
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"])
+	require.Equal(t, "tool calculator returned: 42", e.waitMessage(chatID, ack["messageId"].(string))["content"])
+}
+
+func TestWebSocketCloseCodes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *transportConfig) { c.Token = "s3cret" })
+	// No token: 4001.
+	conn, _, err := e.dialWS(&websocket.DialOptions{HTTPHeader: http.Header{}}, "?x=1")
+	require.NoError(t, err)
+	_, _, err = conn.Read(context.Background())
+	require.Equal(t, websocket.StatusCode(4001), websocket.CloseStatus(err))
+
+	// Token as a subprotocol entry: accepted, never echoed.
+	conn, _, err = e.dialWS(&websocket.DialOptions{HTTPHeader: http.Header{}, Subprotocols: []string{"chatgraph.v1", "chatgraph.token.s3cret"}}, "?x=1")
+	require.NoError(t, err)
+	require.Equal(t, "chatgraph.v1", conn.Subprotocol())
+	// A frame that is not JSON: 4400.
+	require.NoError(t, conn.Write(context.Background(), websocket.MessageText, []byte("nope")))
+	_, _, err = conn.Read(context.Background())
+	require.Equal(t, websocket.StatusCode(4400), websocket.CloseStatus(err))
+
+	// ?token= works; a frame over the read limit: 1009.
+	conn, _, err = e.dialWS(&websocket.DialOptions{HTTPHeader: http.Header{}}, "?token=s3cret")
+	require.NoError(t, err)
+	big := `{"type":"stream_chat","content":"` + strings.Repeat("x", 70<<10) + `"}`
+	_ = conn.Write(context.Background(), websocket.MessageText, []byte(big))
+	_, _, err = conn.Read(context.Background())
+	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err))
+
+	// A foreign Origin is refused.
+	_, resp, err := e.dialWS(&websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"https://evil.example"}, "Authorization": {"Bearer s3cret"}}}, "")
+	require.Error(t, err)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+}
+
+func TestWebSocketSlowClientClosed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *transportConfig) { c.WSSendQueue = 8; c.WriteTimeout = 4 * time.Second })
+	_, chatID := e.newChat(basicGraph(""))
+	// A client with a tiny receive buffer that stops reading.
+	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	slow, _, err := e.dialWS(&websocket.DialOptions{HTTPClient: hc}, "")
+	require.NoError(t, err)
+	defer slow.CloseNow()
+	slow.SetReadLimit(1 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	frame, _ := json.Marshal(map[string]any{"id": "big", "type": "stream_chat", "chatId": chatID, "content": strings.Repeat("w ", 30000)})
+	require.NoError(t, slow.Write(ctx, websocket.MessageText, frame))
+
+	// Another client is served meanwhile.
+	_, chat2 := e.newChat(basicGraph(""))
+	fast := e.ws()
+	fast.send(map[string]any{"id": "q", "type": "stream_chat", "chatId": chat2, "content": "quick"})
+	ack := fast.read()
+	start := time.Now()
+	evs := eventsOf(fast.until(terminalOf(ack["runId"].(string))), ack["runId"].(string))
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"])
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	waitFor(t, "the slow client to be dropped", func() bool {
+		resp := e.do("GET", "/metrics", nil, nil)
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `chatgraph_stream_dropped_total{transport="websocket"} 1`)
+	})
+	for {
+		_, _, err := slow.Read(ctx)
+		if err != nil {
+			require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
+			break
+		}
+	}
+	// The run itself was not slowed: it completes.
+	waitFor(t, "the big run to finish", func() bool {
+		c := e.chat(chatID)
+		ms := messages(c)
+		return len(ms) == 2 && ms[1]["status"] == "completed"
+	})
+}
