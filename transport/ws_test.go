@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"syscall"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
