@@ -45,19 +45,20 @@ type Config struct {
 
 // Engine compiles graphs and executes runs. It is safe for concurrent use.
 type Engine struct {
-	reg      *Registry
-	store    Store
-	lim      Limits
-	conds    *conditions
-	plans    planCache
-	sem      chan struct{}
-	maxPar   int
-	grace    time.Duration
-	log      *slog.Logger
-	idPrefix string
-	idSeq    atomic.Uint64
-	owner    string
-	leaseTTL time.Duration
+	reg        *Registry
+	store      Store
+	lim        Limits
+	conds      *conditions
+	plans      planCache
+	sem        chan struct{}
+	maxPar     int
+	grace      time.Duration
+	log        *slog.Logger
+	idPrefix   string
+	idSeq      atomic.Uint64
+	owner      string
+	leaseTTL   time.Duration
+	recovering sync.WaitGroup
 }
 
 // NewEngine returns an engine for cfg.

@@ -217,3 +217,89 @@ func (r *run) renewLease(stop <-chan struct{}) {
 		}
 	}
 }
+
+// RecoveryConfig drives RecoverExpired and RecoveryLoop.
+type RecoveryConfig struct {
+	// Interval between passes of the loop (default 5s).
+	Interval time.Duration
+	// Batch is how many expired runs one pass takes at most (default 100).
+	Batch int
+	// Prepare supplies the plan (or graph), services and sink to recover a
+	// run with. Required: the kernel keeps no graphs.
+	Prepare func(ctx context.Context, rec *RunRecord) (RecoverRequest, error)
+	// Done, when set, is called with each recovered run's outcome.
+	Done func(rec *RunRecord, res *RunResult, err error)
+}
+
+// RecoverExpired makes one pass: it claims every run whose lease expired
+// (up to Batch) and continues it in the background. It returns how many
+// runs it started; runs another process claimed first are skipped.
+func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, error) {
+	l, ok := e.store.(Leaser)
+	if !ok {
+		return 0, fmt.Errorf("runtime: recovery needs a store with leases")
+	}
+	batch := cfg.Batch
+	if batch <= 0 {
+		batch = 100
+	}
+	ids, err := l.ExpiredRuns(ctx, time.Now(), batch)
+	if err != nil {
+		return 0, err
+	}
+	started := 0
+	for _, id := range ids {
+		rec, err := e.store.GetRun(ctx, id)
+		if err != nil {
+			continue
+		}
+		req, err := cfg.Prepare(ctx, rec)
+		if err != nil {
+			e.log.Warn("cannot prepare run for recovery", "run", id, "err", err)
+			continue
+		}
+		req.RunID = id
+		r, err := e.recoverRun(ctx, req)
+		if err != nil {
+			if !errors.Is(err, ErrLeaseHeld) {
+				e.log.Warn("recover run", "run", id, "err", err)
+			}
+			continue
+		}
+		started++
+		e.recovering.Add(1)
+		go func() {
+			defer e.recovering.Done()
+			res, err := r.execute()
+			if cfg.Done != nil {
+				cfg.Done(rec, res, err)
+			}
+		}()
+	}
+	return started, nil
+}
+
+// RecoveryLoop runs RecoverExpired at once and then every Interval until
+// ctx ends. Recovered runs get ctx as their parent: cancelling it stops
+// them (use WaitRecovered to wait for them to end).
+func (e *Engine) RecoveryLoop(ctx context.Context, cfg RecoveryConfig) {
+	every := cfg.Interval
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := e.RecoverExpired(ctx, cfg); err != nil && ctx.Err() == nil {
+			e.log.Warn("recovery pass", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// WaitRecovered blocks until every run started by recovery has ended.
+func (e *Engine) WaitRecovered() { e.recovering.Wait() }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -69,6 +70,30 @@ func (s *crashStore) UpdateRun(ctx context.Context, r *runtime.RunRecord) error 
 	return s.Store.UpdateRun(ctx, r)
 }
 
+func (s *crashStore) leaser() runtime.Leaser { return s.Store.(runtime.Leaser) }
+
+func (s *crashStore) ClaimRun(ctx context.Context, id, owner string, ttl time.Duration) (runtime.Lease, error) {
+	return s.leaser().ClaimRun(ctx, id, owner, ttl)
+}
+
+func (s *crashStore) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
+	if s.crashed.Load() {
+		return l, nil // a dead process renews nothing
+	}
+	return s.leaser().RenewLease(ctx, l, ttl)
+}
+
+func (s *crashStore) ReleaseLease(ctx context.Context, l runtime.Lease) error {
+	if s.crashed.Load() {
+		return nil
+	}
+	return s.leaser().ReleaseLease(ctx, l)
+}
+
+func (s *crashStore) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	return s.leaser().ExpiredRuns(ctx, now, limit)
+}
+
 func TestRecoverAfterCrash(t *testing.T) {
 	t.Parallel()
 	type fp struct {
@@ -110,7 +135,9 @@ func TestRecoverAfterCrash(t *testing.T) {
 			}
 			ctx, kill := context.WithCancel(context.Background())
 			cs := &crashStore{Store: mem, kill: kill, failpoint: p.point, eventFailpoint: p.event}
-			crashed := k.engine(t, cs)
+			// A restarted server keeps its owner name and takes its leases back.
+			same := func(c *runtime.Config) { c.Owner = "server-1" }
+			crashed := k.engine(t, cs, same)
 			res, _ := crashed.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "run", Input: "x"})
 			require.True(t, cs.crashed.Load(), "the failpoint was hit")
 			_ = res
@@ -123,7 +150,7 @@ func TestRecoverAfterCrash(t *testing.T) {
 			require.Equal(t, runtime.RunRunning, rec.Status, "the dead process never finished the run")
 
 			var live collect
-			fresh := k.engine(t, mem)
+			fresh := k.engine(t, mem, same)
 			res, err = fresh.Recover(context.Background(), runtime.RecoverRequest{RunID: "run", Graph: g, Sink: &live})
 			require.NoError(t, err)
 			require.Equal(t, runtime.RunCompleted, res.Status)
@@ -168,11 +195,11 @@ func TestRecoverKeepsAttemptID(t *testing.T) {
 	cs := &crashStore{Store: mem, kill: kill, failpoint: func(cp *runtime.Checkpoint) (bool, bool) {
 		return cp.Status == runtime.NodeSucceeded, false
 	}}
-	e1, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: cs})
+	e1, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: cs, Owner: "server-1"})
 	require.NoError(t, err)
 	g := &runtime.Graph{ID: "g", PlanVersion: 1, Nodes: []runtime.Node{{ID: "s", Type: "start"}}}
 	_, _ = e1.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "r"})
-	e2, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: mem})
+	e2, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: mem, Owner: "server-1"})
 	require.NoError(t, err)
 	res, err := e2.Recover(context.Background(), runtime.RecoverRequest{RunID: "r", Graph: g})
 	require.NoError(t, err)
@@ -191,4 +218,54 @@ func TestRecoverKeepsAttemptID(t *testing.T) {
 
 	_, err = e2.Recover(context.Background(), runtime.RecoverRequest{RunID: "r", Graph: g})
 	require.ErrorIs(t, err, runtime.ErrRunNotResumable, "a finished run is not recovered")
+}
+
+// A crashed run's lease expires; another engine's recovery pass claims it,
+// and the dead holder's late writes are fenced off.
+func TestRecoverExpiredLeases(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	mem := newMem()
+	g := newGraph("lease").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
+	ctx, kill := context.WithCancel(context.Background())
+	cs := &crashStore{Store: mem, kill: kill, failpoint: func(cp *runtime.Checkpoint) (bool, bool) {
+		return false, cp.NodeID == "b" && cp.Status == runtime.NodeRunning
+	}}
+	dead := k.engine(t, cs, func(c *runtime.Config) { c.LeaseTTL = 150 * time.Millisecond; c.Owner = "dead" })
+	_, _ = dead.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "lr", Input: "x"})
+	require.True(t, cs.crashed.Load())
+	oldRec, err := mem.GetRun(context.Background(), "lr")
+	require.NoError(t, err)
+
+	fresh := k.engine(t, mem, func(c *runtime.Config) { c.LeaseTTL = time.Second; c.Owner = "fresh" })
+	done := make(chan *runtime.RunResult, 1)
+	cfg := runtime.RecoveryConfig{
+		Prepare: func(ctx context.Context, rec *runtime.RunRecord) (runtime.RecoverRequest, error) {
+			return runtime.RecoverRequest{Graph: g}, nil
+		},
+		Done: func(_ *runtime.RunRecord, res *runtime.RunResult, err error) {
+			require.NoError(t, err)
+			done <- res
+		},
+	}
+	n, err := fresh.RecoverExpired(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Zero(t, n, "the lease has not expired yet")
+	require.Eventually(t, func() bool {
+		n, err := fresh.RecoverExpired(context.Background(), cfg)
+		return err == nil && n == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	res := <-done
+	fresh.WaitRecovered()
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	out, _ := res.Output("b")
+	require.Equal(t, "b(a(s(x)))", out)
+
+	// The dead holder wakes up: its token is older, every write is refused.
+	err = mem.SaveCheckpoint(context.Background(), &runtime.Checkpoint{RunID: "lr", NodeID: "b", Status: runtime.NodeFailed, Token: oldRec.Token})
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	err = mem.AppendEvents(context.Background(), "lr", oldRec.Token, []runtime.Event{{Seq: res.LastSeq + 1, RunID: "lr", Type: "node_delta"}})
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	log, _ := mem.Events(context.Background(), "lr", 0, 0)
+	checkLifecycle(t, log)
 }
