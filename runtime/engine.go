@@ -38,6 +38,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Owner names this process in run leases (default: a random id).
 	Owner string
+	// Durability is the default durability mode of runs (default sync).
+	Durability Durability
+	// BatchInterval and BatchSize drive the group committer of batched
+	// runs: a flush every interval or every that many writes (defaults 2ms
+	// and 512).
+	BatchInterval time.Duration
+	BatchSize     int
 	// LeaseTTL is how long a run's lease lasts without renewal; the holder
 	// renews it every third of that (default 15s). Only with a Leaser store.
 	LeaseTTL time.Duration
@@ -59,6 +66,12 @@ type Engine struct {
 	owner      string
 	leaseTTL   time.Duration
 	recovering sync.WaitGroup
+
+	durability Durability
+	batchEvery time.Duration
+	batchSize  int
+	commitOnce sync.Once
+	commit     *committer
 }
 
 // NewEngine returns an engine for cfg.
@@ -99,6 +112,20 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if e.owner == "" {
 		e.owner = "engine-" + hex.EncodeToString(b[:])
 	}
+	e.durability, e.batchEvery, e.batchSize = cfg.Durability, cfg.BatchInterval, cfg.BatchSize
+	switch e.durability {
+	case "":
+		e.durability = DurabilitySync
+	case DurabilitySync, DurabilityBatched, DurabilityExit:
+	default:
+		return nil, fmt.Errorf("runtime: unknown durability %q", e.durability)
+	}
+	if e.batchEvery <= 0 {
+		e.batchEvery = 2 * time.Millisecond
+	}
+	if e.batchSize <= 0 {
+		e.batchSize = 512
+	}
 	e.leaseTTL = cfg.LeaseTTL
 	if e.leaseTTL <= 0 {
 		e.leaseTTL = 15 * time.Second
@@ -108,6 +135,16 @@ func NewEngine(cfg Config) (*Engine, error) {
 
 // Registry returns the engine's node type registry.
 func (e *Engine) Registry() *Registry { return e.reg }
+
+// Close stops the engine's background work (the group committer of
+// batched runs), flushing what it holds. Call it after every run has ended.
+func (e *Engine) Close() {
+	e.commitOnce.Do(func() {}) // no committer may start after Close
+	if c := e.commit; c != nil {
+		close(c.quit)
+		<-c.stopped
+	}
+}
 
 // Owner is the name this engine's leases carry.
 func (e *Engine) Owner() string { return e.owner }

@@ -90,6 +90,7 @@ func (k *kit) engine(t testing.TB, store runtime.Store, mod ...func(*runtime.Con
 	}
 	e, err := runtime.NewEngine(cfg)
 	require.NoError(t, err)
+	t.Cleanup(e.Close)
 	return e
 }
 

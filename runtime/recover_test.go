@@ -56,9 +56,11 @@ func (s *crashStore) AppendEvents(ctx context.Context, runID string, token int64
 	if s.crashed.Load() {
 		return nil
 	}
-	if s.eventFailpoint != nil && s.eventFailpoint(evs[0]) {
-		s.die()
-		return nil
+	for _, ev := range evs {
+		if s.eventFailpoint != nil && s.eventFailpoint(ev) {
+			s.die() // the whole append is lost with the process
+			return nil
+		}
 	}
 	return s.Store.AppendEvents(ctx, runID, token, evs)
 }
@@ -113,7 +115,7 @@ func TestRecoverAfterCrash(t *testing.T) {
 		{name: "after b's commit, before its terminal event", point: func(cp *runtime.Checkpoint) (bool, bool) {
 			return false, cp.NodeID == "b" && cp.Status == runtime.NodeSucceeded
 		}, maxExtra: 0},
-		{name: "after b's terminal event, before its edge", event: func(ev runtime.Event) bool {
+		{name: "while b's terminal event and edge are written", event: func(ev runtime.Event) bool {
 			return ev.Type == runtime.EventEdgeTaken && ev.Data.(*runtime.EdgeTakenData).Source == "b"
 		}, maxExtra: 0},
 		{name: "in b's retry backoff", point: func(cp *runtime.Checkpoint) (bool, bool) {

@@ -68,6 +68,8 @@ type run struct {
 	// Durability: the run's lease (with a Leaser store), and for a
 	// recovered run what its log already holds.
 	lease      *Lease
+	durability Durability
+	wb         writeBuf // guarded by emu
 	logged     *logged
 	recovering bool
 	dead       atomic.Bool // the store refused a write: write nothing more
@@ -241,6 +243,14 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 		maxPar: rec.Options.MaxParallel, bg: context.WithoutCancel(ctx), started: time.Now()}
 	if r.maxPar <= 0 {
 		r.maxPar = e.maxPar
+	}
+	r.durability = rec.Options.Durability
+	switch r.durability {
+	case DurabilitySync, DurabilityBatched, DurabilityExit:
+	case "":
+		r.durability = e.durability
+	default:
+		return nil, fmt.Errorf("runtime: unknown durability %q", r.durability)
 	}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	// One allocation for the per-node counters.
@@ -433,6 +443,13 @@ func (r *run) start(n int32) {
 		r.emit(EventNodeRetrying, n, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
 			DelayMs: max(time.Until(fc.wait), 0).Milliseconds(), Error: prev.Error, Code: prev.ErrorCode})
 	}
+	r.beforeExecute(pn)
+	if r.ctx.Err() != nil {
+		// Cancelled (or the store failed) while flushing: never start the handler.
+		<-r.e.sem
+		r.cancelNode(n, fc, causeText(r.ctx))
+		return
+	}
 	if r.inflight == 0 && r.ready.len() == 0 && pn.opts.TimeoutMs == 0 {
 		// Nothing else can run until this node ends: run it here and save
 		// a goroutine and two channel hand-offs.
@@ -560,6 +577,12 @@ func (r *run) backoff(n int32, fc *FlowContext, until time.Time) (completion, bo
 	fc.setAttempt(fc.attempt + 1)
 	fc.wait = time.Time{}
 	r.checkpoint(fc, NodeRunning)
+	r.beforeExecute(&r.p.nodes[n])
+	if r.ctx.Err() != nil {
+		<-r.e.sem
+		cancelled.err = context.Cause(r.ctx)
+		return cancelled, false
+	}
 	return completion{}, true
 }
 
@@ -657,6 +680,9 @@ func (r *run) complete(c completion) {
 			r.save(cp)
 		}
 		r.terminal(fc, EventNodeCompleted, &NodeCompletedData{Output: out, DurationMs: dur})
+		if pn.opts.Effect.Sticky() && r.durability == DurabilitySync {
+			r.flush(true) // an effect that happened must never be repeated
+		}
 		if r.stopping == stopNone {
 			r.route(n, live, out)
 		}
@@ -917,6 +943,7 @@ func (r *run) finish() (*RunResult, error) {
 		r.emit(EventRunInterrupted, -1, 0, &RunInterruptedData{Interrupts: r.interrupt})
 	}
 	r.emu.Lock()
+	r.flushLocked(true)
 	res.LastSeq = r.seq
 	storeErr := r.storeErr
 	r.emu.Unlock()
@@ -995,9 +1022,9 @@ func (r *run) emitLocked(t EventType, n int32, attempt int, data any) {
 		ev.NodeID = r.p.nodes[n].node.ID
 	}
 	if r.store != nil {
-		if err := r.store.AppendEvents(r.bg, r.rec.ID, r.rec.Token, []Event{ev}); err != nil {
-			r.failLocked(err)
-			return
+		r.wb.evs = append(r.wb.evs, ev)
+		if r.durability != DurabilityExit && len(r.wb.evs) >= maxBuffered {
+			r.flushLocked(false)
 		}
 	}
 	if r.sink != nil {
@@ -1032,13 +1059,15 @@ func (r *run) checkpoint(fc *FlowContext, s NodeStatus) {
 	}
 }
 
+// save buffers a checkpoint write; it reaches the store at the run's next
+// flush point (see Durability).
 func (r *run) save(cp *Checkpoint) {
 	if r.dead.Load() {
 		return
 	}
-	if err := r.store.SaveCheckpoint(r.bg, cp); err != nil {
-		r.fail(err)
-	}
+	r.emu.Lock()
+	r.wb.cps = append(r.wb.cps, cp)
+	r.emu.Unlock()
 }
 
 // fail stops all writes of the run after a store error (a fenced write: a
@@ -1054,6 +1083,7 @@ func (r *run) failLocked(err error) {
 		return
 	}
 	r.storeErr = err
+	r.wb = writeBuf{}
 	r.dead.Store(true)
 	if errors.Is(err, ErrLeaseLost) {
 		r.cancel(err)

@@ -95,6 +95,8 @@ type RunOptions struct {
 	MaxParallel     int           `json:"maxParallel,omitempty"`
 	FailurePolicy   FailurePolicy `json:"failurePolicy,omitempty"`
 	MaxNodeFailures int           `json:"maxNodeFailures,omitempty"`
+	// Durability overrides the engine's default mode for this run.
+	Durability Durability `json:"durability,omitempty"`
 }
 
 // FailurePolicy decides what a node failure with no failure path does.

@@ -1,0 +1,220 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// Durability says when a run's transitions reach the store.
+type Durability string
+
+// Durability modes. The empty value means the engine's default (sync).
+const (
+	// DurabilitySync writes every transition before the next node step
+	// starts: the writes between two executor starts go in one batch, and
+	// a node's running checkpoint is durable before its handler runs. A
+	// succeeded write/external/human node is flushed at once.
+	DurabilitySync Durability = "sync"
+	// DurabilityBatched hands writes to a group committer that flushes the
+	// transitions of all runs together every few milliseconds (or every N
+	// writes). A run waits for its flush only before it starts a node with
+	// a write, external or human effect, and at its end. A crash loses up
+	// to one flush interval of progress, which recovery re-executes.
+	DurabilityBatched Durability = "batched"
+	// DurabilityExit persists a run only when it ends (completed, failed,
+	// cancelled or interrupted). Cheapest; a crash loses the whole run's
+	// progress, and recovery starts it over.
+	DurabilityExit Durability = "exit"
+)
+
+// WriteBatch is one run's buffered writes, applied in order: checkpoints,
+// then events (whose seqs continue the log).
+type WriteBatch struct {
+	RunID       string
+	Token       int64
+	Checkpoints []*Checkpoint
+	Events      []Event
+}
+
+// BatchWriter is implemented by stores that apply several runs' writes in
+// one transaction (one fsync). Each batch is fenced by its token; an error
+// wrapping ErrFenced or ErrSeqConflict rejects the whole call.
+type BatchWriter interface {
+	WriteBatches(ctx context.Context, batches []WriteBatch) error
+}
+
+// writeBuf holds a run's writes not yet handed to the store (under run.emu).
+type writeBuf struct {
+	cps []*Checkpoint
+	evs []Event
+}
+
+func (b *writeBuf) empty() bool { return len(b.cps) == 0 && len(b.evs) == 0 }
+
+// maxBuffered bounds a run's buffer in sync and batched modes (a node
+// streaming many deltas flushes as it goes).
+const maxBuffered = 256
+
+// applyBatches writes batches to st: in one call when it is a BatchWriter,
+// else write by write.
+func applyBatches(ctx context.Context, st Store, batches []WriteBatch) error {
+	if bw, ok := st.(BatchWriter); ok {
+		return bw.WriteBatches(ctx, batches)
+	}
+	for _, b := range batches {
+		for _, cp := range b.Checkpoints {
+			if err := st.SaveCheckpoint(ctx, cp); err != nil {
+				return err
+			}
+		}
+		if len(b.Events) > 0 {
+			if err := st.AppendEvents(ctx, b.RunID, b.Token, b.Events); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flushLocked writes the run's buffer now (sync and exit) or hands it to
+// the group committer (batched). With wait it returns once the writes are
+// durable. The caller holds emu; for a batched wait it is released while
+// waiting and taken again.
+func (r *run) flushLocked(wait bool) {
+	if r.storeErr != nil || r.wb.empty() || r.store == nil {
+		return
+	}
+	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: r.wb.cps, Events: r.wb.evs}
+	r.wb = writeBuf{}
+	if r.durability != DurabilityBatched {
+		if err := applyBatches(r.bg, r.store, []WriteBatch{b}); err != nil {
+			r.failLocked(err)
+		}
+		return
+	}
+	done := r.e.committer().submit(b, r)
+	if wait {
+		r.emu.Unlock()
+		<-done
+		r.emu.Lock()
+	}
+}
+
+// flush is flushLocked for callers that do not hold emu.
+func (r *run) flush(wait bool) {
+	r.emu.Lock()
+	r.flushLocked(wait)
+	r.emu.Unlock()
+}
+
+// beforeExecute makes the run's transitions durable as its mode requires
+// before an executor attempt starts.
+func (r *run) beforeExecute(pn *pnode) {
+	switch r.durability {
+	case DurabilitySync:
+		r.flush(true)
+	case DurabilityBatched:
+		r.flush(pn.opts.Effect.Sticky())
+	}
+}
+
+// committer is the engine's group commit loop for batched runs.
+type committer struct {
+	st      Store
+	in      chan commitReq
+	quit    chan struct{}
+	stopped chan struct{}
+	every   time.Duration
+	maxSize int
+}
+
+type commitReq struct {
+	b    WriteBatch
+	r    *run
+	done chan struct{}
+}
+
+func (e *Engine) committer() *committer {
+	e.commitOnce.Do(func() {
+		e.commit = &committer{st: e.store, in: make(chan commitReq, 4096), quit: make(chan struct{}),
+			stopped: make(chan struct{}), every: e.batchEvery, maxSize: e.batchSize}
+		go e.commit.loop()
+	})
+	return e.commit
+}
+
+func (c *committer) submit(b WriteBatch, r *run) <-chan struct{} {
+	done := make(chan struct{})
+	c.in <- commitReq{b: b, r: r, done: done}
+	return done
+}
+
+// loop collects requests for up to one interval (or maxSize writes) and
+// applies them in one batch. It runs until the engine is closed.
+func (c *committer) loop() {
+	defer close(c.stopped)
+	var pending []commitReq
+	size := 0
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-c.quit:
+			timer.Stop()
+			for {
+				select {
+				case req := <-c.in:
+					pending = append(pending, req)
+					continue
+				default:
+				}
+				break
+			}
+			if len(pending) > 0 {
+				c.commit(pending)
+			}
+			return
+		case req := <-c.in:
+			if len(pending) == 0 {
+				timer.Reset(c.every)
+			}
+			pending = append(pending, req)
+			size += len(req.b.Checkpoints) + len(req.b.Events)
+			if size < c.maxSize {
+				continue
+			}
+			timer.Stop()
+		case <-timer.C:
+		}
+		c.commit(pending)
+		pending, size = pending[:0:0], 0
+	}
+}
+
+func (c *committer) commit(reqs []commitReq) {
+	batches := make([]WriteBatch, len(reqs))
+	for i, q := range reqs {
+		batches[i] = q.b
+	}
+	err := applyBatches(context.Background(), c.st, batches)
+	if err != nil && len(reqs) > 1 {
+		// Find whose writes were refused: apply run by run, in order.
+		failed := map[*run]error{}
+		for _, q := range reqs {
+			if failed[q.r] != nil {
+				continue
+			}
+			if e := applyBatches(context.Background(), c.st, []WriteBatch{q.b}); e != nil {
+				failed[q.r] = e
+			}
+		}
+		for r, e := range failed {
+			r.fail(e)
+		}
+	} else if err != nil {
+		reqs[0].r.fail(err)
+	}
+	for _, q := range reqs {
+		close(q.done)
+	}
+}
