@@ -1,0 +1,140 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migration is one step of the schema. Steps are applied in version order,
+// each in the transaction that records it in schema_migrations, so a step
+// is applied completely or not at all, and exactly once.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations is the schema history. Append only: never edit a step that
+// has shipped.
+//
+// Times are INTEGER microseconds since the Unix epoch, UTC (the zero
+// time.Time is stored as its own value, so ordering matches Go's). JSON
+// values are TEXT, so sqlite3's json functions work on them. Checkpoints
+// keep their first-save order in ord (the rowid: an upsert updates the row
+// in place and keeps it). Events are a WITHOUT ROWID table clustered on
+// (run_id, seq): reading a log after a seq is one range scan.
+var migrations = []migration{{
+	version: 1,
+	name:    "runs, checkpoints, events",
+	sql: `
+CREATE TABLE runs (
+	id               TEXT PRIMARY KEY,
+	parent_id        TEXT NOT NULL DEFAULT '',
+	root_id          TEXT NOT NULL DEFAULT '',
+	chat_id          TEXT NOT NULL DEFAULT '',
+	graph_id         TEXT NOT NULL DEFAULT '',
+	plan_version     INTEGER NOT NULL DEFAULT 0,
+	kind             TEXT NOT NULL DEFAULT '',
+	attrs            TEXT,
+	entry_node_ids   TEXT,
+	input            TEXT,
+	options          TEXT,
+	status           TEXT NOT NULL,
+	error            TEXT NOT NULL DEFAULT '',
+	interrupts       TEXT,
+	last_seq         INTEGER NOT NULL DEFAULT 0,
+	token            INTEGER NOT NULL DEFAULT 0,
+	lease_owner      TEXT NOT NULL DEFAULT '',
+	lease_expires_at INTEGER,
+	created_at       INTEGER NOT NULL,
+	updated_at       INTEGER NOT NULL
+);
+CREATE INDEX runs_created ON runs (created_at);
+CREATE INDEX runs_status_created ON runs (status, created_at);
+CREATE INDEX runs_status_updated ON runs (status, updated_at);
+CREATE INDEX runs_chat_created ON runs (chat_id, created_at);
+
+CREATE TABLE checkpoints (
+	ord             INTEGER PRIMARY KEY,
+	run_id          TEXT NOT NULL,
+	node_id         TEXT NOT NULL,
+	status          TEXT NOT NULL,
+	plan_version    INTEGER NOT NULL DEFAULT 0,
+	inputs_hash     TEXT NOT NULL DEFAULT '',
+	effect          TEXT NOT NULL DEFAULT '',
+	output          TEXT,
+	summary         TEXT NOT NULL DEFAULT '',
+	error           TEXT NOT NULL DEFAULT '',
+	error_code      TEXT NOT NULL DEFAULT '',
+	error_trace     TEXT NOT NULL DEFAULT '',
+	skip_reason     TEXT NOT NULL DEFAULT '',
+	interrupt       TEXT,
+	resumes         INTEGER NOT NULL DEFAULT 0,
+	attempt         INTEGER NOT NULL DEFAULT 0,
+	attempt_id      TEXT NOT NULL DEFAULT '',
+	replayed        INTEGER NOT NULL DEFAULT 0,
+	started_at      INTEGER NOT NULL,
+	updated_at      INTEGER NOT NULL,
+	next_attempt_at INTEGER NOT NULL,
+	token           INTEGER NOT NULL DEFAULT 0,
+	UNIQUE (run_id, node_id)
+);
+
+CREATE TABLE events (
+	run_id  TEXT NOT NULL,
+	seq     INTEGER NOT NULL,
+	type    TEXT NOT NULL,
+	chat_id TEXT NOT NULL DEFAULT '',
+	node_id TEXT NOT NULL DEFAULT '',
+	attempt INTEGER NOT NULL DEFAULT 0,
+	at      INTEGER NOT NULL,
+	data    TEXT,
+	PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+`,
+}}
+
+// SchemaVersion is the schema version this package writes.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
+
+// migrate applies the missing migrations in one IMMEDIATE transaction: two
+// processes opening one file at once serialise on SQLite's write lock, and
+// the second finds the work done.
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	name       TEXT NOT NULL,
+	applied_at INTEGER NOT NULL
+)`); err != nil {
+		return err
+	}
+	var current sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&current); err != nil {
+		return err
+	}
+	if int(current.Int64) > SchemaVersion() {
+		return fmt.Errorf("database schema is at version %d, newer than this build knows (%d)", current.Int64, SchemaVersion())
+	}
+	for _, m := range migrations {
+		if m.version <= int(current.Int64) {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.version, m.name, time.Now().UnixMicro()); err != nil {
+			return err
+		}
+		s.log.Info("sqlite store: schema migrated", "path", s.path, "version", m.version, "name", m.name)
+	}
+	return tx.Commit()
+}
