@@ -11,8 +11,8 @@ import (
 	"chatgraph/runtime"
 )
 
-// Store is an in-memory runtime.Store, runtime.Leaser and
-// runtime.Inspector, safe for concurrent use. Values are kept as given:
+// Store is an in-memory runtime.Store, runtime.Leaser, runtime.Inspector
+// and runtime.BatchWriter, safe for concurrent use. Values are kept as given:
 // outputs are shared with the caller, not copied. Leases coordinate the
 // goroutines of one process only.
 type Store struct {
@@ -34,9 +34,10 @@ type entry struct {
 func New() *Store { return &Store{runs: map[string]*entry{}} }
 
 var (
-	_ runtime.Store     = (*Store)(nil)
-	_ runtime.Leaser    = (*Store)(nil)
-	_ runtime.Inspector = (*Store)(nil)
+	_ runtime.Store       = (*Store)(nil)
+	_ runtime.Leaser      = (*Store)(nil)
+	_ runtime.Inspector   = (*Store)(nil)
+	_ runtime.BatchWriter = (*Store)(nil)
 )
 
 // CreateRun implements runtime.Store.
@@ -124,6 +125,55 @@ func (s *Store) AppendEvents(_ context.Context, runID string, token int64, evs [
 	}
 	e.events = append(e.events, evs...)
 	e.rec.LastSeq += int64(len(evs))
+	return nil
+}
+
+// WriteBatches implements runtime.BatchWriter: it checks every write of
+// every batch first, then applies them all, so a refused write (ErrFenced,
+// ErrSeqConflict, ErrRunNotFound) leaves the store unchanged.
+func (s *Store) WriteBatches(_ context.Context, batches []runtime.WriteBatch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := map[string]int64{} // LastSeq of each run as the batches move it
+	for _, b := range batches {
+		for _, cp := range b.Checkpoints {
+			if _, err := s.fenced(cp.RunID, cp.Token); err != nil {
+				return err
+			}
+		}
+		if len(b.Events) == 0 {
+			continue
+		}
+		e, err := s.fenced(b.RunID, b.Token)
+		if err != nil {
+			return err
+		}
+		seq, ok := last[b.RunID]
+		if !ok {
+			seq = e.rec.LastSeq
+		}
+		for i := range b.Events {
+			if want := seq + 1 + int64(i); b.Events[i].Seq != want {
+				return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, b.RunID, want, b.Events[i].Seq)
+			}
+		}
+		last[b.RunID] = seq + int64(len(b.Events))
+	}
+	for _, b := range batches {
+		for _, cp := range b.Checkpoints {
+			e := s.runs[cp.RunID]
+			c := *cp
+			if _, ok := e.cps[cp.NodeID]; !ok {
+				e.order = append(e.order, cp.NodeID)
+			}
+			e.cps[cp.NodeID] = &c
+		}
+		if len(b.Events) > 0 {
+			e := s.runs[b.RunID]
+			e.events = append(e.events, b.Events...)
+			e.rec.LastSeq += int64(len(b.Events))
+		}
+	}
 	return nil
 }
 

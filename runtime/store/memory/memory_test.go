@@ -21,3 +21,5 @@ func open(testing.TB) runtime.Store { return memory.New() }
 func BenchmarkAppendEvent(b *testing.B) { storetest.BenchAppendEvent(b, open) }
 
 func BenchmarkSaveCheckpoint(b *testing.B) { storetest.BenchSaveCheckpoint(b, open) }
+
+func BenchmarkWriteBatch(b *testing.B) { storetest.BenchWriteBatch(b, open) }

@@ -94,6 +94,10 @@ CREATE TABLE events (
 	PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 `,
+}, {
+	version: 2,
+	name:    "runs.answers",
+	sql:     `ALTER TABLE runs ADD COLUMN answers TEXT;`,
 }}
 
 // SchemaVersion is the schema version this package writes.

@@ -1,7 +1,8 @@
 // Package storetest is the conformance suite every runtime.Store runs, so
 // the in-memory store can never drift from the durable ones. It covers run
 // records, node checkpoints, the event log, fencing, and — when the store
-// implements them — the runtime.Leaser and runtime.Inspector contracts.
+// implements them — the runtime.Leaser, runtime.Inspector and
+// runtime.BatchWriter contracts.
 //
 // A backend's test opens a fresh, empty store per subtest and registers
 // its cleanup with t.Cleanup:
@@ -19,5 +20,6 @@
 // the tests that restart the store and that race two store instances (two
 // processes) over one database.
 //
-// BenchAppendEvent and BenchSaveCheckpoint are the shared benchmark bodies.
+// BenchAppendEvent, BenchSaveCheckpoint and BenchWriteBatch are the shared
+// benchmark bodies.
 package storetest

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) runtime.Store, opts ...Option) {
 		{"EventsAppendAndPage", s.testEventsAppend},
 		{"EventsSeqConflict", s.testEventsSeqConflict},
 		{"Fencing", s.testFencing},
+		{"WriteBatches", s.testWriteBatches},
 		{"LeaseClaim", s.testLeaseClaim},
 		{"LeaseRenewRelease", s.testLeaseRenewRelease},
 		{"LeaseExpiryFencesOldHolder", s.testLeaseExpiry},
@@ -98,10 +99,12 @@ func newRun(id string) *runtime.RunRecord {
 		Attrs:        map[string]any{"messageId": "m-1", "n": 2, "tags": []any{"a", "b"}},
 		EntryNodeIDs: []string{"start", "side"},
 		Input:        map[string]any{"text": "hello", "n": 1.5},
-		Options:      runtime.RunOptions{MaxParallel: 4, FailurePolicy: runtime.FailOpen, MaxNodeFailures: 2},
-		Status:       runtime.RunRunning,
-		CreatedAt:    at(0),
-		UpdatedAt:    at(time.Second),
+		Options: runtime.RunOptions{MaxParallel: 4, FailurePolicy: runtime.FailOpen, MaxNodeFailures: 2,
+			Durability: runtime.DurabilityBatched},
+		Answers:   map[string]any{"int-0": map[string]any{"approved": true}},
+		Status:    runtime.RunRunning,
+		CreatedAt: at(0),
+		UpdatedAt: at(time.Second),
 	}
 }
 
@@ -249,7 +252,9 @@ func (s *suite) testCreateGet(t *testing.T) {
 	require.Equal(t, runtime.RunRunning, got.Status)
 	require.Equal(t, int64(4), got.Token)
 	require.Equal(t, []string{"start", "side"}, got.EntryNodeIDs)
-	require.Equal(t, runtime.RunOptions{MaxParallel: 4, FailurePolicy: runtime.FailOpen, MaxNodeFailures: 2}, got.Options)
+	require.Equal(t, runtime.RunOptions{MaxParallel: 4, FailurePolicy: runtime.FailOpen, MaxNodeFailures: 2,
+		Durability: runtime.DurabilityBatched}, got.Options)
+	require.Equal(t, jsonValue(t, r.Answers), jsonValue(t, got.Answers))
 	require.True(t, ms(r.CreatedAt).Equal(ms(got.CreatedAt)))
 
 	// A minimal record round-trips too (no input, attrs, entries).
@@ -285,6 +290,8 @@ func (s *suite) testUpdateRun(t *testing.T) {
 	up.Error = "waiting"
 	up.Attrs = map[string]any{"other": true}
 	up.Interrupts = []runtime.InterruptInfo{{ID: "i9", NodeID: "n", Reason: "input"}}
+	up.Answers = map[string]any{"i8": "yes", "i7": []any{1, 2}}
+	up.Options.Durability = runtime.DurabilitySync
 	up.PlanVersion = 4
 	up.UpdatedAt = at(time.Minute)
 	up.LastSeq = 99 // the store keeps its own LastSeq
@@ -576,6 +583,72 @@ func (s *suite) testFencing(t *testing.T) {
 	require.Equal(t, int64(2), got.LastSeq)
 	requireCheckpoints(t, []*runtime.Checkpoint{cp}, checkpoints(t, st, "r1"))
 	require.Equal(t, int64(5), checkpoints(t, st, "r1")[0].Token)
+}
+
+func (s *suite) testWriteBatches(t *testing.T) {
+	st := s.open(t)
+	bw, ok := st.(runtime.BatchWriter)
+	if !ok {
+		t.Skipf("%T does not implement runtime.BatchWriter", st)
+	}
+	ctx := t.Context()
+	create(t, st, newRun("r1"))
+	r2 := newRun("r2")
+	r2.Token = 3
+	create(t, st, r2)
+	create(t, st, newRun("r3"))
+	require.NoError(t, bw.WriteBatches(ctx, nil))
+
+	cp := func(runID, node string, status runtime.NodeStatus, token int64) *runtime.Checkpoint {
+		c := fullCheckpoint(runID, node)
+		c.Status, c.Token = status, token
+		return c
+	}
+	// Two batches of r1 in one call: the second continues the first's log.
+	r1a := cp("r1", "a", runtime.NodeSucceeded, 0)
+	require.NoError(t, bw.WriteBatches(ctx, []runtime.WriteBatch{
+		{RunID: "r1", Checkpoints: []*runtime.Checkpoint{cp("r1", "a", runtime.NodeRunning, 0), cp("r1", "b", runtime.NodeRunning, 0)}, Events: mkEvents("r1", 1, 2)},
+		{RunID: "r2", Token: 3, Checkpoints: []*runtime.Checkpoint{cp("r2", "x", runtime.NodeRunning, 3)}, Events: mkEvents("r2", 1, 1)},
+		{RunID: "r1", Checkpoints: []*runtime.Checkpoint{r1a}, Events: mkEvents("r1", 3, 1)},
+		{RunID: "r3", Checkpoints: []*runtime.Checkpoint{cp("r3", "only", runtime.NodePending, 0)}},
+	}))
+	requireCheckpoints(t, []*runtime.Checkpoint{r1a, cp("r1", "b", runtime.NodeRunning, 0)}, checkpoints(t, st, "r1"))
+	requireEvents(t, mkEvents("r1", 1, 3), events(t, st, "r1", 0, 0))
+	require.Equal(t, int64(3), getRun(t, st, "r1").LastSeq)
+	requireCheckpoints(t, []*runtime.Checkpoint{cp("r2", "x", runtime.NodeRunning, 3)}, checkpoints(t, st, "r2"))
+	require.Equal(t, int64(1), getRun(t, st, "r2").LastSeq)
+	require.Len(t, checkpoints(t, st, "r3"), 1)
+
+	// One refused write rejects the whole call: r3's good batch is not kept.
+	good := runtime.WriteBatch{RunID: "r3", Checkpoints: []*runtime.Checkpoint{cp("r3", "new", runtime.NodeRunning, 0)}, Events: mkEvents("r3", 1, 2)}
+	for _, tc := range []struct {
+		name string
+		bad  runtime.WriteBatch
+		want error
+	}{
+		{"fenced events", runtime.WriteBatch{RunID: "r2", Token: 2, Events: mkEvents("r2", 2, 1)}, runtime.ErrFenced},
+		{"fenced checkpoint", runtime.WriteBatch{RunID: "r2", Token: 3, Checkpoints: []*runtime.Checkpoint{cp("r2", "y", runtime.NodeRunning, 1)}}, runtime.ErrFenced},
+		{"seq gap", runtime.WriteBatch{RunID: "r1", Events: mkEvents("r1", 5, 1)}, runtime.ErrSeqConflict},
+		{"seq repeated", runtime.WriteBatch{RunID: "r1", Events: mkEvents("r1", 3, 1)}, runtime.ErrSeqConflict},
+		{"unknown run", runtime.WriteBatch{RunID: "nope", Events: mkEvents("nope", 1, 1)}, runtime.ErrRunNotFound},
+	} {
+		for _, order := range [][]runtime.WriteBatch{{good, tc.bad}, {tc.bad, good}} {
+			require.ErrorIs(t, bw.WriteBatches(ctx, order), tc.want, tc.name)
+			require.Len(t, checkpoints(t, st, "r3"), 1, tc.name)
+			require.Empty(t, events(t, st, "r3", 0, 0), tc.name)
+			require.Zero(t, getRun(t, st, "r3").LastSeq, tc.name)
+			require.Len(t, events(t, st, "r1", 0, 0), 3, tc.name)
+			require.Len(t, checkpoints(t, st, "r2"), 1, tc.name)
+		}
+	}
+	// Two batches of one run whose seqs do not chain are refused too.
+	err := bw.WriteBatches(ctx, []runtime.WriteBatch{good, {RunID: "r3", Events: mkEvents("r3", 2, 1)}})
+	require.ErrorIs(t, err, runtime.ErrSeqConflict)
+	require.Empty(t, events(t, st, "r3", 0, 0))
+
+	require.NoError(t, bw.WriteBatches(ctx, []runtime.WriteBatch{good, {RunID: "r3", Events: mkEvents("r3", 3, 1)}}))
+	require.Len(t, events(t, st, "r3", 0, 0), 3)
+	require.Len(t, checkpoints(t, st, "r3"), 2)
 }
 
 // --- leases ---------------------------------------------------------------
@@ -1137,6 +1210,39 @@ func BenchSaveCheckpoint(b *testing.B, open func(tb testing.TB) runtime.Store) {
 		// do (SQLite skips writing a row overwritten with identical bytes).
 		c.UpdatedAt = t0.Add(time.Duration(i) * time.Microsecond)
 		if err := st.SaveCheckpoint(ctx, &c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchWriteBatch measures one runtime.BatchWriter call per operation
+// carrying what a node step writes in sync mode: its checkpoint and two
+// events (node_started, node_completed). It skips stores that are not
+// BatchWriters.
+func BenchWriteBatch(b *testing.B, open func(tb testing.TB) runtime.Store) {
+	st := open(b)
+	bw, ok := st.(runtime.BatchWriter)
+	if !ok {
+		b.Skipf("%T does not implement runtime.BatchWriter", st)
+	}
+	ctx := context.Background()
+	require.NoError(b, st.CreateRun(ctx, newRun("bench")))
+	cp := runtime.Checkpoint{
+		RunID: "bench", Status: runtime.NodeSucceeded, PlanVersion: 1, InputsHash: "sha256:9f86d081884c7d65",
+		Effect: runtime.EffectPure, Output: map[string]any{"text": "a short answer from the model", "tokens": 42},
+		Attempt: 1, StartedAt: t0, UpdatedAt: t0,
+	}
+	evs := mkEvents("bench", 1, 2)
+	evs[0].Type, evs[0].Data = runtime.EventNodeStarted, runtime.NodeStartedData{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		c := cp
+		c.NodeID = fmt.Sprintf("node-%02d", i%50)
+		c.UpdatedAt = t0.Add(time.Duration(i) * time.Microsecond)
+		evs[0].Seq, evs[1].Seq = 2*int64(i)+1, 2*int64(i)+2
+		err := bw.WriteBatches(ctx, []runtime.WriteBatch{{RunID: "bench", Checkpoints: []*runtime.Checkpoint{&c}, Events: evs}})
+		if err != nil {
 			b.Fatal(err)
 		}
 	}

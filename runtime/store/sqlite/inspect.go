@@ -1,0 +1,137 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"chatgraph/runtime"
+)
+
+// ListRuns implements runtime.Inspector: runs matching f, newest
+// (CreatedAt) first. After and Before are exclusive bounds.
+func (s *Store) ListRuns(ctx context.Context, f runtime.RunFilter) ([]*runtime.RunRecord, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if len(f.Status) > 0 {
+		where = append(where, `status IN (?`+strings.Repeat(`, ?`, len(f.Status)-1)+`)`)
+		for _, st := range f.Status {
+			args = append(args, string(st))
+		}
+	}
+	if f.ChatID != "" {
+		where, args = append(where, `chat_id = ?`), append(args, f.ChatID)
+	}
+	if f.GraphID != "" {
+		where, args = append(where, `graph_id = ?`), append(args, f.GraphID)
+	}
+	if !f.After.IsZero() {
+		where, args = append(where, `created_at > ?`), append(args, micros(f.After))
+	}
+	if !f.Before.IsZero() {
+		where, args = append(where, `created_at < ?`), append(args, micros(f.Before))
+	}
+	q := `SELECT ` + runCols + ` FROM runs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []*runtime.RunRecord
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite store: list runs: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DeleteRun implements runtime.Inspector.
+func (s *Store) DeleteRun(ctx context.Context, runID string) error {
+	n, err := s.deleteRuns(ctx, func(*sql.Tx) ([]string, error) { return []string{runID}, nil })
+	if err != nil {
+		return fmt.Errorf("sqlite store: delete run %s: %w", runID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+	}
+	return nil
+}
+
+// deleteBatch bounds how many runs one retention transaction removes, so
+// the write lock is never held for long.
+const deleteBatch = 500
+
+// DeleteFinishedBefore implements runtime.Inspector. It deletes in
+// transactions of at most 500 runs.
+func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
+	total := 0
+	for {
+		n, err := s.deleteRuns(ctx, func(tx *sql.Tx) ([]string, error) {
+			rows, err := tx.QueryContext(ctx, `SELECT id FROM runs WHERE status IN (?, ?, ?) AND updated_at < ? LIMIT ?`,
+				string(runtime.RunCompleted), string(runtime.RunFailed), string(runtime.RunCancelled), micros(t), deleteBatch)
+			if err != nil {
+				return nil, err
+			}
+			return collectIDs(rows)
+		})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("sqlite store: retention: %w", err)
+		}
+		if n < deleteBatch {
+			return total, nil
+		}
+	}
+}
+
+// deleteRuns removes the runs pick chooses, with their checkpoints and
+// events, in one transaction, and returns how many runs it removed.
+func (s *Store) deleteRuns(ctx context.Context, pick func(*sql.Tx) ([]string, error)) (int, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	ids, err := pick(tx)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	in := `(?` + strings.Repeat(`, ?`, len(ids)-1) + `)`
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	for _, table := range []string{"events", "checkpoints"} {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...); err != nil {
+			return 0, err
+		}
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id IN `+in, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}

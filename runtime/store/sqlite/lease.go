@@ -1,0 +1,114 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"chatgraph/runtime"
+)
+
+// ClaimRun implements runtime.Leaser in one conditional UPDATE.
+func (s *Store) ClaimRun(ctx context.Context, runID, owner string, ttl time.Duration) (runtime.Lease, error) {
+	now := s.now()
+	expires := micros(now.Add(ttl))
+	var token int64
+	err := s.ws.queryRow(ctx, `UPDATE runs SET token = token + 1, lease_owner = ?, lease_expires_at = ?
+WHERE id = ? AND (lease_owner = '' OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)
+RETURNING token`, owner, expires, runID, owner, micros(now)).Scan(&token)
+	if errors.Is(err, sql.ErrNoRows) {
+		var holder string
+		var until int64
+		err := s.ws.queryRow(ctx, `SELECT lease_owner, coalesce(lease_expires_at, 0) FROM runs WHERE id = ?`, runID).Scan(&holder, &until)
+		if errors.Is(err, sql.ErrNoRows) {
+			return runtime.Lease{}, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+		}
+		if err != nil {
+			return runtime.Lease{}, fmt.Errorf("sqlite store: claim %s: %w", runID, err)
+		}
+		return runtime.Lease{}, fmt.Errorf("%w: run %s is held by %s until %s", runtime.ErrLeaseHeld, runID, holder,
+			fromMicros(until).Format(time.RFC3339Nano))
+	}
+	if err != nil {
+		return runtime.Lease{}, fmt.Errorf("sqlite store: claim %s: %w", runID, err)
+	}
+	return runtime.Lease{RunID: runID, Owner: owner, Token: token, ExpiresAt: fromMicros(expires)}, nil
+}
+
+// RenewLease implements runtime.Leaser.
+func (s *Store) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
+	expires := micros(s.now().Add(ttl))
+	res, err := s.ws.exec(ctx, `UPDATE runs SET lease_expires_at = ?
+WHERE id = ? AND token = ? AND lease_owner = ? AND lease_owner != ''`, expires, l.RunID, l.Token, l.Owner)
+	if err != nil {
+		return runtime.Lease{}, fmt.Errorf("sqlite store: renew %s: %w", l.RunID, err)
+	}
+	if err := s.leaseApplied(ctx, res, l); err != nil {
+		return runtime.Lease{}, err
+	}
+	l.ExpiresAt = fromMicros(expires)
+	return l, nil
+}
+
+// ReleaseLease implements runtime.Leaser. Releasing a lease already
+// released is a no-op.
+func (s *Store) ReleaseLease(ctx context.Context, l runtime.Lease) error {
+	res, err := s.ws.exec(ctx, `UPDATE runs SET lease_owner = '', lease_expires_at = NULL
+WHERE id = ? AND token = ? AND lease_owner IN (?, '')`, l.RunID, l.Token, l.Owner)
+	if err != nil {
+		return fmt.Errorf("sqlite store: release %s: %w", l.RunID, err)
+	}
+	return s.leaseApplied(ctx, res, l)
+}
+
+func (s *Store) leaseApplied(ctx context.Context, res sql.Result, l runtime.Lease) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	var token int64
+	var owner string
+	err = s.ws.queryRow(ctx, `SELECT token, lease_owner FROM runs WHERE id = ?`, l.RunID).Scan(&token, &owner)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, l.RunID)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite store: lease of %s: %w", l.RunID, err)
+	}
+	return fmt.Errorf("%w: run %s is at token %d (owner %q), lease has %d (owner %q)",
+		runtime.ErrFenced, l.RunID, token, owner, l.Token, l.Owner)
+}
+
+// ExpiredRuns implements runtime.Leaser: running runs whose lease expired
+// at now or that have none, oldest (CreatedAt) first. limit <= 0 means no
+// limit.
+func (s *Store) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.rs.query(ctx, `SELECT id FROM runs
+WHERE status = ? AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= ?)
+ORDER BY created_at, id LIMIT ?`, string(runtime.RunRunning), micros(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: expired runs: %w", err)
+	}
+	return collectIDs(rows)
+}
+
+func collectIDs(rows *sql.Rows) ([]string, error) {
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

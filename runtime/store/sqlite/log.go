@@ -1,0 +1,261 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"chatgraph/runtime"
+)
+
+const cpCols = `node_id, status, plan_version, inputs_hash, effect, output, summary, error, error_code, error_trace,
+	skip_reason, interrupt, resumes, attempt, attempt_id, replayed, started_at, updated_at, next_attempt_at, token`
+
+// saveCheckpointQuery upserts a checkpoint only if the run's token is not
+// newer than the checkpoint's: the check and the write are one statement.
+const saveCheckpointQuery = `INSERT INTO checkpoints (run_id, ` + cpCols + `)
+SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND token <= ?)
+ON CONFLICT (run_id, node_id) DO UPDATE SET
+	status = excluded.status, plan_version = excluded.plan_version, inputs_hash = excluded.inputs_hash,
+	effect = excluded.effect, output = excluded.output, summary = excluded.summary, error = excluded.error,
+	error_code = excluded.error_code, error_trace = excluded.error_trace, skip_reason = excluded.skip_reason,
+	interrupt = excluded.interrupt, resumes = excluded.resumes, attempt = excluded.attempt,
+	attempt_id = excluded.attempt_id, replayed = excluded.replayed, started_at = excluded.started_at,
+	updated_at = excluded.updated_at, next_attempt_at = excluded.next_attempt_at, token = excluded.token`
+
+// advanceQuery moves LastSeq only if the token is current and the log
+// ends where the batch starts.
+const advanceQuery = `UPDATE runs SET last_seq = ? WHERE id = ? AND token <= ? AND last_seq = ?`
+
+const insertEventQuery = `INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+
+// txQueries are the statements run inside write transactions; Open
+// prepares them (see stmts.in).
+var txQueries = []string{fenceQuery, saveCheckpointQuery, advanceQuery, insertEventQuery}
+
+// wrap prefixes err with the operation unless it is one of the sentinels
+// callers branch on, whose messages already say what happened.
+func wrap(err error, format string, args ...any) error {
+	if err == nil || errors.Is(err, runtime.ErrRunNotFound) || errors.Is(err, runtime.ErrFenced) ||
+		errors.Is(err, runtime.ErrSeqConflict) {
+		return err
+	}
+	return fmt.Errorf("sqlite store: "+format+": %w", append(args, err)...)
+}
+
+// SaveCheckpoint implements runtime.Store in one conditional statement.
+func (s *Store) SaveCheckpoint(ctx context.Context, cp *runtime.Checkpoint) error {
+	return wrap(s.saveCheckpoint(ctx, nil, cp), "checkpoint %s/%s", cp.RunID, cp.NodeID)
+}
+
+func (s *Store) saveCheckpoint(ctx context.Context, tx *sql.Tx, cp *runtime.Checkpoint) error {
+	output, err := jsonText(cp.Output)
+	if err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	var interrupt any
+	if cp.Interrupt != nil {
+		if interrupt, err = jsonText(cp.Interrupt); err != nil {
+			return fmt.Errorf("interrupt: %w", err)
+		}
+	}
+	st, err := s.wstmt(ctx, tx, saveCheckpointQuery)
+	if err != nil {
+		return err
+	}
+	res, err := st.ExecContext(ctx,
+		cp.RunID, cp.NodeID, string(cp.Status), cp.PlanVersion, cp.InputsHash, string(cp.Effect), output, cp.Summary,
+		cp.Error, cp.ErrorCode, cp.ErrorTrace, cp.SkipReason, interrupt, cp.Resumes, cp.Attempt, cp.AttemptID,
+		cp.Replayed, micros(cp.StartedAt), micros(cp.UpdatedAt), micros(cp.NextAttemptAt), cp.Token,
+		cp.RunID, cp.Token)
+	if err != nil {
+		return err
+	}
+	return s.applied(ctx, tx, res, cp.RunID, cp.Token)
+}
+
+// Checkpoints implements runtime.Store: the run's checkpoints in the order
+// their nodes were first saved.
+func (s *Store) Checkpoints(ctx context.Context, runID string) ([]*runtime.Checkpoint, error) {
+	rows, err := s.rs.query(ctx, `SELECT `+cpCols+` FROM checkpoints WHERE run_id = ? ORDER BY ord`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: checkpoints of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []*runtime.Checkpoint
+	for rows.Next() {
+		cp := &runtime.Checkpoint{RunID: runID}
+		var (
+			status, effect            string
+			output, interrupt         []byte
+			started, updated, nextAtt int64
+		)
+		if err := rows.Scan(&cp.NodeID, &status, &cp.PlanVersion, &cp.InputsHash, &effect, &output, &cp.Summary,
+			&cp.Error, &cp.ErrorCode, &cp.ErrorTrace, &cp.SkipReason, &interrupt, &cp.Resumes, &cp.Attempt,
+			&cp.AttemptID, &cp.Replayed, &started, &updated, &nextAtt, &cp.Token); err != nil {
+			return nil, fmt.Errorf("sqlite store: checkpoints of %s: %w", runID, err)
+		}
+		cp.Status, cp.Effect = runtime.NodeStatus(status), runtime.Effect(effect)
+		cp.StartedAt, cp.UpdatedAt, cp.NextAttemptAt = fromMicros(started), fromMicros(updated), fromMicros(nextAtt)
+		if cp.Output, err = jsonAny(output); err != nil {
+			return nil, fmt.Errorf("sqlite store: checkpoint %s/%s output: %w", runID, cp.NodeID, err)
+		}
+		if interrupt != nil {
+			cp.Interrupt = new(runtime.InterruptInfo)
+			if err := json.Unmarshal(interrupt, cp.Interrupt); err != nil {
+				return nil, fmt.Errorf("sqlite store: checkpoint %s/%s interrupt: %w", runID, cp.NodeID, err)
+			}
+		}
+		out = append(out, cp)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: checkpoints of %s: %w", runID, err)
+	}
+	if len(out) == 0 {
+		if err := s.exists(ctx, runID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// AppendEvents implements runtime.Store. Moving LastSeq (conditional on
+// the token and on the current LastSeq) and inserting the events are one
+// transaction.
+func (s *Store) AppendEvents(ctx context.Context, runID string, token int64, evs []runtime.Event) error {
+	var err error
+	if len(evs) == 0 {
+		_, err = s.fence(ctx, nil, runID, token) // nothing to write, but a fenced writer learns it
+	} else {
+		err = s.inTx(ctx, func(tx *sql.Tx) error { return s.appendEvents(ctx, tx, runID, token, evs) })
+	}
+	return wrap(err, "append events to %s", runID)
+}
+
+// appendEvents appends evs (not empty) in tx.
+func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, runID string, token int64, evs []runtime.Event) error {
+	for i := range evs {
+		if evs[i].Seq != evs[0].Seq+int64(i) {
+			// Report fencing first, as for any write.
+			if _, err := s.fence(ctx, tx, runID, token); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: run %s: batch seqs are not consecutive", runtime.ErrSeqConflict, runID)
+		}
+	}
+	data := make([]any, len(evs))
+	for i := range evs {
+		var err error
+		if data[i], err = jsonText(evs[i].Data); err != nil {
+			return fmt.Errorf("event %d data: %w", evs[i].Seq, err)
+		}
+	}
+	advance, err := s.wstmt(ctx, tx, advanceQuery)
+	if err != nil {
+		return err
+	}
+	res, err := advance.ExecContext(ctx, evs[len(evs)-1].Seq, runID, token, evs[0].Seq-1)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		last, err := s.fence(ctx, tx, runID, token)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
+	}
+	insert, err := s.wstmt(ctx, tx, insertEventQuery)
+	if err != nil {
+		return err
+	}
+	for i := range evs {
+		e := &evs[i]
+		if _, err := insert.ExecContext(ctx, runID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), data[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteBatches implements runtime.BatchWriter: every batch's checkpoints,
+// then its events, in one transaction — one commit, one fsync. Any
+// refused write (ErrFenced, ErrSeqConflict, ErrRunNotFound) rolls the
+// whole call back.
+func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, b := range batches {
+			for _, cp := range b.Checkpoints {
+				if err := s.saveCheckpoint(ctx, tx, cp); err != nil {
+					return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
+				}
+			}
+			if len(b.Events) > 0 {
+				if err := s.appendEvents(ctx, tx, b.RunID, b.Token, b.Events); err != nil {
+					return wrap(err, "append events to %s", b.RunID)
+				}
+			}
+		}
+		return nil
+	})
+	return wrap(err, "write batches")
+}
+
+// inTx runs fn in an IMMEDIATE transaction on the writer and commits it
+// when fn returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Events implements runtime.Store. Data comes back as json.RawMessage.
+func (s *Store) Events(ctx context.Context, runID string, after int64, limit int) ([]runtime.Event, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.rs.query(ctx, `SELECT seq, type, chat_id, node_id, attempt, at, data FROM events
+WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: events of %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []runtime.Event
+	for rows.Next() {
+		e := runtime.Event{RunID: runID}
+		var (
+			typ  string
+			at   int64
+			data []byte
+		)
+		if err := rows.Scan(&e.Seq, &typ, &e.ChatID, &e.NodeID, &e.Attempt, &at, &data); err != nil {
+			return nil, fmt.Errorf("sqlite store: events of %s: %w", runID, err)
+		}
+		e.Type, e.Time = runtime.EventType(typ), fromMicros(at)
+		if data != nil {
+			e.Data = json.RawMessage(data)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: events of %s: %w", runID, err)
+	}
+	if len(out) == 0 {
+		if err := s.exists(ctx, runID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

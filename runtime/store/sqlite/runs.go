@@ -1,0 +1,187 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"chatgraph/runtime"
+)
+
+const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, attrs, entry_node_ids,
+	input, options, status, error, interrupts, answers, last_seq, token, created_at, updated_at`
+
+// runArgs returns the record's column values in runCols order, without
+// id, last_seq and token.
+func runArgs(r *runtime.RunRecord) ([]any, error) {
+	attrs, err := jsonText(r.Attrs)
+	if err != nil {
+		return nil, fmt.Errorf("attrs: %w", err)
+	}
+	entries, err := json.Marshal(r.EntryNodeIDs)
+	if err != nil {
+		return nil, err
+	}
+	input, err := jsonText(r.Input)
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
+	}
+	opts, err := json.Marshal(r.Options)
+	if err != nil {
+		return nil, err
+	}
+	var interrupts, answers any
+	if r.Interrupts != nil {
+		if interrupts, err = jsonText(r.Interrupts); err != nil {
+			return nil, fmt.Errorf("interrupts: %w", err)
+		}
+	}
+	if r.Answers != nil {
+		if answers, err = jsonText(r.Answers); err != nil {
+			return nil, fmt.Errorf("answers: %w", err)
+		}
+	}
+	return []any{r.ParentID, r.RootID, r.ChatID, r.GraphID, r.PlanVersion, r.Kind, attrs, string(entries),
+		input, string(opts), string(r.Status), r.Error, interrupts, answers, micros(r.CreatedAt), micros(r.UpdatedAt)}, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRun(row scanner) (*runtime.RunRecord, error) {
+	var (
+		r                                                runtime.RunRecord
+		attrs, entries, input, opts, interrupts, answers []byte
+		status                                           string
+		created, updated                                 int64
+	)
+	if err := row.Scan(&r.ID, &r.ParentID, &r.RootID, &r.ChatID, &r.GraphID, &r.PlanVersion, &r.Kind, &attrs, &entries,
+		&input, &opts, &status, &r.Error, &interrupts, &answers, &r.LastSeq, &r.Token, &created, &updated); err != nil {
+		return nil, err
+	}
+	r.Status = runtime.RunStatus(status)
+	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
+	var err error
+	if r.Input, err = jsonAny(input); err != nil {
+		return nil, fmt.Errorf("run %s input: %w", r.ID, err)
+	}
+	for _, f := range []struct {
+		b   []byte
+		dst any
+	}{{attrs, &r.Attrs}, {entries, &r.EntryNodeIDs}, {opts, &r.Options}, {interrupts, &r.Interrupts}, {answers, &r.Answers}} {
+		if err := jsonInto(f.b, f.dst); err != nil {
+			return nil, fmt.Errorf("run %s: %w", r.ID, err)
+		}
+	}
+	return &r, nil
+}
+
+// CreateRun implements runtime.Store.
+func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
+	args, err := runArgs(r)
+	if err != nil {
+		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
+	}
+	args = append([]any{r.ID}, args...)
+	args = append(args, r.LastSeq, r.Token)
+	res, err := s.ws.exec(ctx, `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING`, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
+	}
+	return nil
+}
+
+// GetRun implements runtime.Store.
+func (s *Store) GetRun(ctx context.Context, id string) (*runtime.RunRecord, error) {
+	r, err := scanRun(s.rs.queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: get run %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// UpdateRun implements runtime.Store. It replaces every field of the
+// record but LastSeq (the event log owns it), in one statement conditional
+// on the token; the lease is untouched.
+func (s *Store) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
+	args, err := runArgs(r)
+	if err != nil {
+		return fmt.Errorf("sqlite store: update run %s: %w", r.ID, err)
+	}
+	args = append(args, r.Token, r.ID, r.Token)
+	res, err := s.ws.exec(ctx, `UPDATE runs SET parent_id = ?, root_id = ?, chat_id = ?, graph_id = ?,
+	plan_version = ?, kind = ?, attrs = ?, entry_node_ids = ?, input = ?, options = ?, status = ?, error = ?,
+	interrupts = ?, answers = ?, created_at = ?, updated_at = ?, token = ?
+WHERE id = ? AND token <= ?`, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite store: update run %s: %w", r.ID, err)
+	}
+	return s.applied(ctx, nil, res, r.ID, r.Token)
+}
+
+const fenceQuery = `SELECT token, last_seq FROM runs WHERE id = ?`
+
+// applied turns the result of a statement conditional on the run's token
+// into nil, ErrRunNotFound or ErrFenced. tx is the statement's transaction
+// (nil: none).
+func (s *Store) applied(ctx context.Context, tx *sql.Tx, res sql.Result, runID string, token int64) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err = s.fence(ctx, tx, runID, token)
+	if err == nil {
+		// The row matched when we looked again: only a concurrent change
+		// can explain it, and tokens only grow.
+		err = fmt.Errorf("%w: run %s changed under the write", runtime.ErrFenced, runID)
+	}
+	return err
+}
+
+// fence checks token against the run's (in tx, when not nil) and returns
+// the run's last seq.
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, runID string, token int64) (lastSeq int64, err error) {
+	st, err := s.wstmt(ctx, tx, fenceQuery)
+	if err != nil {
+		return 0, err
+	}
+	var cur int64
+	err = st.QueryRowContext(ctx, runID).Scan(&cur, &lastSeq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite store: run %s: %w", runID, err)
+	}
+	if token < cur {
+		return 0, fmt.Errorf("%w: run %s holds token %d, write has %d", runtime.ErrFenced, runID, cur, token)
+	}
+	return lastSeq, nil
+}
+
+func (s *Store) exists(ctx context.Context, runID string) error {
+	var one int
+	err := s.rs.queryRow(ctx, `SELECT 1 FROM runs WHERE id = ?`, runID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite store: run %s: %w", runID, err)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package sqlite
+
+import (
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestUpgradeFromV1 opens a file left by a build that knew only the first
+// migration: Open applies the rest and the old rows read back.
+func TestUpgradeFromV1(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "v1.db")
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.Exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`)
+	require.NoError(t, err)
+	_, err = db.Exec(migrations[0].sql)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO schema_migrations VALUES (1, ?, 0)`, migrations[0].name)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO runs (id, root_id, graph_id, status, entry_node_ids, options, created_at, updated_at)
+VALUES ('old', 'old', 'g', 'completed', '["start"]', '{}', 0, 0)`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	st, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer st.Close()
+	r, err := st.GetRun(t.Context(), "old")
+	require.NoError(t, err)
+	require.Equal(t, []string{"start"}, r.EntryNodeIDs)
+	require.Nil(t, r.Answers)
+
+	var version int
+	require.NoError(t, st.r.QueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version))
+	require.Equal(t, SchemaVersion(), version)
+}
