@@ -29,3 +29,31 @@ lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
+
+# ---- web UI (web/; see docs/web.md) -------------------------------------
+# `make web` installs the npm packages when node_modules is missing or older
+# than package-lock.json, and rebuilds web/dist/ui (embedded by the web Go
+# package) only when a UI source or docs/openapi.json is newer than it.
+NPM ?= npm
+WEB_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html web/vite.config.ts \
+	web/tsconfig.json web/package.json web/package-lock.json docs/openapi.json
+
+.PHONY: web test-web test-web-unit test-web-browser
+
+web: web/dist/ui/index.html
+
+web/node_modules/.package-lock.json: web/package-lock.json
+	cd web && $(NPM) ci --no-audit --no-fund
+
+web/dist/ui/index.html: web/node_modules/.package-lock.json $(WEB_SOURCES)
+	cd web && $(NPM) run build
+
+# Vitest unit tests, then the Chromium tests against a real server
+# (needs /usr/bin/chromium: apt-get install -y chromium).
+test-web: test-web-unit test-web-browser
+
+test-web-unit: web/node_modules/.package-lock.json
+	cd web && $(NPM) run test:unit
+
+test-web-browser: web
+	cd web && $(NPM) run test:browser

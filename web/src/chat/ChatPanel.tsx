@@ -1,0 +1,289 @@
+import { useEffect, useMemo, useState } from 'react'
+import type { Message } from '../api/types'
+import { isRunFinished, liveAnswer, type ApprovalView, type RunView } from '../stream/reducer'
+import { useRuns } from '../stream/store'
+import { buildTree, siblings } from './tree'
+import type { useChat } from './useChat'
+
+type ChatApi = ReturnType<typeof useChat>
+
+interface Props {
+  chatApi: ChatApi
+  chatId?: string
+  chats: { id: string; title?: string; createdAt?: string }[]
+  onSelectChat: (id: string | undefined) => void
+  onNewChat: () => Promise<string | undefined>
+  graphSaved: boolean
+  graphDirty: boolean
+  agents: { id: string; label: string }[]
+  userToolNames: string[]
+  onInspect: (runId: string) => void
+}
+
+function fmtArgs(v: unknown): string {
+  try {
+    return JSON.stringify(v)
+  } catch {
+    return String(v)
+  }
+}
+
+function ApprovalCard({ approvals, onDecide }: { approvals: ApprovalView[]; onDecide: (decisions: Record<string, { approved: boolean; reason?: string }>) => void }) {
+  const [reason, setReason] = useState('')
+  const [decided, setDecided] = useState<Record<string, { approved: boolean; reason?: string }>>({})
+  const keyOf = (a: ApprovalView) => a.interruptId ?? String(a.seq)
+  const decide = (a: ApprovalView, approved: boolean) => {
+    const next = { ...decided, [keyOf(a)]: approved ? { approved } : { approved, ...(reason ? { reason } : {}) } }
+    setDecided(next)
+    if (approvals.every((x) => next[keyOf(x)])) onDecide(next)
+  }
+  return (
+    <div className="approval-card" data-testid="approval-card">
+      {approvals.map((a) => (
+        <div key={keyOf(a)} className="approval-item">
+          <div className="approval-prompt">{a.prompt ?? 'Approval needed'}</div>
+          {a.toolCall && (
+            <div className="approval-call">
+              <code>
+                {a.toolCall.name}({fmtArgs(a.toolCall.arguments)})
+              </code>
+              {a.toolCall.agentNodeId && <span> by {a.toolCall.agentNodeId}</span>}
+            </div>
+          )}
+          {a.input !== undefined && !a.toolCall && <pre className="approval-input">{fmtArgs(a.input)}</pre>}
+          {decided[keyOf(a)] ? (
+            <div className="approval-decided">{decided[keyOf(a)].approved ? 'approved' : 'denied'}…</div>
+          ) : (
+            <div className="approval-actions">
+              <button className="primary" onClick={() => decide(a, true)}>
+                Approve
+              </button>
+              <button className="danger" onClick={() => decide(a, false)}>
+                Deny
+              </button>
+            </div>
+          )}
+        </div>
+      ))}
+      <input className="approval-reason" placeholder="reason (for a denial, optional)" value={reason} onChange={(e) => setReason(e.target.value)} />
+    </div>
+  )
+}
+
+function BranchNav({ m, all, onSwitch }: { m: Message; all: Message[]; onSwitch: (id: string) => void }) {
+  if (all.length < 2) return null
+  const i = all.findIndex((x) => x.id === m.id)
+  return (
+    <span className="branch-nav" data-testid="branch-nav">
+      <button className="small" disabled={i <= 0} onClick={() => onSwitch(all[i - 1].id)} aria-label="previous branch">
+        ‹
+      </button>
+      <span className="branch-pos">
+        {i + 1}/{all.length}
+      </span>
+      <button className="small" disabled={i >= all.length - 1} onClick={() => onSwitch(all[i + 1].id)} aria-label="next branch">
+        ›
+      </button>
+    </span>
+  )
+}
+
+function messageText(m: Message, run: RunView | undefined): string {
+  if (m.role === 'user') return m.content
+  const live = m.status === 'running' || m.status === 'pending' || (run && !isRunFinished(run.status))
+  if (live) return liveAnswer(run)
+  return m.content || liveAnswer(run)
+}
+
+export function ChatPanel(p: Props) {
+  const { chatApi } = p
+  const runs = useRuns()
+  const [text, setText] = useState('')
+  const [target, setTarget] = useState('')
+  const [tools, setTools] = useState<string[]>([])
+  const [editing, setEditing] = useState<{ id: string; text: string } | null>(null)
+  const tree = useMemo(() => buildTree(chatApi.chat?.messages ?? []), [chatApi.chat])
+  const busy = !!chatApi.inflight || chatApi.path.some((m) => m.status === 'running' || m.status === 'pending')
+
+  useEffect(() => {
+    if (target && !p.agents.some((a) => a.id === target)) setTarget('')
+  }, [p.agents, target])
+
+  const ensureChat = async () => p.chatId ?? (await p.onNewChat())
+
+  const send = async () => {
+    const content = text.trim()
+    if (!content) return
+    const id = await ensureChat()
+    if (!id) return
+    setText('')
+    const userTools = tools.length ? tools : undefined
+    if (target) await chatApi.start(id, 'stream_agent_chat', { content, agentNodeId: target, userTools })
+    else await chatApi.start(id, 'stream_chat', { content, userTools })
+  }
+
+  return (
+    <div className="chat" data-testid="chat-panel">
+      <div className="chat-head">
+        <select
+          aria-label="chat"
+          value={p.chatId ?? ''}
+          onChange={(e) => p.onSelectChat(e.target.value || undefined)}
+          data-testid="chat-select"
+        >
+          <option value="">{p.chats.length ? '— choose a chat —' : 'no chats yet'}</option>
+          {p.chats.map((c) => (
+            <option key={c.id} value={c.id}>
+              {c.title || c.id} {c.createdAt ? `· ${new Date(c.createdAt).toLocaleTimeString()}` : ''}
+            </option>
+          ))}
+        </select>
+        <button className="small" onClick={() => void p.onNewChat()} disabled={!p.graphSaved}>
+          New chat
+        </button>
+      </div>
+      {!p.graphSaved && <div className="chat-hint">Save the graph to chat with it.</div>}
+      {p.graphSaved && p.graphDirty && <div className="chat-hint">Unsaved changes: the chat runs the saved version.</div>}
+      <div className="messages" data-testid="messages">
+        {chatApi.path.map((m) => {
+          const run = m.runId ? runs[m.runId] : undefined
+          const body = messageText(m, run)
+          const approvals = m.role === 'assistant' && run?.status === 'interrupted' && m.status === 'interrupted' ? run.approvals.filter((a) => a.interruptId || true) : []
+          const agentNode = m.role === 'assistant' && run ? Object.values(run.nodes).find((n) => n.toolCalls.length > 0) : undefined
+          return (
+            <div key={m.id} className={`msg msg-${m.role} msg-${m.status}`} data-testid="msg" data-role={m.role} data-status={m.status} data-id={m.id}>
+              <div className="msg-meta">
+                <span className="msg-role">{m.role === 'user' ? 'You' : m.agentNodeId ? `assistant · ${m.agentNodeId}` : 'assistant'}</span>
+                {m.status !== 'completed' && (
+                  <span className={`msg-status st-${m.status}`} data-testid="msg-status">
+                    {m.status}
+                  </span>
+                )}
+                <BranchNav m={m} all={siblings(tree, m)} onSwitch={(id) => void chatApi.switchTo(id)} />
+              </div>
+              {editing?.id === m.id ? (
+                <div className="msg-edit">
+                  <textarea aria-label="edit message" value={editing.text} onChange={(e) => setEditing({ id: m.id, text: e.target.value })} />
+                  <div className="msg-actions">
+                    <button
+                      className="primary small"
+                      onClick={() => {
+                        const content = editing.text.trim()
+                        setEditing(null)
+                        if (content && p.chatId) void chatApi.start(p.chatId, 'edit_user_message', { messageId: m.id, content })
+                      }}
+                    >
+                      Save & send
+                    </button>
+                    <button className="small" onClick={() => setEditing(null)}>
+                      Cancel
+                    </button>
+                  </div>
+                </div>
+              ) : (
+                <div className="msg-body" data-testid="msg-body">
+                  {body}
+                  {m.role === 'assistant' && !body && (m.status === 'running' || m.status === 'pending') && <span className="typing">…</span>}
+                </div>
+              )}
+              {agentNode && (
+                <ul className="tool-calls">
+                  {agentNode.toolCalls.map((c) => (
+                    <li key={c.id} data-testid="tool-call">
+                      tool <code>{c.name}({fmtArgs(c.arguments)})</code>
+                      {c.result !== undefined && <> → {c.result}</>}
+                      {c.error && <span className="field-error"> {c.error}</span>}
+                    </li>
+                  ))}
+                </ul>
+              )}
+              {m.error && m.status !== 'completed' && <div className="msg-error">{m.error}</div>}
+              {approvals.length > 0 && p.chatId && (
+                <ApprovalCard
+                  key={run!.runId}
+                  approvals={approvals}
+                  onDecide={(d) => {
+                    const vals = Object.values(d)
+                    const resume = vals.length === 1 ? vals[0] : d
+                    void chatApi.start(p.chatId!, 'continue_message', { messageId: m.id, resume })
+                  }}
+                />
+              )}
+              <div className="msg-actions">
+                {m.role === 'user' && !busy && (
+                  <button className="link" onClick={() => setEditing({ id: m.id, text: m.content })}>
+                    Edit
+                  </button>
+                )}
+                {m.role === 'assistant' && !busy && (
+                  <button className="link" onClick={() => p.chatId && void chatApi.start(p.chatId, 'retry_message', { messageId: m.id })}>
+                    Retry
+                  </button>
+                )}
+                {m.role === 'assistant' && !busy && (m.status === 'cancelled' || (m.status === 'interrupted' && approvals.length === 0) || m.status === 'failed') && (
+                  <button className="link" onClick={() => p.chatId && void chatApi.start(p.chatId, 'continue_message', { messageId: m.id })}>
+                    Continue
+                  </button>
+                )}
+                {m.runId && (
+                  <button className="link" onClick={() => p.onInspect(m.runId!)}>
+                    Inspect
+                  </button>
+                )}
+              </div>
+            </div>
+          )
+        })}
+      </div>
+      <div className="composer">
+        <div className="composer-opts">
+          <label>
+            to{' '}
+            <select aria-label="target" value={target} onChange={(e) => setTarget(e.target.value)} data-testid="target-select">
+              <option value="">the graph (stream_chat)</option>
+              {p.agents.map((a) => (
+                <option key={a.id} value={a.id}>
+                  {a.label} (stream_agent_chat)
+                </option>
+              ))}
+            </select>
+          </label>
+          {p.userToolNames.length > 0 && (
+            <span className="user-tools">
+              your tools:
+              {p.userToolNames.map((t) => (
+                <label key={t}>
+                  <input type="checkbox" checked={tools.includes(t)} onChange={(e) => setTools(e.target.checked ? [...tools, t] : tools.filter((x) => x !== t))} />
+                  {t}
+                </label>
+              ))}
+            </span>
+          )}
+        </div>
+        <div className="composer-row">
+          <textarea
+            aria-label="message"
+            placeholder={p.graphSaved ? 'Message (Enter to send, Shift+Enter for a new line)' : 'Save the graph first'}
+            value={text}
+            disabled={!p.graphSaved}
+            onChange={(e) => setText(e.target.value)}
+            onKeyDown={(e) => {
+              if (e.key === 'Enter' && !e.shiftKey) {
+                e.preventDefault()
+                void send()
+              }
+            }}
+          />
+          {busy ? (
+            <button className="danger" onClick={() => void chatApi.stop()} data-testid="stop">
+              Stop
+            </button>
+          ) : null}
+          <button className="primary" onClick={() => void send()} disabled={!p.graphSaved || !text.trim()} data-testid="send">
+            Send
+          </button>
+        </div>
+      </div>
+    </div>
+  )
+}

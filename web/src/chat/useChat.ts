@@ -1,0 +1,146 @@
+// One chat session: the message tree from the API, the calls that start
+// runs (over the WebSocket, with a client request id so Stop works before
+// any event), and keeping the runs shown on the active branch followed.
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react'
+import { api, call } from '../api/client'
+import { newRequestId, SocketError } from '../api/socket'
+import type { Chat, ChatCallType, ClientFrame } from '../api/types'
+import { isRunFinished } from '../stream/reducer'
+import { onReconnect, runStore, socket } from '../stream/store'
+import { branch, buildTree, newestLeaf } from './tree'
+
+export interface Inflight {
+  crid: string
+  type: ChatCallType
+  runId?: string
+}
+
+const terminal = new Set(['run_completed', 'run_failed', 'run_cancelled', 'run_interrupted'])
+
+export function useChat(chatId: string | undefined, onError: (msg: string) => void) {
+  const [chat, setChat] = useState<Chat | null>(null)
+  const [inflight, setInflight] = useState<Inflight | null>(null)
+  const chatRef = useRef<string | undefined>(chatId)
+  chatRef.current = chatId
+  const inflightRef = useRef(inflight)
+  inflightRef.current = inflight
+
+  const followBranch = useCallback((c: Chat) => {
+    const tree = buildTree(c.messages ?? [])
+    const path = branch(tree, c.activeLeafId)
+    for (const m of path) {
+      if (!m.runId || m.role !== 'assistant') continue
+      const known = runStore.getState().runs[m.runId]
+      const live = m.status === 'running' || m.status === 'pending'
+      // Live runs: follow (replays what this page missed, then streams).
+      // Finished ones: replay their log once so statuses and approvals show.
+      if (live || !known) socket.follow(m.runId)
+      else if (known && !isRunFinished(known.status)) socket.follow(m.runId)
+    }
+  }, [])
+
+  const refresh = useCallback(async () => {
+    const id = chatRef.current
+    if (!id) return
+    try {
+      const c = await call(api.GET('/api/v1/chats/{id}', { params: { path: { id } } }))
+      if (chatRef.current !== id) return
+      setChat(c)
+      followBranch(c)
+    } catch (e) {
+      onError(e instanceof Error ? e.message : String(e))
+    }
+  }, [followBranch, onError])
+
+  useEffect(() => {
+    setChat(null)
+    setInflight(null)
+    if (chatId) void refresh()
+  }, [chatId, refresh])
+
+  // A run of this chat ended: its message changed. A reconnect may have
+  // lost acks: resync.
+  useEffect(() => {
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const soon = () => {
+      clearTimeout(timer)
+      timer = setTimeout(() => void refresh(), 30)
+    }
+    const off1 = runStore.onEvent((ev) => {
+      if (!terminal.has(ev.type)) return
+      if (inflightRef.current?.runId === ev.runId) setInflight(null)
+      if (ev.chatId && ev.chatId === chatRef.current) soon()
+    })
+    const off2 = onReconnect(soon)
+    return () => {
+      clearTimeout(timer)
+      off1()
+      off2()
+    }
+  }, [refresh])
+
+  /** Starts a chat call over the WebSocket; its frame id is the clientRequestId. */
+  const start = useCallback(
+    async (chatId: string, type: ChatCallType, fields: Omit<Extract<ClientFrame, { type: ChatCallType }>, 'id' | 'type' | 'chatId'>) => {
+      const crid = newRequestId()
+      setInflight({ crid, type })
+      try {
+        const ack = await socket.chat({ id: crid, type, chatId, ...fields } as ClientFrame)
+        setInflight((cur) => (cur?.crid === crid ? { ...cur, runId: ack.runId } : cur))
+        if (ack.runId && isRunFinished(runStore.getState().runs[ack.runId]?.status)) setInflight(null)
+        await refresh()
+        return ack
+      } catch (e) {
+        setInflight((cur) => (cur?.crid === crid ? null : cur))
+        if (e instanceof SocketError && e.code === 'disconnected') void refresh()
+        else onError(e instanceof Error ? e.message : String(e))
+        return undefined
+      }
+    },
+    [refresh, onError],
+  )
+
+  const stop = useCallback(async () => {
+    const id = chatRef.current
+    if (!id) return
+    const f = inflightRef.current
+    try {
+      if (f && socket.isOpen()) {
+        await socket.request({ id: newRequestId('cancel'), type: 'cancel', clientRequestId: f.crid })
+      } else if (f) {
+        await call(api.POST('/api/v1/chats/{id}/cancel', { params: { path: { id } }, body: { clientRequestId: f.crid } }))
+      } else {
+        await call(api.POST('/api/v1/chats/{id}/cancel', { params: { path: { id } }, body: {} }))
+      }
+    } catch (e) {
+      onError(e instanceof Error ? e.message : String(e))
+    }
+  }, [onError])
+
+  const switchTo = useCallback(
+    async (messageId: string) => {
+      const id = chatRef.current
+      if (!id || !chat) return
+      const tree = buildTree(chat.messages ?? [])
+      const m = tree.byId.get(messageId)
+      if (!m) return
+      const leaf = newestLeaf(tree, m)
+      try {
+        const c = await call(api.PUT('/api/v1/chats/{id}/active-leaf', { params: { path: { id } }, body: { messageId: leaf.id } }))
+        setChat(c)
+        followBranch(c)
+      } catch (e) {
+        onError(e instanceof Error ? e.message : String(e))
+      }
+    },
+    [chat, followBranch, onError],
+  )
+
+  const path = useMemo(() => (chat ? branch(buildTree(chat.messages ?? []), chat.activeLeafId) : []), [chat])
+  const lastRunId = useMemo(() => {
+    for (let i = path.length - 1; i >= 0; i--) if (path[i].role === 'assistant' && path[i].runId) return path[i].runId as string
+    return undefined
+  }, [path])
+
+  return { chat, setChat, path, inflight, start, stop, switchTo, refresh, lastRunId: inflight?.runId ?? lastRunId }
+}

@@ -1,0 +1,16 @@
+import { defineConfig } from 'vitest/config'
+
+// Browser tests: Debian's Chromium driven by playwright-core against a
+// real server process (tests/global-setup.ts builds and starts it).
+export default defineConfig({
+  test: {
+    include: ['tests/**/*.test.ts'],
+    globalSetup: ['tests/global-setup.ts'],
+    environment: 'node',
+    testTimeout: 60_000,
+    hookTimeout: 180_000,
+    fileParallelism: false,
+    pool: 'forks',
+    reporters: ['default'],
+  },
+})
