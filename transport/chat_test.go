@@ -36,6 +36,7 @@ func TestCancelBeforeStartHTTP(t *testing.T) {
 	s = e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "again", "clientRequestId": "req-2"}, nil)
 	evs = s.all(t)
 	require.Equal(t, "run_completed", evs[len(evs)-1].Type)
+	e.waitRunDone(evs[0].Data["runId"].(string))
 
 	// A chat-scope intent cancels whatever runs next in the chat.
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/cancel", nil, &res), http.StatusAccepted)

@@ -311,3 +311,13 @@ func (e *env) waitMessage(chatID, id string) map[string]any {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 type transportConfig = transport.Config
+
+// waitRunDone waits until the server no longer holds the run.
+func (e *env) waitRunDone(runID string) {
+	e.t.Helper()
+	waitFor(e.t, "run "+runID+" to be released", func() bool {
+		var r map[string]any
+		e.do("GET", "/api/v1/runs/"+runID, nil, &r)
+		return r["live"] != true
+	})
+}

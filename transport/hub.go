@@ -22,12 +22,19 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 	return frame{Seq: ev.Seq, Type: ev.Type, JSON: b}, nil
 }
 
+// maxBacklog bounds the frames a live topic keeps; older ones are read
+// from the store (the engine has flushed them long before).
+const maxBacklog = 16384
+
 // hub fans the events of the runs this process executes out to their
-// subscribers. Publishing never blocks: each subscriber has a bounded
-// queue, and one that is full is dropped (its channel closed with
-// Dropped() true) and catches up from the store log by seq. A topic
-// exists from the moment the runner mints a run id until the run's
-// terminal event. Safe for concurrent use.
+// subscribers. The engine hands events to its sink before its store has
+// them (it writes in batches), so a topic keeps the frames of its run
+// (up to maxBacklog): a subscriber gets the ones it missed from there and
+// the older ones from the store. Publishing never blocks: each subscriber
+// has a bounded queue, and one that is full is dropped (its channel is
+// closed with Dropped() true) and resubscribes after its last seq. A
+// topic exists from the moment the runner mints a run id until the run
+// has ended and its events are stored. Safe for concurrent use.
 type hub struct {
 	queue int
 
@@ -36,7 +43,9 @@ type hub struct {
 }
 
 type topic struct {
-	subs map[*subscription]struct{}
+	subs   map[*subscription]struct{}
+	frames []frame // seqs base+1 ... base+len(frames)
+	base   int64   // every seq <= base is in the store
 }
 
 // subscription receives one run's live events in seq order.
@@ -55,16 +64,18 @@ func newHub(queue int) *hub {
 	return &hub{queue: queue, topics: map[string]*topic{}}
 }
 
-// open creates the topic of a run about to start.
-func (h *hub) open(runID string) {
+// open creates the topic of a run about to start or continue; the events
+// up to seq base are in the store already.
+func (h *hub) open(runID string, base int64) {
 	h.mu.Lock()
 	if h.topics[runID] == nil {
-		h.topics[runID] = &topic{subs: map[*subscription]struct{}{}}
+		h.topics[runID] = &topic{subs: map[*subscription]struct{}{}, base: base}
 	}
 	h.mu.Unlock()
 }
 
-// close ends a topic: its subscribers' channels are closed (not dropped).
+// close ends a topic once its run's events are all stored: its
+// subscribers' channels are closed (not dropped).
 func (h *hub) close(runID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -86,39 +97,59 @@ func (h *hub) live(runID string) bool {
 	return h.topics[runID] != nil
 }
 
-// subscribe returns a subscription to runID's future events, or nil when
-// the run has no topic here (finished, or executing in another process).
-func (h *hub) subscribe(runID string) *subscription {
+// subscribe returns a subscription to runID's future events with the
+// kept frames after seq `after` (backlog) and the seq up to which the
+// store holds the rest (base); nil when the run has no topic here
+// (finished, or executing in another process).
+func (h *hub) subscribe(runID string, after int64) (sub *subscription, backlog []frame, base int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[runID]
 	if t == nil {
-		return nil
+		return nil, nil, 0
 	}
-	sub := &subscription{h: h, runID: runID, ch: make(chan frame, h.queue)}
+	sub = &subscription{h: h, runID: runID, ch: make(chan frame, h.queue)}
 	t.subs[sub] = struct{}{}
-	return sub
+	if i := after - t.base; i < int64(len(t.frames)) {
+		if i < 0 {
+			i = 0
+		}
+		backlog = append([]frame(nil), t.frames[i:]...)
+	}
+	return sub, backlog, t.base
 }
 
-// publish hands f to every subscriber of runID without blocking; a
-// terminal event closes the topic after delivery.
+// publish keeps f and hands it to every subscriber of runID without
+// blocking.
 func (h *hub) publish(runID string, f frame) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	t := h.topics[runID]
-	if t != nil {
-		for sub := range t.subs {
-			select {
-			case sub.ch <- f:
-			default:
-				delete(t.subs, sub)
-				sub.dropped, sub.closed = true, true
-				close(sub.ch)
-			}
-		}
+	if t == nil {
+		return
 	}
-	h.mu.Unlock()
-	if f.Type.Terminal() {
-		h.close(runID)
+	switch next := t.base + int64(len(t.frames)) + 1; {
+	case f.Seq < next:
+		return // a duplicate
+	case f.Seq > next && len(t.frames) == 0:
+		t.base = f.Seq - 1 // the first event of a continued log
+	case f.Seq > next:
+		t.frames, t.base = nil, f.Seq-1 // cannot happen; the store has the gap
+	}
+	t.frames = append(t.frames, f)
+	if len(t.frames) > maxBacklog {
+		n := len(t.frames) / 2
+		t.frames = append([]frame(nil), t.frames[n:]...)
+		t.base += int64(n)
+	}
+	for sub := range t.subs {
+		select {
+		case sub.ch <- f:
+		default:
+			delete(t.subs, sub)
+			sub.dropped, sub.closed = true, true
+			close(sub.ch)
+		}
 	}
 }
 
@@ -134,7 +165,7 @@ func (s *subscription) Dropped() bool {
 	return s.dropped
 }
 
-// Close unsubscribes. Idempotent.
+// Close unsubscribes. Idempotent; nil-safe.
 func (s *subscription) Close() {
 	if s == nil {
 		return

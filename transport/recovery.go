@@ -127,7 +127,7 @@ func (s *Server) recoverRun(ctx context.Context, id string) error {
 		s.retire(lr)
 		return err
 	}
-	s.hub.open(id)
+	s.hub.open(id, rec.LastSeq)
 	ready := make(chan error, 1)
 	go func() {
 		defer s.retire(lr)

@@ -112,16 +112,19 @@ func (s *Server) startChatRun(ctx context.Context, req chatRequest) (*runTicket,
 	if err != nil {
 		return nil, err
 	}
-	var held *runcontrol.Turn
-	if req.Strategy == runcontrol.Reject {
-		// Reject answers now: the client learns of the conflict instead of
-		// a run id. A cancel that already reached the run lets it through
-		// to end run_cancelled.
-		held, err = s.queue.Acquire(bound, t.chat.ID, runID, runcontrol.Reject)
-		if err != nil && bound.Err() == nil {
-			release()
-			return nil, err
-		}
+	// Try for the chat's turn at once, in request order: a free chat is
+	// taken now, so a later request can never overtake this one. Only a
+	// busy chat makes an enqueue/interrupt/rollback request wait (in the
+	// background); a reject request answers 409 now. A cancel that
+	// already reached the run lets it through to end run_cancelled.
+	held, err := s.queue.Acquire(bound, t.chat.ID, runID, runcontrol.Reject)
+	switch {
+	case err == nil, bound.Err() != nil:
+	case errors.Is(err, runcontrol.ErrChatBusy) && req.Strategy != runcontrol.Reject:
+		held = nil
+	default:
+		release()
+		return nil, err
 	}
 	if err := s.writeTurn(ctx, t, runID); err != nil {
 		if held != nil {
@@ -130,7 +133,7 @@ func (s *Server) startChatRun(ctx context.Context, req chatRequest) (*runTicket,
 		release()
 		return nil, err
 	}
-	s.hub.open(runID)
+	s.hub.open(runID, 0)
 	ok = true
 	go s.execute(bound, release, held, t, lr)
 	ticket := &runTicket{RunID: runID, MessageID: t.assistant.ID, ChatID: t.chat.ID}
@@ -514,6 +517,8 @@ func (s *Server) execute(bound context.Context, release func(), held *runcontrol
 			EntryNodeIDs: t.entries, Input: in, Kind: t.req.Kind, Attrs: attrs, Services: services, Sink: sink})
 	}
 	stop()
+	// The run is over: a cancel from now on is for whatever runs next.
+	release()
 	if err != nil && !started {
 		s.failUnstarted(ctx, t, lr, err)
 		return

@@ -29,9 +29,12 @@ type runJSON struct {
 	Interrupts   []runtime.InterruptInfo `json:"interrupts,omitempty"`
 	LastSeq      int64                   `json:"lastSeq"`
 	Attrs        map[string]any          `json:"attrs,omitempty"`
-	CreatedAt    *time.Time              `json:"createdAt,omitempty"`
-	UpdatedAt    *time.Time              `json:"updatedAt,omitempty"`
-	Nodes        []nodeStateJSON         `json:"nodes,omitempty"`
+	// Live is true while this server process holds the run (queued or
+	// executing, until its message is written).
+	Live      bool            `json:"live,omitempty"`
+	CreatedAt *time.Time      `json:"createdAt,omitempty"`
+	UpdatedAt *time.Time      `json:"updatedAt,omitempty"`
+	Nodes     []nodeStateJSON `json:"nodes,omitempty"`
 }
 
 // nodeStateJSON is one node's latest checkpoint (never its error trace).
@@ -75,7 +78,7 @@ func (s *Server) getRun(c echo.Context) error {
 	if errors.Is(err, runtime.ErrRunNotFound) {
 		if lr := s.liveRun(id); lr != nil {
 			// Accepted, waiting for its chat's turn.
-			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.chatID, MessageID: lr.messageID, Status: runtime.RunPending})
+			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.chatID, MessageID: lr.messageID, Status: runtime.RunPending, Live: true})
 		}
 	}
 	if err != nil {
@@ -86,6 +89,7 @@ func (s *Server) getRun(c echo.Context) error {
 		return err
 	}
 	out := toRunJSON(rec)
+	out.Live = s.liveRun(id) != nil
 	out.Nodes = make([]nodeStateJSON, 0, len(cps))
 	for _, cp := range cps {
 		out.Nodes = append(out.Nodes, nodeStateJSON{ID: cp.NodeID, Status: cp.Status, Attempt: cp.Attempt, AttemptID: cp.AttemptID,

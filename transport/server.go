@@ -230,7 +230,9 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
 	e.GET("/", s.ui)
-	e.GET("/*", s.ui)
+	// Anything else no route matches: the UI's files and client-side
+	// routes for GET, a JSON 404 for the rest (and for /api/...).
+	e.RouteNotFound("/*", s.ui)
 
 	api := e.Group("/api/v1", s.auth, s.rateLimiter(),
 		middleware.BodyLimit(strconv.FormatInt(s.cfg.BodyLimit, 10)),
@@ -265,7 +267,7 @@ func (s *Server) routes() *echo.Echo {
 	api.POST("/runs/:id/resume", s.resumeRun)
 
 	api.GET("/ws", s.websocket)
-	api.RouteNotFound("/*", func(echo.Context) error { return notFound("no such route") })
+	api.RouteNotFound("/*", s.ui)
 	return e
 }
 

@@ -18,12 +18,13 @@ const logPage = 500
 
 // follow delivers runID's events with seq > after to send, in seq order,
 // each exactly once, until the run's terminal event (nil), ctx ends, or
-// send fails. It subscribes to the live events first and then reads the
-// log, so nothing falls between the two; live events the log already
-// gave are skipped by seq. A subscriber the hub dropped for being slow
-// catches up from the log the same way. A run executing in another
-// process is followed by reading its log every PollInterval. idle, when
-// not nil, is called whenever nothing was sent for a heartbeat interval.
+// send fails. For a run executing here it subscribes to the hub, which
+// hands back the frames it kept after `after` and says up to which seq
+// the store has the older ones; those are read from the store first. A
+// subscriber the hub dropped for being slow resubscribes the same way.
+// A run executing in another process (or finished) is read from the
+// store, every PollInterval until its terminal event. idle, when not
+// nil, is called whenever nothing was sent for a heartbeat interval.
 func (s *Server) follow(ctx context.Context, runID string, after int64, send func(frame) error, idle func() error) error {
 	var tick <-chan time.Time
 	if idle != nil {
@@ -31,24 +32,28 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 		defer t.Stop()
 		tick = t.C
 	}
-	for {
-		sub := s.hub.subscribe(runID)
-		done, n, err := s.replay(ctx, runID, &after, send)
-		switch {
-		case err == nil:
-		case errors.Is(err, runtime.ErrRunNotFound) && sub != nil:
-			// Bound here, not started yet (queued): wait for it live.
-		case errors.Is(err, runtime.ErrRunNotFound) && (after > 0 || n > 0):
-			return nil // the run was deleted meanwhile (a rollback)
-		default:
-			sub.Close()
-			return err
-		}
-		if done {
-			sub.Close()
+	wait := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick:
+			return idle()
+		case <-time.After(s.cfg.PollInterval):
 			return nil
 		}
+	}
+	for {
+		sub, backlog, base := s.hub.subscribe(runID, after)
 		if sub == nil {
+			// Not executing here: the store has it (or will, from the
+			// process that executes it).
+			done, n, err := s.replay(ctx, runID, &after, 0, send)
+			if errors.Is(err, runtime.ErrRunNotFound) && (after > 0 || n > 0) {
+				return nil // deleted meanwhile (a rollback)
+			}
+			if err != nil || done {
+				return err
+			}
 			rec, err := s.store.GetRun(ctx, runID)
 			if err != nil {
 				return err
@@ -56,56 +61,86 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 			if rec.Status.Finished() && after >= rec.LastSeq {
 				return nil
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-tick:
-				if err := idle(); err != nil {
-					return err
-				}
-			case <-time.After(s.cfg.PollInterval):
+			if err := wait(); err != nil {
+				return err
 			}
 			continue
 		}
-	live:
-		for {
-			select {
-			case f, ok := <-sub.C():
-				if !ok {
-					break live // ended or dropped: the log has the rest
-				}
-				if f.Seq <= after {
-					continue
-				}
-				if f.Seq != after+1 {
-					sub.Close()
-					break live // a gap cannot happen; if it does, the log fills it
-				}
-				if err := send(f); err != nil {
-					sub.Close()
-					return err
-				}
-				after = f.Seq
-				if f.Type.Terminal() {
-					sub.Close()
-					return nil
-				}
-			case <-tick:
-				if err := idle(); err != nil {
-					sub.Close()
-					return err
-				}
-			case <-ctx.Done():
+		// The part the hub no longer keeps is in the store (it may lag
+		// behind a batch: wait for it).
+		for after < base {
+			done, _, err := s.replay(ctx, runID, &after, base, send)
+			if err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
 				sub.Close()
-				return ctx.Err()
+				return err
 			}
+			if done {
+				sub.Close()
+				return nil
+			}
+			if after < base {
+				if err := wait(); err != nil {
+					sub.Close()
+					return err
+				}
+			}
+		}
+		ended, err := s.forward(ctx, sub, backlog, &after, send, tick, idle)
+		if ended || err != nil {
+			return err
 		}
 	}
 }
 
-// replay sends the logged events after *after; done reports a terminal
-// event, n how many were sent.
-func (s *Server) replay(ctx context.Context, runID string, after *int64, send func(frame) error) (done bool, n int, err error) {
+// forward sends the backlog and then the live events of sub; ended
+// reports the terminal event. It returns (false, nil) when the caller
+// must resubscribe (dropped, topic closed, or a gap).
+func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame, after *int64, send func(frame) error,
+	tick <-chan time.Time, idle func() error) (ended bool, err error) {
+	defer sub.Close()
+	deliver := func(f frame) (bool, bool, error) { // (stop, ended, err)
+		if f.Seq <= *after {
+			return false, false, nil
+		}
+		if f.Seq != *after+1 {
+			return true, false, nil // cannot happen; resubscribing fills it
+		}
+		if err := send(f); err != nil {
+			return true, false, err
+		}
+		*after = f.Seq
+		if f.Type.Terminal() {
+			return true, true, nil
+		}
+		return false, false, nil
+	}
+	for _, f := range backlog {
+		if stop, end, err := deliver(f); stop {
+			return end, err
+		}
+	}
+	for {
+		select {
+		case f, ok := <-sub.C():
+			if !ok {
+				return false, nil
+			}
+			if stop, end, err := deliver(f); stop {
+				return end, err
+			}
+		case <-tick:
+			if err := idle(); err != nil {
+				return false, err
+			}
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// replay sends the logged events after *after (up to seq `until` when it
+// is positive); done reports a terminal event, n how many were sent.
+func (s *Server) replay(ctx context.Context, runID string, after *int64, until int64, send func(frame) error) (done bool, n int, err error) {
 	for {
 		evs, err := s.store.Events(ctx, runID, *after, logPage)
 		if err != nil {
@@ -114,6 +149,9 @@ func (s *Server) replay(ctx context.Context, runID string, after *int64, send fu
 		for _, ev := range evs {
 			if ev.Seq <= *after {
 				continue
+			}
+			if until > 0 && ev.Seq > until {
+				return false, n, nil
 			}
 			f, err := encodeEvent(ev)
 			if err != nil {

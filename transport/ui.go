@@ -5,6 +5,8 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"slices"
+	"sort"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -24,8 +26,12 @@ health at <a href="/healthz"><code>/healthz</code></a>, metrics at <a href="/met
 // ui serves the web UI (Config.UI) at /, falling back to index.html for
 // client-side routes, or a placeholder page when no UI was built in.
 func (s *Server) ui(c echo.Context) error {
-	p := strings.TrimPrefix(path.Clean("/"+c.Param("*")), "/")
-	if strings.HasPrefix(p, "api/") {
+	p := strings.TrimPrefix(path.Clean("/"+c.Request().URL.Path), "/")
+	if allow := s.allowedMethods(c.Request().URL.Path); allow != "" {
+		c.Response().Header().Set("Allow", allow)
+		return newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "%s is not allowed here (allowed: %s)", c.Request().Method, allow)
+	}
+	if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead || strings.HasPrefix(p, "api/") {
 		return notFound("no such route")
 	}
 	if s.cfg.UI == nil {
@@ -52,4 +58,33 @@ func (s *Server) ui(c echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "public, max-age=3600")
 	}
 	return c.Blob(http.StatusOK, ct, b)
+}
+
+// allowedMethods returns the methods routes of this exact path accept
+// ("" when none): the router gives its own 404 handler priority over 405,
+// so the not-found handler answers 405 itself.
+func (s *Server) allowedMethods(path string) string {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	var methods []string
+	for _, r := range s.echo.Routes() {
+		if r.Method == "echo_route_not_found" || strings.Contains(r.Path, "*") {
+			continue
+		}
+		rs := strings.Split(strings.Trim(r.Path, "/"), "/")
+		if len(rs) != len(segs) || r.Path == "/" {
+			continue
+		}
+		match := true
+		for i := range rs {
+			if !strings.HasPrefix(rs[i], ":") && rs[i] != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match && !slices.Contains(methods, r.Method) {
+			methods = append(methods, r.Method)
+		}
+	}
+	sort.Strings(methods)
+	return strings.Join(methods, ", ")
 }
