@@ -596,6 +596,9 @@ func (r *run) retrying(fc *FlowContext, c completion, next time.Time, delay time
 	}
 	r.emit(EventNodeRetrying, fc.node, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
 		DelayMs: delay.Milliseconds(), Error: c.err.Error(), Code: code})
+	// The schedule must be durable before the wait, so a crash during it
+	// neither retries early nor forgets the retry.
+	r.beforeExecute(&r.p.nodes[fc.node])
 }
 
 // attempt runs the executor once, with the node's timeout, recovering panics.

@@ -1,0 +1,8 @@
+// Package crashtest proves that runs survive kill -9: its test re-executes
+// the test binary as a worker process over a real SQLite store, SIGKILLs
+// the worker at randomised failpoints (before a node's handler, after the
+// handler before its commit, after the commit, inside a retry backoff),
+// restarts it, and checks that every run ends with the result it would have
+// had without crashes, that no succeeded node ran twice, and that every
+// run's log keeps the lifecycle contract with gap-free seqs.
+package crashtest
