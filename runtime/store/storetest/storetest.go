@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) runtime.Store, opts ...Option) {
 		{"ParallelAppends", s.testParallelAppends},
 		{"SameSeqRace", s.testSameSeqRace},
 		{"ClaimRace", s.testClaimRace},
+		{"FencedWriterRace", s.testFencedWriterRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1161,6 +1162,53 @@ func (s *suite) testClaimRace(t *testing.T) {
 			require.True(t, errors.Is(errs[j], runtime.ErrLeaseHeld), "%s: %v", id, errs[j])
 		}
 		require.Equal(t, 1, won, "%s: exactly one claim wins", id)
+	}
+}
+
+// testFencedWriterRace races a writer that keeps saving a checkpoint
+// under the old token against a claim and the new holder's write of the
+// same checkpoint: once the claim has returned, no old-token write may
+// land, so the new holder's checkpoint is the one that stays.
+func (s *suite) testFencedWriterRace(t *testing.T) {
+	st := s.open(t)
+	s.leaser(t, st)
+	other := s.second(t, st)
+	ls := s.leaser(t, other)
+	ctx := t.Context()
+	for round := range 10 {
+		id := fmt.Sprintf("r%d", round)
+		create(t, st, newRun(id))
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			for i := 0; ; i++ {
+				err := st.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: id, NodeID: "x", Status: runtime.NodeRunning, Summary: "old holder", Attempt: i})
+				if i == 0 {
+					close(started)
+				}
+				if err != nil {
+					if errors.Is(err, runtime.ErrFenced) {
+						err = nil
+					}
+					done <- err
+					return
+				}
+			}
+		}()
+		<-started
+		l, err := ls.ClaimRun(ctx, id, "B", time.Hour)
+		require.NoError(t, err)
+		require.NoError(t, other.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: id, NodeID: "x", Status: runtime.NodeSucceeded, Summary: "new holder", Token: l.Token}))
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(wait):
+			t.Fatalf("the old holder was never fenced")
+		}
+		cps := checkpoints(t, st, id)
+		require.Len(t, cps, 1)
+		require.Equal(t, "new holder", cps[0].Summary, "round %d: an old-token write landed after the claim", round)
+		require.Equal(t, l.Token, cps[0].Token)
 	}
 }
 

@@ -1,0 +1,212 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"chatgraph/runtime"
+	"chatgraph/runtime/store/postgres"
+	"chatgraph/runtime/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testURL is the database the tests use; CHATGRAPH_TEST_POSTGRES_URL
+// overrides it.
+func testURL() string {
+	if u := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+var reachable = sync.OnceValue(func() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+})
+
+// needPostgres skips the test when Postgres is unreachable — except in CI
+// (CI=true), where a missing Postgres fails the run.
+func needPostgres(tb testing.TB) {
+	tb.Helper()
+	if err := reachable(); err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("postgres at %s is unreachable: %v", testURL(), err)
+		}
+		tb.Skipf("postgres at %s is unreachable: %v", testURL(), err)
+	}
+}
+
+func exec(tb testing.TB, sql string, args ...any) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, testURL())
+	require.NoError(tb, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql, args...)
+	require.NoError(tb, err)
+}
+
+// newSchema returns a fresh schema name, dropped (CASCADE) when the test
+// ends.
+func newSchema(tb testing.TB) string {
+	tb.Helper()
+	needPostgres(tb)
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "storetest_" + hex.EncodeToString(b)
+	tb.Cleanup(func() { exec(tb, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+	return schema
+}
+
+// openSchema opens a store on schema, closed when the test ends (before
+// the schema is dropped).
+func openSchema(tb testing.TB, schema string) *postgres.Store {
+	tb.Helper()
+	st, err := postgres.Open(tb.Context(), postgres.Config{URL: testURL(), Schema: schema, MaxConns: 4})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, st.Close()) })
+	return st
+}
+
+func open(tb testing.TB) runtime.Store { return openSchema(tb, newSchema(tb)) }
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) runtime.Store { return open(t) },
+		storetest.Durable(func(t *testing.T, s runtime.Store) runtime.Store {
+			return openSchema(t, s.(*postgres.Store).Schema())
+		}))
+}
+
+func TestOpenConfig(t *testing.T) {
+	t.Parallel()
+	_, err := postgres.Open(t.Context(), postgres.Config{})
+	require.ErrorContains(t, err, "URL is required")
+	_, err = postgres.Open(t.Context(), postgres.Config{URL: "postgres://%zz"})
+	require.Error(t, err)
+
+	// A schema name that needs quoting works.
+	schema := newSchema(t) + ` "odd" Name`
+	t.Cleanup(func() { exec(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+	st := openSchema(t, schema)
+	require.Equal(t, schema, st.Schema())
+	require.NoError(t, st.CreateRun(t.Context(), &runtime.RunRecord{ID: "r", Status: runtime.RunPending}))
+	_, err = st.GetRun(t.Context(), "r")
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	require.NoError(t, st.Close(), "Close twice")
+}
+
+func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+
+	// Several processes (here: stores) starting on a new schema at once.
+	var wg sync.WaitGroup
+	stores := make([]*postgres.Store, 4)
+	errs := make([]error, len(stores))
+	for i := range stores {
+		wg.Go(func() {
+			stores[i], errs[i] = postgres.Open(t.Context(), postgres.Config{URL: testURL(), Schema: schema, MaxConns: 2})
+		})
+	}
+	wg.Wait()
+	for i, st := range stores {
+		require.NoError(t, errs[i])
+		require.NoError(t, st.Close())
+	}
+	st := openSchema(t, schema) // and again, later
+
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testURL())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	ident := pgx.Identifier{schema}.Sanitize()
+	var n, version int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*), max(version) FROM `+ident+`.schema_migrations`).Scan(&n, &version))
+	require.Equal(t, postgres.SchemaVersion(), n, "one row per migration")
+	require.Equal(t, postgres.SchemaVersion(), version)
+	require.NoError(t, st.Close())
+
+	// A schema from a newer build is refused, not damaged.
+	_, err = conn.Exec(ctx, `INSERT INTO `+ident+`.schema_migrations (version, name) VALUES ($1, 'future')`, postgres.SchemaVersion()+1)
+	require.NoError(t, err)
+	_, err = postgres.Open(ctx, postgres.Config{URL: testURL(), Schema: schema})
+	require.ErrorContains(t, err, "newer than this build")
+}
+
+// TestFencedWriteWaitsForClaim pins the reason SaveCheckpoint share-locks
+// the run row. A new holder has claimed the run and written checkpoint x,
+// uncommitted; the old holder's write of x starts meanwhile. Under READ
+// COMMITTED a write that only read the token from its snapshot would wait
+// for x's row, then overwrite the new holder's x once it commits. With the
+// lock it waits for the run row instead, sees the new token, and is fenced.
+func TestFencedWriteWaitsForClaim(t *testing.T) {
+	t.Parallel()
+	schema := newSchema(t)
+	st := openSchema(t, schema)
+	ctx := t.Context()
+	require.NoError(t, st.CreateRun(ctx, &runtime.RunRecord{ID: "r", Status: runtime.RunRunning}))
+	require.NoError(t, st.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: "r", NodeID: "x", Status: runtime.NodeRunning}))
+
+	conn, err := pgx.Connect(ctx, testURL())
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	ident := pgx.Identifier{schema}.Sanitize()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
+	_, err = tx.Exec(ctx, `UPDATE `+ident+`.runs SET token = token + 1 WHERE id = 'r'`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `UPDATE `+ident+`.checkpoints SET summary = 'new holder', token = 1 WHERE run_id = 'r' AND node_id = 'x'`)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() {
+		done <- st.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: "r", NodeID: "x", Status: runtime.NodeSucceeded, Summary: "old holder"})
+	}()
+	// Wait (bounded) until the old holder's statement waits for a lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, ident+".checkpoints").Scan(&waiting))
+		if waiting > 0 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the old holder's write did not wait for the claim: %v", err)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "the old holder's write never waited")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, <-done, runtime.ErrFenced)
+	cps, err := st.Checkpoints(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, "new holder", cps[0].Summary)
+}
+
+func BenchmarkAppendEvent(b *testing.B) { storetest.BenchAppendEvent(b, open) }
+
+func BenchmarkSaveCheckpoint(b *testing.B) { storetest.BenchSaveCheckpoint(b, open) }
+
+func BenchmarkWriteBatch(b *testing.B) { storetest.BenchWriteBatch(b, open) }
