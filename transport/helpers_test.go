@@ -20,7 +20,7 @@ import (
 	"chatgraph/nodes"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
-	"chatgraph/runtime/store/memory"
+	rsqlite "chatgraph/runtime/store/sqlite"
 	"chatgraph/transport"
 	"chatgraph/transport/chatstore"
 	chatsqlite "chatgraph/transport/chatstore/sqlite"
@@ -45,7 +45,10 @@ func newEnv(t *testing.T, opts ...option) *env {
 	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
 	chats, err := chatsqlite.Open(context.Background(), chatsqlite.Config{Path: filepath.Join(t.TempDir(), "chats.db")})
 	require.NoError(t, err)
-	st := memory.New()
+	dir := t.TempDir()
+	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(dir, "runs.db")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
 	ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
 	cfg := transport.Config{Registry: reg, Store: st, Chats: chats, Control: ctl, RateLimit: -1,
 		Heartbeat: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second}

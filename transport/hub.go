@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/json"
 	"sync"
+	"time"
 
 	"chatgraph/runtime"
 )
@@ -14,7 +15,11 @@ type frame struct {
 	JSON []byte // the envelope
 }
 
+// encodeEvent encodes the envelope. Times are UTC with microseconds, as
+// the durable stores keep them, so a live event and its replay from the
+// log are the same bytes.
 func encodeEvent(ev runtime.Event) (frame, error) {
+	ev.Time = ev.Time.UTC().Truncate(time.Microsecond)
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return frame{}, err

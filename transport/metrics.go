@@ -144,3 +144,33 @@ func (m *metrics) wrapStore(st runtime.Store) runtime.Store {
 	}
 	return ts
 }
+
+// WriteBatches implements runtime.BatchWriter: in one call when the
+// wrapped store batches, else write by write.
+func (s *timedStore) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
+	defer s.m.storeOp("runs", "write_batches", time.Now())
+	if bw, ok := s.Store.(runtime.BatchWriter); ok {
+		return bw.WriteBatches(ctx, batches)
+	}
+	for _, b := range batches {
+		for _, cp := range b.Checkpoints {
+			if err := s.Store.SaveCheckpoint(ctx, cp); err != nil {
+				return err
+			}
+		}
+		if len(b.Events) > 0 {
+			if err := s.Store.AppendEvents(ctx, b.RunID, b.Token, b.Events); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Ping reports whether the wrapped store is reachable (when it can tell).
+func (s *timedStore) Ping(ctx context.Context) error {
+	if p, ok := s.Store.(interface{ Ping(context.Context) error }); ok {
+		return p.Ping(ctx)
+	}
+	return nil
+}

@@ -20,7 +20,7 @@ var param = regexp.MustCompile(`:([A-Za-z]+)`)
 func TestOpenAPICoversRoutes(t *testing.T) {
 	t.Parallel()
 	var doc struct {
-		OpenAPI string                     `json:"openapi"`
+		OpenAPI string                    `json:"openapi"`
 		Paths   map[string]map[string]any `json:"paths"`
 	}
 	require.NoError(t, json.Unmarshal(transport.OpenAPI, &doc))

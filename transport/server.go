@@ -345,6 +345,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.close(CloseShutdown, "server shutting down")
 	}
 	s.cancelBase()
+	s.engine.Close()
 	if q, ok := s.queue.(interface{ Close() error }); ok {
 		_ = q.Close()
 	}

@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 
 	"chatgraph/runtime"
-	"chatgraph/runtime/store/memory"
+	rsqlite "chatgraph/runtime/store/sqlite"
 )
 
-// openRunStore opens the run store under the state dir.
-//
-// TODO(durability): switch to runtime/store/sqlite once it lands; until
-// then runs live in memory and do not survive a restart.
-func openRunStore(_ context.Context, _ *config, log *slog.Logger) (runtime.Store, func(), error) {
-	log.Warn("run store: in memory (runs do not survive a restart)")
-	return memory.New(), func() {}, nil
+// openRunStore opens the SQLite run store under the state dir.
+func openRunStore(ctx context.Context, c *config, log *slog.Logger) (runtime.Store, func(), error) {
+	st, err := rsqlite.Open(ctx, rsqlite.Config{Path: filepath.Join(c.stateDir, "runs.db"), Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, func() { _ = st.Close() }, nil
 }
 
 func openPostgres(context.Context, *config, *slog.Logger) (*stores, error) {
