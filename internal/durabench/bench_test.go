@@ -1,0 +1,266 @@
+package durabench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"chatgraph/runtime"
+	"chatgraph/runtime/store/sqlite"
+)
+
+func registry() *runtime.Registry {
+	reg := runtime.NewRegistry()
+	pass := runtime.ExecutorFunc(func(_ context.Context, _ *runtime.Node, in runtime.Inputs, _ *runtime.FlowContext) (runtime.Result, error) {
+		return runtime.Result{Output: in.First()}, nil
+	})
+	newPass := func(*runtime.Node) (runtime.Executor, error) { return pass, nil }
+	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	reg.MustRegister(runtime.NodeType{Name: "src", Entry: true, Ports: []runtime.Port{out}, New: newPass})
+	reg.MustRegister(runtime.NodeType{Name: "pass", New: newPass, Ports: []runtime.Port{
+		{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}, out}})
+	return reg
+}
+
+func chain(n int) *runtime.Graph {
+	g := &runtime.Graph{ID: fmt.Sprintf("chain%d", n), PlanVersion: 1}
+	g.Nodes = append(g.Nodes, runtime.Node{ID: "n0", Type: "src"})
+	for i := 1; i < n; i++ {
+		g.Nodes = append(g.Nodes, runtime.Node{ID: fmt.Sprintf("n%d", i), Type: "pass"})
+		g.Edges = append(g.Edges, runtime.Edge{ID: fmt.Sprintf("e%d", i), Source: fmt.Sprintf("n%d", i-1), SourceHandle: "out",
+			Target: fmt.Sprintf("n%d", i), TargetHandle: "in", Data: runtime.EdgeData{Channel: runtime.ChannelFlow}})
+	}
+	return g
+}
+
+// counting counts the store transactions the engine makes.
+type counting struct {
+	*sqlite.Store
+	commits atomic.Int64
+}
+
+func (c *counting) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	c.commits.Add(1)
+	return c.Store.WriteBatches(ctx, bs)
+}
+
+func (c *counting) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
+	c.commits.Add(1)
+	return c.Store.UpdateRun(ctx, r)
+}
+
+func (c *counting) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
+	c.commits.Add(1)
+	return c.Store.CreateRun(ctx, r)
+}
+
+func openSQLite(b *testing.B) *counting {
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	return &counting{Store: st}
+}
+
+func engine(b *testing.B, st runtime.Store, mode runtime.Durability) *runtime.Engine {
+	e, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: st, Durability: mode})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	return e
+}
+
+var seq atomic.Int64
+
+func runChain(b *testing.B, e *runtime.Engine, p *runtime.Plan) {
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, RunID: fmt.Sprintf("b%d", seq.Add(1)), Input: "x"})
+	if err != nil || res.Status != runtime.RunCompleted {
+		b.Fatalf("run: %v %+v", err, res)
+	}
+}
+
+func w4(b *testing.B, mode runtime.Durability) {
+	st := openSQLite(b)
+	e := engine(b, st, mode)
+	p, err := e.Compile(chain(100))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runChain(b, e, p) // warm up
+	st.commits.Store(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		runChain(b, e, p)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/node")
+	b.ReportMetric(float64(st.commits.Load())/float64(b.N)/100, "commits/node")
+}
+
+// BenchmarkW4SQLiteSync: chain of 100, every step durable before the next.
+func BenchmarkW4SQLiteSync(b *testing.B) { w4(b, runtime.DurabilitySync) }
+
+// BenchmarkW4SQLiteBatched: chain of 100, group commit.
+func BenchmarkW4SQLiteBatched(b *testing.B) { w4(b, runtime.DurabilityBatched) }
+
+// BenchmarkW4SQLiteExit: chain of 100, persisted at the end.
+func BenchmarkW4SQLiteExit(b *testing.B) { w4(b, runtime.DurabilityExit) }
+
+// BenchmarkW4SQLiteBatchedConcurrent: 50 runs of 5-node chains in flight
+// at once in batched mode; reports node checkpoints per second.
+func BenchmarkW4SQLiteBatchedConcurrent(b *testing.B) {
+	st := openSQLite(b)
+	e := engine(b, st, runtime.DurabilityBatched)
+	p, err := e.Compile(chain(5))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st.commits.Store(0)
+	b.ResetTimer()
+	start := time.Now()
+	work := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for w := 0; w < 50; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range work {
+				runChain(b, e, p)
+			}
+		}()
+	}
+	for i := 0; i < b.N; i++ {
+		work <- struct{}{}
+	}
+	close(work)
+	wg.Wait()
+	el := time.Since(start)
+	// Each node writes a running and a terminal checkpoint.
+	b.ReportMetric(float64(b.N*5*2)/el.Seconds(), "checkpoints/s")
+	b.ReportMetric(float64(b.N)/el.Seconds(), "runs/s")
+	b.ReportMetric(float64(st.commits.Load())/float64(b.N*5), "commits/node")
+}
+
+// BenchmarkRecovery1000: 1,000 runs whose process died mid-chain are
+// claimed and finished by a fresh engine. Reports the time until all are
+// claimed (resumed) and until all finish.
+func BenchmarkRecovery1000(b *testing.B) {
+	const runs = 1000
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		path := filepath.Join(dir, "rec.db")
+		st, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g := chain(10)
+		// A "dead" engine: it creates the runs and gets half-way, then its
+		// writes stop (its process is gone) and its leases are short.
+		dead := &dying{Store: st, after: 5}
+		de, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: dead, Owner: "dead", LeaseTTL: 50 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, _ := de.Compile(g)
+		var wg sync.WaitGroup
+		for i := 0; i < runs; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithCancel(context.Background())
+				dead.cancel.Store(i, cancel)
+				_, _ = de.Invoke(ctx, runtime.RunRequest{Plan: p, RunID: fmt.Sprintf("r%04d", i), Input: "x"})
+				cancel()
+			}()
+		}
+		wg.Wait()
+		de.Close()
+		time.Sleep(60 * time.Millisecond) // the dead leases expire
+		fresh, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: st, Owner: "fresh"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var finished sync.WaitGroup
+		finished.Add(runs)
+		cfg := runtime.RecoveryConfig{Batch: runs,
+			Prepare: func(context.Context, *runtime.RunRecord) (runtime.RecoverRequest, error) {
+				return runtime.RecoverRequest{Plan: p}, nil
+			},
+			Done: func(_ *runtime.RunRecord, res *runtime.RunResult, err error) {
+				if err != nil || res.Status != runtime.RunCompleted {
+					b.Errorf("recovered run: %v %+v", err, res)
+				}
+				finished.Done()
+			}}
+		b.StartTimer()
+		start := time.Now()
+		n, err := fresh.RecoverExpired(context.Background(), cfg)
+		claimed := time.Since(start)
+		if err != nil || n != runs {
+			b.Fatalf("recovered %d of %d: %v", n, runs, err)
+		}
+		finished.Wait()
+		all := time.Since(start)
+		b.StopTimer()
+		fresh.WaitRecovered()
+		fresh.Close()
+		b.ReportMetric(float64(claimed.Milliseconds()), "ms-resumed")
+		b.ReportMetric(float64(all.Milliseconds()), "ms-finished")
+		_ = st.Close()
+		_ = os.RemoveAll(dir)
+		b.StartTimer()
+	}
+}
+
+// dying passes writes through until a run has written `after` batches,
+// then drops that run's writes and cancels it, as if its process died.
+type dying struct {
+	*sqlite.Store
+	after  int
+	mu     sync.Mutex
+	writes map[string]int
+	cancel sync.Map // index -> cancel func (unused by the store itself)
+}
+
+func (d *dying) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	d.mu.Lock()
+	if d.writes == nil {
+		d.writes = map[string]int{}
+	}
+	var keep []runtime.WriteBatch
+	for _, b := range bs {
+		d.writes[b.RunID]++
+		if d.writes[b.RunID] <= d.after {
+			keep = append(keep, b)
+		}
+	}
+	d.mu.Unlock()
+	if len(keep) == 0 {
+		return runtime.ErrFenced // the process is gone: nothing more is written
+	}
+	return d.Store.WriteBatches(ctx, keep)
+}
+
+func (d *dying) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
+	d.mu.Lock()
+	dead := d.writes[r.ID] > d.after
+	d.mu.Unlock()
+	if dead {
+		return runtime.ErrFenced
+	}
+	return d.Store.UpdateRun(ctx, r)
+}
+
+func (d *dying) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
+	return l, nil // a dead process renews nothing
+}
+
+func (d *dying) ReleaseLease(context.Context, runtime.Lease) error { return nil }
