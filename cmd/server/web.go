@@ -1,7 +1,11 @@
 package main
 
-import "io/fs"
+import (
+	"io/fs"
 
-// webUI returns the built web UI to serve at /, or nil for the
-// placeholder page (the web package is not part of this build yet).
-func webUI() fs.FS { return nil }
+	"chatgraph/web"
+)
+
+// webUI is the browser UI served at /: the Vite build when `make web` ran
+// before `go build`, else the web package's placeholder page.
+func webUI() fs.FS { return web.Assets() }
