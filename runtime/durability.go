@@ -55,6 +55,26 @@ func (b *writeBuf) empty() bool { return len(b.cps) == 0 && len(b.evs) == 0 }
 // streaming many deltas flushes as it goes).
 const maxBuffered = 256
 
+// latestPerNode keeps, for each node, only its last checkpoint in the
+// buffer (at the position of its first one, so first-save order holds):
+// the store keeps only the latest anyway.
+func latestPerNode(cps []*Checkpoint) []*Checkpoint {
+	if len(cps) < 2 {
+		return cps
+	}
+	pos := make(map[string]int, len(cps))
+	out := cps[:0:0]
+	for _, cp := range cps {
+		if i, ok := pos[cp.NodeID]; ok {
+			out[i] = cp
+			continue
+		}
+		pos[cp.NodeID] = len(out)
+		out = append(out, cp)
+	}
+	return out
+}
+
 // applyBatches writes batches to st: in one call when it is a BatchWriter,
 // else write by write.
 func applyBatches(ctx context.Context, st Store, batches []WriteBatch) error {
@@ -84,7 +104,7 @@ func (r *run) flushLocked(wait bool) {
 	if r.storeErr != nil || r.wb.empty() || r.store == nil {
 		return
 	}
-	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: r.wb.cps, Events: r.wb.evs}
+	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: latestPerNode(r.wb.cps), Events: r.wb.evs}
 	r.wb = writeBuf{}
 	if r.durability != DurabilityBatched {
 		if err := applyBatches(r.bg, r.store, []WriteBatch{b}); err != nil {
