@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -212,4 +213,32 @@ type Inspector interface {
 	// cancelled) last updated before t, with their checkpoints and events;
 	// it returns how many runs it removed.
 	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
+}
+
+// EffectRecord is one completed side effect, recorded under its
+// idempotency key.
+type EffectRecord struct {
+	Key string `json:"key"`
+	// RootRunID is the run lineage the effect belongs to (retention
+	// deletes it with the lineage).
+	RootRunID string          `json:"rootRunId"`
+	NodeID    string          `json:"nodeId"`
+	Kind      string          `json:"kind"`
+	Value     json.RawMessage `json:"value"`
+	CreatedAt time.Time       `json:"createdAt"`
+}
+
+// EffectLedger is implemented by stores that durably record completed side
+// effects by idempotency key, so a resumed, retried or recovered run
+// lineage never repeats one: an executor about to perform an effect looks
+// its key up and reuses the recorded result. Executors reach it through
+// their services, never through the kernel.
+type EffectLedger interface {
+	// PutEffect records rec unless its key is taken; either way it returns
+	// the record kept under the key (the first one wins).
+	PutEffect(ctx context.Context, rec EffectRecord) (EffectRecord, error)
+	// GetEffect returns the record under key.
+	GetEffect(ctx context.Context, key string) (EffectRecord, bool, error)
+	// DeleteEffects removes every record of a run lineage.
+	DeleteEffects(ctx context.Context, rootRunID string) error
 }
