@@ -90,6 +90,7 @@ const usage = `usage:
 // config is the server's configuration: flags over environment over defaults.
 type config struct {
 	addr, stateDir, redisURL, databaseURL, token, logLevel, logFormat string
+	databaseSchema, redisPrefix                                       string
 	allowedOrigins, httpAllowedHosts                                  string
 	openAIBaseURL, openAIKey                                          string
 	drainTimeout                                                      time.Duration
@@ -113,6 +114,8 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.StringVar(&c.stateDir, "state-dir", envOr(ge, "CHATGRAPH_STATE_DIR", "./.chatgraph"), "state directory for the SQLite files (CHATGRAPH_STATE_DIR)")
 	fs.StringVar(&c.redisURL, "redis-url", ge("CHATGRAPH_REDIS_URL"), "Redis URL for multi-instance run control (CHATGRAPH_REDIS_URL)")
 	fs.StringVar(&c.databaseURL, "database-url", ge("CHATGRAPH_DATABASE_URL"), "Postgres URL for the shared store (CHATGRAPH_DATABASE_URL)")
+	fs.StringVar(&c.databaseSchema, "database-schema", envOr(ge, "CHATGRAPH_DATABASE_SCHEMA", "public"), "Postgres schema of the tables (CHATGRAPH_DATABASE_SCHEMA)")
+	fs.StringVar(&c.redisPrefix, "redis-prefix", envOr(ge, "CHATGRAPH_REDIS_PREFIX", "chatgraph:runcontrol"), "prefix of the Redis keys (CHATGRAPH_REDIS_PREFIX)")
 	fs.StringVar(&c.logLevel, "log-level", envOr(ge, "CHATGRAPH_LOG_LEVEL", "info"), "debug, info, warn or error (CHATGRAPH_LOG_LEVEL)")
 	fs.StringVar(&c.logFormat, "log-format", envOr(ge, "CHATGRAPH_LOG_FORMAT", "text"), "text or json (CHATGRAPH_LOG_FORMAT)")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", ge("CHATGRAPH_ALLOWED_ORIGINS"), "extra WebSocket origins, comma separated host patterns (CHATGRAPH_ALLOWED_ORIGINS)")
@@ -224,7 +227,7 @@ func runControl(ctx context.Context, c *config, log *slog.Logger) (runcontrol.Co
 		return nil, nil, nil, fmt.Errorf("redis url: %w", err)
 	}
 	rdb := goredis.NewClient(opts)
-	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Logger: log})
+	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, fmt.Errorf("redis run control: %w", err)

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+func postgresURL() string {
+	if u := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func redisURL() string {
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		return "redis://" + a
+	}
+	return "redis://127.0.0.1:6379"
+}
+
+// needShared skips without Postgres and Redis, except under CI=true.
+func needShared(t *testing.T) (schema, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fail := t.Skipf
+	if os.Getenv("CI") == "true" {
+		fail = t.Fatalf
+	}
+	conn, err := pgx.Connect(ctx, postgresURL())
+	if err != nil {
+		fail("postgres at %s is unreachable: %v", postgresURL(), err)
+		return
+	}
+	_ = conn.Close(ctx)
+	opts, err := goredis.ParseURL(redisURL())
+	require.NoError(t, err)
+	rdb := goredis.NewClient(opts)
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		fail("redis at %s is unreachable: %v", redisURL(), err)
+		return
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	schema, prefix = "srvtest_"+id, "chatgraph:srvtest:"+id
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, postgresURL())
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		require.NoError(t, err)
+		rdb := goredis.NewClient(opts)
+		defer rdb.Close()
+		keys, _ := rdb.Keys(ctx, "{"+prefix+"}*").Result()
+		keys2, _ := rdb.Keys(ctx, prefix+"*").Result()
+		if all := append(keys, keys2...); len(all) > 0 {
+			rdb.Del(ctx, all...)
+		}
+	})
+	return schema, prefix
+}
+
+// Two server processes on one Postgres and one Redis: a run started on A
+// streams from B and is cancelled on B.
+func TestTwoServersSharePostgresAndRedis(t *testing.T) {
+	schema, prefix := needShared(t)
+	args := []string{"--database-url", postgresURL(), "--database-schema", schema, "--redis-url", redisURL(), "--redis-prefix", prefix}
+	a := startServer(t, t.TempDir(), args...)
+	b := startServer(t, t.TempDir(), args...)
+
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":50}`)
+	// B sees A's graph and chat.
+	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/chats/"+chatID, nil, nil))
+
+	var tk map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("w ", 200)}, &tk))
+	runID := tk["runId"].(string)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.url+"/api/v1/runs/"+runID+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var types []string
+	var last int64
+	cancelled := false
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		var ev struct {
+			Seq    int64
+			Type   string
+			NodeID string
+		}
+		require.NoError(t, json.Unmarshal([]byte(line[6:]), &ev))
+		require.Equal(t, last+1, ev.Seq, "gap-free across processes")
+		last = ev.Seq
+		types = append(types, ev.Type)
+		if !cancelled && ev.Type == "node_started" && ev.NodeID == "a1" {
+			var res map[string]any
+			require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/runs/"+runID+"/cancel", nil, &res))
+			require.Equal(t, "cancelled", res["status"])
+			cancelled = true
+		}
+	}
+	require.True(t, cancelled, "events: %v", types)
+	require.Equal(t, "run_cancelled", types[len(types)-1])
+
+	// The message on A's side ends cancelled; both see it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var c map[string]any
+		call(t, "GET", b.url+"/api/v1/chats/"+chatID, nil, &c)
+		if m := c["messages"].([]any)[1].(map[string]any); m["status"] == "cancelled" {
+			require.Equal(t, "user_cancel", m["error"])
+			break
+		}
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A cancel before the run exists, sent to B, reaches the run A starts.
+	var res map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/cancel", map[string]any{"clientRequestId": "early"}, &res))
+	require.Equal(t, "pending", res["status"])
+	types, _ = sse(t, a.url+"/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "x", "clientRequestId": "early"})
+	require.Equal(t, "run_cancelled", types[len(types)-1])
+	require.NotContains(t, types, "node_started")
+}

@@ -1,0 +1,481 @@
+// Package postgres is the shared chatstore.Store: graphs, chats and
+// message trees in Postgres (pgx), so several server processes serve one
+// deployment. Tables live in one schema, created at Open.
+//
+//	st, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: "chatgraph"})
+//	defer st.Close()
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"chatgraph/transport/chatstore"
+)
+
+// Config configures Open.
+type Config struct {
+	// URL is the connection string (required).
+	URL string
+	// Schema holds the tables; created when missing (default "public").
+	Schema string
+	// MaxConns bounds the pool (default: pgxpool's).
+	MaxConns int32
+}
+
+// Store is a chatstore.Store on Postgres. Safe for concurrent use, also
+// from several processes.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ chatstore.Store = (*Store)(nil)
+
+const schemaSQL = `
+CREATE TABLE IF NOT EXISTS chat_graphs (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL DEFAULT '',
+	plan_version BIGINT NOT NULL,
+	body JSONB,
+	deleted BOOLEAN NOT NULL DEFAULT false,
+	created_at TIMESTAMPTZ NOT NULL,
+	updated_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chat_graph_versions (
+	id TEXT NOT NULL,
+	plan_version BIGINT NOT NULL,
+	name TEXT NOT NULL DEFAULT '',
+	body JSONB NOT NULL,
+	created_at TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY (id, plan_version)
+);
+CREATE TABLE IF NOT EXISTS chats (
+	id TEXT PRIMARY KEY,
+	graph_id TEXT NOT NULL,
+	title TEXT NOT NULL DEFAULT '',
+	active_leaf_id TEXT NOT NULL DEFAULT '',
+	created_at TIMESTAMPTZ NOT NULL,
+	updated_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chats_graph ON chats (graph_id, created_at);
+CREATE TABLE IF NOT EXISTS chat_messages (
+	seq BIGSERIAL PRIMARY KEY,
+	chat_id TEXT NOT NULL,
+	id TEXT NOT NULL,
+	parent_id TEXT NOT NULL DEFAULT '',
+	role TEXT NOT NULL,
+	content TEXT NOT NULL DEFAULT '',
+	run_id TEXT NOT NULL DEFAULT '',
+	status TEXT NOT NULL DEFAULT '',
+	turn_run_id TEXT NOT NULL DEFAULT '',
+	agent_node_id TEXT NOT NULL DEFAULT '',
+	user_tools JSONB,
+	error TEXT NOT NULL DEFAULT '',
+	created_at TIMESTAMPTZ NOT NULL,
+	updated_at TIMESTAMPTZ NOT NULL,
+	UNIQUE (chat_id, id)
+);
+`
+
+// Open connects and creates the schema and tables when missing.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("chatstore/postgres: Config.URL is required")
+	}
+	schema := cfg.Schema
+	if schema == "" {
+		schema = "public"
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("chatstore/postgres: %w", err)
+	}
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	pcfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("chatstore/postgres: %w", err)
+	}
+	// One migrator at a time across processes.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chatstore'))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, schemaSQL)
+		return err
+	})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("chatstore/postgres: migrate: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+func isUnique(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+func affected(tag pgconn.CommandTag, sentinel error, what string) error {
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %s", sentinel, what)
+	}
+	return nil
+}
+
+func body(b json.RawMessage) []byte {
+	if len(b) == 0 {
+		return []byte("{}")
+	}
+	return b
+}
+
+// CreateGraph implements chatstore.Store.
+func (s *Store) CreateGraph(ctx context.Context, g *chatstore.Graph) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var version int64
+		var deleted bool
+		err := tx.QueryRow(ctx, `SELECT plan_version, deleted FROM chat_graphs WHERE id = $1 FOR UPDATE`, g.ID).Scan(&version, &deleted)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case !deleted:
+			return fmt.Errorf("%w: graph %s exists", chatstore.ErrConflict, g.ID)
+		}
+		t := now()
+		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, t, t
+		_, err = tx.Exec(ctx, `INSERT INTO chat_graphs (id, name, plan_version, body, deleted, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, false, $5, $5)
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name, plan_version = excluded.plan_version, body = excluded.body,
+				deleted = false, created_at = excluded.created_at, updated_at = excluded.updated_at`,
+			g.ID, g.Name, g.PlanVersion, body(g.Body), t)
+		if isUnique(err) {
+			return fmt.Errorf("%w: graph %s exists", chatstore.ErrConflict, g.ID)
+		}
+		if err != nil {
+			return err
+		}
+		return keepVersion(ctx, tx, g)
+	})
+}
+
+func keepVersion(ctx context.Context, tx pgx.Tx, g *chatstore.Graph) error {
+	_, err := tx.Exec(ctx, `INSERT INTO chat_graph_versions (id, plan_version, name, body, created_at) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (id, plan_version) DO UPDATE SET name = excluded.name, body = excluded.body`,
+		g.ID, g.PlanVersion, g.Name, body(g.Body), g.UpdatedAt)
+	return err
+}
+
+func scanGraph(row pgx.Row) (*chatstore.Graph, error) {
+	var g chatstore.Graph
+	var b []byte
+	if err := row.Scan(&g.ID, &g.Name, &g.PlanVersion, &b, &g.CreatedAt, &g.UpdatedAt); err != nil {
+		return nil, err
+	}
+	g.Body = json.RawMessage(b)
+	g.CreatedAt, g.UpdatedAt = g.CreatedAt.UTC(), g.UpdatedAt.UTC()
+	return &g, nil
+}
+
+// GetGraph implements chatstore.Store.
+func (s *Store) GetGraph(ctx context.Context, id string) (*chatstore.Graph, error) {
+	g, err := scanGraph(s.pool.QueryRow(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs WHERE id = $1 AND NOT deleted`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: graph %s", chatstore.ErrNotFound, id)
+	}
+	return g, err
+}
+
+// GetGraphVersion implements chatstore.Store.
+func (s *Store) GetGraphVersion(ctx context.Context, id string, version int64) (*chatstore.Graph, error) {
+	g, err := scanGraph(s.pool.QueryRow(ctx, `SELECT id, name, plan_version, body, created_at, created_at FROM chat_graph_versions WHERE id = $1 AND plan_version = $2`, id, version))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: graph %s version %d", chatstore.ErrNotFound, id, version)
+	}
+	return g, err
+}
+
+// ListGraphs implements chatstore.Store.
+func (s *Store) ListGraphs(ctx context.Context) ([]*chatstore.Graph, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs WHERE NOT deleted ORDER BY updated_at DESC, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*chatstore.Graph{}
+	for rows.Next() {
+		g, err := scanGraph(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// UpdateGraph implements chatstore.Store.
+func (s *Store) UpdateGraph(ctx context.Context, g *chatstore.Graph, ifVersion int64) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var version int64
+		var created time.Time
+		err := tx.QueryRow(ctx, `SELECT plan_version, created_at FROM chat_graphs WHERE id = $1 AND NOT deleted FOR UPDATE`, g.ID).Scan(&version, &created)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: graph %s", chatstore.ErrNotFound, g.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if ifVersion > 0 && version != ifVersion {
+			return fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chatstore.ErrConflict, g.ID, version, ifVersion)
+		}
+		t := now()
+		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, created.UTC(), t
+		if _, err := tx.Exec(ctx, `UPDATE chat_graphs SET name = $1, plan_version = $2, body = $3, updated_at = $4 WHERE id = $5`,
+			g.Name, g.PlanVersion, body(g.Body), t, g.ID); err != nil {
+			return err
+		}
+		return keepVersion(ctx, tx, g)
+	})
+}
+
+// DeleteGraph implements chatstore.Store.
+func (s *Store) DeleteGraph(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE chat_graphs SET deleted = true, body = NULL, updated_at = $1 WHERE id = $2 AND NOT deleted`, now(), id)
+	if err != nil {
+		return err
+	}
+	return affected(tag, chatstore.ErrNotFound, "graph "+id)
+}
+
+// CreateChat implements chatstore.Store.
+func (s *Store) CreateChat(ctx context.Context, c *chatstore.Chat) error {
+	t := now()
+	c.CreatedAt, c.UpdatedAt = t, t
+	_, err := s.pool.Exec(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)`,
+		c.ID, c.GraphID, c.Title, c.ActiveLeafID, t)
+	if isUnique(err) {
+		return fmt.Errorf("%w: chat %s exists", chatstore.ErrConflict, c.ID)
+	}
+	return err
+}
+
+func scanChat(row pgx.Row) (*chatstore.Chat, error) {
+	var c chatstore.Chat
+	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.CreatedAt, &c.UpdatedAt); err != nil {
+		return nil, err
+	}
+	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+	return &c, nil
+}
+
+// GetChat implements chatstore.Store.
+func (s *Store) GetChat(ctx context.Context, id string) (*chatstore.Chat, error) {
+	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT id, graph_id, title, active_leaf_id, created_at, updated_at FROM chats WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: chat %s", chatstore.ErrNotFound, id)
+	}
+	return c, err
+}
+
+// ListChats implements chatstore.Store.
+func (s *Store) ListChats(ctx context.Context, graphID string) ([]*chatstore.Chat, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, graph_id, title, active_leaf_id, created_at, updated_at FROM chats
+		WHERE ($1 = '' OR graph_id = $1) ORDER BY created_at DESC, id`, graphID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*chatstore.Chat{}
+	for rows.Next() {
+		c, err := scanChat(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// DeleteChat implements chatstore.Store.
+func (s *Store) DeleteChat(ctx context.Context, id string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM chats WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if err := affected(tag, chatstore.ErrNotFound, "chat "+id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1`, id)
+		return err
+	})
+}
+
+func touchChat(ctx context.Context, tx pgx.Tx, chatID, activeLeafID string) error {
+	tag, err := tx.Exec(ctx, `UPDATE chats SET updated_at = $1, active_leaf_id = CASE WHEN $2 = '' THEN active_leaf_id ELSE $2 END WHERE id = $3`,
+		now(), activeLeafID, chatID)
+	if err != nil {
+		return err
+	}
+	return affected(tag, chatstore.ErrNotFound, "chat "+chatID)
+}
+
+// AddMessages implements chatstore.Store.
+func (s *Store) AddMessages(ctx context.Context, chatID, activeLeafID string, msgs ...*chatstore.Message) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := touchChat(ctx, tx, chatID, activeLeafID); err != nil {
+			return err
+		}
+		t := now()
+		for _, m := range msgs {
+			m.ChatID = chatID
+			if m.CreatedAt.IsZero() {
+				m.CreatedAt = t
+			}
+			m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Microsecond)
+			m.UpdatedAt = t
+			var tools any
+			if len(m.UserTools) > 0 {
+				tools = m.UserTools
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO chat_messages (chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+				chatID, m.ID, m.ParentID, m.Role, m.Content, m.RunID, m.Status, m.TurnRunID, m.AgentNodeID, tools, m.Error, m.CreatedAt, t)
+			if isUnique(err) {
+				return fmt.Errorf("%w: message %s exists", chatstore.ErrConflict, m.ID)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// UpdateMessage implements chatstore.Store.
+func (s *Store) UpdateMessage(ctx context.Context, m *chatstore.Message) error {
+	t := now()
+	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET parent_id = $1, content = $2, status = $3, run_id = $4, error = $5, updated_at = $6
+		WHERE chat_id = $7 AND id = $8`, m.ParentID, m.Content, m.Status, m.RunID, m.Error, t, m.ChatID, m.ID)
+	if err != nil {
+		return err
+	}
+	m.UpdatedAt = t
+	return affected(tag, chatstore.ErrNotFound, "message "+m.ID)
+}
+
+// ClaimMessage implements chatstore.Store.
+func (s *Store) ClaimMessage(ctx context.Context, chatID, msgID, fromRunID, toRunID string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET run_id = $1, status = $2, error = '', updated_at = $3
+		WHERE chat_id = $4 AND id = $5 AND run_id = $6 AND status IN ($7, $8, $9)`,
+		toRunID, chatstore.StatusPending, now(), chatID, msgID, fromRunID,
+		chatstore.StatusInterrupted, chatstore.StatusCancelled, chatstore.StatusFailed)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	if _, err := s.GetMessage(ctx, chatID, msgID); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: message %s cannot be continued from run %s", chatstore.ErrConflict, msgID, fromRunID)
+}
+
+const msgCols = `chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
+
+func scanMsg(row pgx.Row) (*chatstore.Message, error) {
+	var m chatstore.Message
+	var tools []byte
+	if err := row.Scan(&m.ChatID, &m.ID, &m.ParentID, &m.Role, &m.Content, &m.RunID, &m.Status, &m.TurnRunID, &m.AgentNodeID,
+		&tools, &m.Error, &m.CreatedAt, &m.UpdatedAt); err != nil {
+		return nil, err
+	}
+	if len(tools) > 0 {
+		_ = json.Unmarshal(tools, &m.UserTools)
+	}
+	m.CreatedAt, m.UpdatedAt = m.CreatedAt.UTC(), m.UpdatedAt.UTC()
+	return &m, nil
+}
+
+// GetMessage implements chatstore.Store.
+func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chatstore.Message, error) {
+	m, err := scanMsg(s.pool.QueryRow(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 AND id = $2`, chatID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := s.GetChat(ctx, chatID); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: message %s", chatstore.ErrNotFound, id)
+	}
+	return m, err
+}
+
+// Messages implements chatstore.Store.
+func (s *Store) Messages(ctx context.Context, chatID string) ([]*chatstore.Message, error) {
+	if _, err := s.GetChat(ctx, chatID); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, chatID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*chatstore.Message{}
+	for rows.Next() {
+		m, err := scanMsg(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// DeleteMessages implements chatstore.Store.
+func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := touchChat(ctx, tx, chatID, activeLeafID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1 AND id = ANY($2)`, chatID, ids)
+		return err
+	})
+}
+
+// SetActiveLeaf implements chatstore.Store.
+func (s *Store) SetActiveLeaf(ctx context.Context, chatID, msgID string) error {
+	if msgID != "" {
+		if _, err := s.GetMessage(ctx, chatID, msgID); err != nil {
+			return err
+		}
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE chats SET active_leaf_id = $1, updated_at = $2 WHERE id = $3`, msgID, now(), chatID)
+	if err != nil {
+		return err
+	}
+	return affected(tag, chatstore.ErrNotFound, "chat "+chatID)
+}
+
+// Ping implements chatstore.Store.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Close implements chatstore.Store.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
