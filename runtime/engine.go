@@ -373,6 +373,11 @@ type ResumeRequest struct {
 	InterruptID string
 	Value       any
 	Values      map[string]any
+	// AtSeq, when set, forks the run from one of its checkpoints (time
+	// travel): the new run reuses the outputs of the nodes that had
+	// succeeded by event seq AtSeq and executes everything after. Any
+	// finished run may be forked; the original is untouched.
+	AtSeq int64
 	// Attrs are merged over the parent run's.
 	Attrs    map[string]any
 	Services any

@@ -164,11 +164,13 @@ var (
 	ErrRunExists         = errors.New("run already exists")
 	ErrRunNotResumable   = errors.New("run is not resumable")
 	ErrInterruptNotFound = errors.New("interrupt not found")
-	ErrFenced            = errors.New("write fenced off by a newer lease")
-	ErrSeqConflict       = errors.New("event seq conflict")
-	ErrUnknownEntry      = errors.New("unknown entry node")
-	ErrEmitClosed        = errors.New("node already finished: event dropped")
-	ErrReservedEvent     = errors.New("event type is reserved for the runtime")
+	// ErrCheckpointNotFound is returned for a fork from a seq the run never reached.
+	ErrCheckpointNotFound = errors.New("checkpoint not found")
+	ErrFenced             = errors.New("write fenced off by a newer lease")
+	ErrSeqConflict        = errors.New("event seq conflict")
+	ErrUnknownEntry       = errors.New("unknown entry node")
+	ErrEmitClosed         = errors.New("node already finished: event dropped")
+	ErrReservedEvent      = errors.New("event type is reserved for the runtime")
 )
 
 // Causes recorded when the kernel cancels node contexts.

@@ -150,3 +150,36 @@ func TestStoredEventsMatchLiveEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stored[3:5], page)
 }
+
+// Forking from a checkpoint (time travel) reuses what had succeeded by that
+// seq and re-executes the rest; the original run is untouched.
+func TestForkFromCheckpoint(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	st := newMem()
+	e := k.engine(t, st)
+	g := newGraph("fork").node("s", "start").node("a", "step").node("b", "step").node("c", "step").
+		flow("s", "a").flow("a", "b").flow("b", "c").build()
+	res, c := invoke(t, e, g, func(r *runtime.RunRequest) { r.RunID = "orig" })
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	var aDone int64
+	for _, ev := range c.events() {
+		if ev.Type == runtime.EventNodeCompleted && ev.NodeID == "a" {
+			aDone = ev.Seq
+		}
+	}
+	var fc collect
+	fork, err := e.Resume(context.Background(), runtime.ResumeRequest{RunID: "orig", NewRunID: "fork1", Graph: g, AtSeq: aDone, Sink: &fc})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, fork.Status)
+	checkLifecycle(t, fc.events())
+	require.Equal(t, 1, k.execCount("s"), "s succeeded before the checkpoint: replayed")
+	require.Equal(t, 1, k.execCount("a"))
+	require.Equal(t, 2, k.execCount("b"), "b came after the checkpoint: executed again")
+	require.Equal(t, 2, k.execCount("c"))
+	orig, err := st.GetRun(context.Background(), "orig")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, orig.Status, "the original run is untouched")
+	_, err = e.Resume(context.Background(), runtime.ResumeRequest{RunID: "orig", Graph: g, AtSeq: 10_000})
+	require.ErrorIs(t, err, runtime.ErrCheckpointNotFound)
+}

@@ -128,14 +128,18 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 	if err != nil {
 		return nil, err
 	}
-	switch parent.Status {
-	case RunInterrupted, RunCancelled, RunFailed:
+	switch {
+	case req.AtSeq > 0 && parent.Status.Finished():
+		// A fork may start from any finished run.
+	case parent.Status == RunInterrupted || parent.Status == RunCancelled || parent.Status == RunFailed:
 	default:
 		return nil, fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, parent.ID, parent.Status)
 	}
-	answers, err := matchAnswers(parent, req)
-	if err != nil {
-		return nil, err
+	var answers map[string]any
+	if req.AtSeq == 0 {
+		if answers, err = matchAnswers(parent, req); err != nil {
+			return nil, err
+		}
 	}
 	p, err := e.plan(req.Plan, req.Graph)
 	if err != nil {
@@ -155,6 +159,11 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 	prev := make(map[string]*Checkpoint, len(cps))
 	for _, cp := range cps {
 		prev[cp.NodeID] = cp
+	}
+	if req.AtSeq > 0 {
+		if prev, err = e.forkPoint(ctx, parent, prev, req.AtSeq); err != nil {
+			return nil, err
+		}
 	}
 	id := req.NewRunID
 	if id == "" {
@@ -178,6 +187,28 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 	}
 	r.prev, r.answers = prev, answers
 	return r, nil
+}
+
+// forkPoint keeps, of a run's checkpoints, the nodes whose success was
+// recorded at or before checkpoint seq atSeq (a node's checkpoint id is
+// the seq of its transition's event).
+func (e *Engine) forkPoint(ctx context.Context, parent *RunRecord, prev map[string]*Checkpoint, atSeq int64) (map[string]*Checkpoint, error) {
+	if atSeq > parent.LastSeq {
+		return nil, fmt.Errorf("%w: run %s has no checkpoint %d (last is %d)", ErrCheckpointNotFound, parent.ID, atSeq, parent.LastSeq)
+	}
+	evs, err := e.store.Events(ctx, parent.ID, 0, int(atSeq))
+	if err != nil {
+		return nil, err
+	}
+	keep := make(map[string]*Checkpoint)
+	for _, ev := range evs {
+		if ev.Type == EventNodeCompleted {
+			if cp := prev[ev.NodeID]; cp != nil && cp.Status == NodeSucceeded {
+				keep[ev.NodeID] = cp
+			}
+		}
+	}
+	return keep, nil
 }
 
 // matchAnswers maps the resume values of req onto the parent's pending
