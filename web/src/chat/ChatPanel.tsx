@@ -88,10 +88,21 @@ function BranchNav({ m, all, onSwitch }: { m: Message; all: Message[]; onSwitch:
   )
 }
 
-function messageText(m: Message, run: RunView | undefined): string {
+/**
+ * A message's status: the chat's, unless the run writing it has already
+ * ended in this page (the chat catches up a moment later).
+ */
+export function messageStatus(m: Message, run: RunView | undefined): Message['status'] {
+  if (m.role === 'assistant' && run && run.runId === m.runId && isRunFinished(run.status) && (m.status === 'running' || m.status === 'pending')) {
+    return run.status as Message['status']
+  }
+  return m.status
+}
+
+function messageText(m: Message, status: Message['status'], run: RunView | undefined): string {
   if (m.role === 'user') return m.content
-  const live = m.status === 'running' || m.status === 'pending' || (run && !isRunFinished(run.status))
-  if (live) return liveAnswer(run)
+  const live = status === 'running' || status === 'pending' || (run && !isRunFinished(run.status))
+  if (live || m.status === 'running' || m.status === 'pending') return liveAnswer(run)
   return m.content || liveAnswer(run)
 }
 
@@ -103,7 +114,12 @@ export function ChatPanel(p: Props) {
   const [tools, setTools] = useState<string[]>([])
   const [editing, setEditing] = useState<{ id: string; text: string } | null>(null)
   const tree = useMemo(() => buildTree(chatApi.chat?.messages ?? []), [chatApi.chat])
-  const busy = !!chatApi.inflight || chatApi.path.some((m) => m.status === 'running' || m.status === 'pending')
+  const busy =
+    !!chatApi.inflight ||
+    chatApi.path.some((m) => {
+      const st = messageStatus(m, m.runId ? runs[m.runId] : undefined)
+      return st === 'running' || st === 'pending'
+    })
 
   useEffect(() => {
     if (target && !p.agents.some((a) => a.id === target)) setTarget('')
@@ -147,16 +163,17 @@ export function ChatPanel(p: Props) {
       <div className="messages" data-testid="messages">
         {chatApi.path.map((m) => {
           const run = m.runId ? runs[m.runId] : undefined
-          const body = messageText(m, run)
-          const approvals = m.role === 'assistant' && run?.status === 'interrupted' && m.status === 'interrupted' ? run.approvals.filter((a) => a.interruptId || true) : []
+          const st = messageStatus(m, run)
+          const body = messageText(m, st, run)
+          const approvals = m.role === 'assistant' && run?.status === 'interrupted' && st === 'interrupted' ? run.approvals : []
           const agentNode = m.role === 'assistant' && run ? Object.values(run.nodes).find((n) => n.toolCalls.length > 0) : undefined
           return (
-            <div key={m.id} className={`msg msg-${m.role} msg-${m.status}`} data-testid="msg" data-role={m.role} data-status={m.status} data-id={m.id}>
+            <div key={m.id} className={`msg msg-${m.role} msg-${st}`} data-testid="msg" data-role={m.role} data-status={st} data-id={m.id}>
               <div className="msg-meta">
                 <span className="msg-role">{m.role === 'user' ? 'You' : m.agentNodeId ? `assistant · ${m.agentNodeId}` : 'assistant'}</span>
-                {m.status !== 'completed' && (
-                  <span className={`msg-status st-${m.status}`} data-testid="msg-status">
-                    {m.status}
+                {st !== 'completed' && (
+                  <span className={`msg-status st-${st}`} data-testid="msg-status">
+                    {st}
                   </span>
                 )}
                 <BranchNav m={m} all={siblings(tree, m)} onSwitch={(id) => void chatApi.switchTo(id)} />
@@ -183,7 +200,7 @@ export function ChatPanel(p: Props) {
               ) : (
                 <div className="msg-body" data-testid="msg-body">
                   {body}
-                  {m.role === 'assistant' && !body && (m.status === 'running' || m.status === 'pending') && <span className="typing">…</span>}
+                  {m.role === 'assistant' && !body && (st === 'running' || st === 'pending') && <span className="typing">…</span>}
                 </div>
               )}
               {agentNode && (
@@ -197,7 +214,7 @@ export function ChatPanel(p: Props) {
                   ))}
                 </ul>
               )}
-              {m.error && m.status !== 'completed' && <div className="msg-error">{m.error}</div>}
+              {m.error && st !== 'completed' && <div className="msg-error">{m.error}</div>}
               {approvals.length > 0 && p.chatId && (
                 <ApprovalCard
                   key={run!.runId}
@@ -220,7 +237,7 @@ export function ChatPanel(p: Props) {
                     Retry
                   </button>
                 )}
-                {m.role === 'assistant' && !busy && (m.status === 'cancelled' || (m.status === 'interrupted' && approvals.length === 0) || m.status === 'failed') && (
+                {m.role === 'assistant' && !busy && (st === 'cancelled' || (st === 'interrupted' && approvals.length === 0) || st === 'failed') && (
                   <button className="link" onClick={() => p.chatId && void chatApi.start(p.chatId, 'continue_message', { messageId: m.id })}>
                     Continue
                   </button>

@@ -10,6 +10,7 @@ import { onReconnect, runStore, socket } from '../stream/store'
 import { branch, buildTree, newestLeaf } from './tree'
 
 export interface Inflight {
+  chatId: string
   crid: string
   type: ChatCallType
   runId?: string
@@ -39,51 +40,62 @@ export function useChat(chatId: string | undefined, onError: (msg: string) => vo
     }
   }, [])
 
-  const refresh = useCallback(async () => {
+  const refresh = useCallback(async (): Promise<Chat | undefined> => {
     const id = chatRef.current
-    if (!id) return
+    if (!id) return undefined
     try {
       const c = await call(api.GET('/api/v1/chats/{id}', { params: { path: { id } } }))
-      if (chatRef.current !== id) return
+      if (chatRef.current !== id) return undefined
       setChat(c)
       followBranch(c)
+      return c
     } catch (e) {
       onError(e instanceof Error ? e.message : String(e))
+      return undefined
     }
   }, [followBranch, onError])
 
   useEffect(() => {
     setChat(null)
-    setInflight(null)
+    // A call started for a chat created a moment ago stays in flight.
+    setInflight((cur) => (cur && cur.chatId === chatId ? cur : null))
     if (chatId) void refresh()
   }, [chatId, refresh])
 
-  // A run of this chat ended: its message changed. A reconnect may have
-  // lost acks: resync.
+  // A run of this chat ended: its message changed. The server writes the
+  // message's final status just after it publishes the run's terminal
+  // event, so re-read until the message says so too (bounded). A
+  // reconnect may have lost acks: resync.
+  const settle = useCallback(
+    async (runId: string) => {
+      for (let i = 0; i < 8; i++) {
+        const c = await refresh()
+        const m = c?.messages?.find((x) => x.runId === runId && x.role === 'assistant')
+        if (!m || (m.status !== 'running' && m.status !== 'pending')) return
+        await new Promise((r) => setTimeout(r, Math.min(1000, 50 * 2 ** i)))
+      }
+    },
+    [refresh],
+  )
+
   useEffect(() => {
-    let timer: ReturnType<typeof setTimeout> | undefined
-    const soon = () => {
-      clearTimeout(timer)
-      timer = setTimeout(() => void refresh(), 30)
-    }
     const off1 = runStore.onEvent((ev) => {
       if (!terminal.has(ev.type)) return
       if (inflightRef.current?.runId === ev.runId) setInflight(null)
-      if (ev.chatId && ev.chatId === chatRef.current) soon()
+      if (ev.chatId && ev.chatId === chatRef.current) void settle(ev.runId)
     })
-    const off2 = onReconnect(soon)
+    const off2 = onReconnect(() => void refresh())
     return () => {
-      clearTimeout(timer)
       off1()
       off2()
     }
-  }, [refresh])
+  }, [refresh, settle])
 
   /** Starts a chat call over the WebSocket; its frame id is the clientRequestId. */
   const start = useCallback(
     async (chatId: string, type: ChatCallType, fields: Omit<Extract<ClientFrame, { type: ChatCallType }>, 'id' | 'type' | 'chatId'>) => {
       const crid = newRequestId()
-      setInflight({ crid, type })
+      setInflight({ chatId, crid, type })
       try {
         const ack = await socket.chat({ id: crid, type, chatId, ...fields } as ClientFrame)
         setInflight((cur) => (cur?.crid === crid ? { ...cur, runId: ack.runId } : cur))

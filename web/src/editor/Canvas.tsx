@@ -63,7 +63,8 @@ export function Canvas({ ed, types, run, onNotice }: Props) {
   const edges = useMemo(
     () =>
       ed.edges.map((e): FlowEdge => {
-        const cls = [`ch-${e.data?.channel ?? 'none'}`]
+        const ch = e.data?.channel === 'flow' || e.data?.channel === 'link' ? e.data.channel : 'none'
+        const cls = [`ch-${ch}`]
         if (run?.edgesTaken[e.id] !== undefined) cls.push('taken')
         const ds = ed.diags.edges[e.id]
         if (ds) cls.push(ds.some((d) => d.severity === 'error') ? 'diag-error' : 'diag-warning')

@@ -14,6 +14,7 @@ function ChannelEdgeImpl(props: EdgeProps<FlowEdge>) {
   if (data?.when && data.when !== 'on_success') parts.push(String(data.when))
   if (data?.condition) parts.push(`if ${String(data.condition)}`)
   if (!data?.channel) parts.push('no channel')
+  else if (data.channel !== 'flow' && data.channel !== 'link') parts.push(`channel ${JSON.stringify(data.channel)}?`)
   return (
     <>
       <BaseEdge id={id} path={path} markerEnd={markerEnd} interactionWidth={16} />
