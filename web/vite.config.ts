@@ -16,7 +16,14 @@ export default defineConfig({
   },
   server: {
     proxy: {
-      '/api': { target, ws: true, changeOrigin: true },
+      '/api': {
+        target,
+        ws: true,
+        changeOrigin: true,
+        // The server checks the WebSocket Origin against its own host:
+        // present the proxied upgrade as coming from it.
+        configure: (proxy) => proxy.on('proxyReqWs', (req) => req.setHeader('origin', target)),
+      },
       '/healthz': { target },
     },
   },

@@ -111,6 +111,9 @@ describe.skipIf(!haveChromium)('editor', () => {
     await page.getByTestId('timeline').locator('tr', { hasText: 'tool_result' }).first().click()
     await expect.poll(() => page.getByTestId('node-detail').textContent()).toContain('calculator')
     await expect.poll(() => page.getByTestId('run-item').count()).toBe(2)
+    await page.locator('.react-flow__pane').click({ position: { x: 10, y: 10 } }) // close the side panel
+    await page.getByTestId('node-panel').waitFor({ state: 'detached' })
+    await page.locator('.react-flow__controls-fitview').click()
     await screenshot(page, 'chat')
     expect(errors).toEqual([])
     await ctx.close()

@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useState } from 'react'
+import { useEffect, useMemo, useRef, useState } from 'react'
 import type { Message } from '../api/types'
 import { isRunFinished, liveAnswer, type ApprovalView, type RunView } from '../stream/reducer'
 import { useRuns } from '../stream/store'
@@ -114,6 +114,13 @@ export function ChatPanel(p: Props) {
   const [tools, setTools] = useState<string[]>([])
   const [editing, setEditing] = useState<{ id: string; text: string } | null>(null)
   const tree = useMemo(() => buildTree(chatApi.chat?.messages ?? []), [chatApi.chat])
+  const list = useRef<HTMLDivElement>(null)
+  const lastRun = chatApi.lastRunId ? runs[chatApi.lastRunId] : undefined
+  // Keep the newest text in view while it streams (unless scrolled up).
+  useEffect(() => {
+    const el = list.current
+    if (el && el.scrollHeight - el.scrollTop - el.clientHeight < 120) el.scrollTop = el.scrollHeight
+  }, [chatApi.path.length, lastRun?.lastSeq])
   const busy =
     !!chatApi.inflight ||
     chatApi.path.some((m) => {
@@ -160,7 +167,7 @@ export function ChatPanel(p: Props) {
       </div>
       {!p.graphSaved && <div className="chat-hint">Save the graph to chat with it.</div>}
       {p.graphSaved && p.graphDirty && <div className="chat-hint">Unsaved changes: the chat runs the saved version.</div>}
-      <div className="messages" data-testid="messages">
+      <div className="messages" data-testid="messages" ref={list}>
         {chatApi.path.map((m) => {
           const run = m.runId ? runs[m.runId] : undefined
           const st = messageStatus(m, run)

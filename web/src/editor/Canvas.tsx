@@ -10,13 +10,25 @@ import {
   type NodeTypes,
 } from '@xyflow/react'
 import { useCallback, useMemo, type DragEvent } from 'react'
-import type { RunView } from '../stream/reducer'
+import { displayStatus, type RunView } from '../stream/reducer'
 import { ChannelEdge } from './ChannelEdge'
 import { CanvasContext, type CanvasInfo } from './context'
 import type { FlowEdge, TypeIndex } from './graph'
 import { NodeCard } from './NodeCard'
 import { EdgePanel, NodePanel } from './Properties'
 import type { EditorApi } from './useEditor'
+
+const statusColor: Record<string, string> = {
+  idle: '#cbd5e1',
+  pending: '#e5e7eb',
+  running: '#2563eb',
+  completed: '#16a34a',
+  replayed: '#0d9488',
+  failed: '#dc2626',
+  skipped: '#9ca3af',
+  cancelled: '#d97706',
+  interrupted: '#c026d3',
+}
 
 export const DND_TYPE = 'application/x-chatgraph-node-type'
 const edgeTypes: EdgeTypes = { channel: ChannelEdge }
@@ -119,7 +131,7 @@ export function Canvas({ ed, types, run, onNotice }: Props) {
         >
           <Background gap={20} />
           <Controls showInteractive={false} />
-          <MiniMap pannable zoomable />
+          <MiniMap pannable zoomable nodeColor={(n) => statusColor[displayStatus(run?.nodes[n.id]) ?? 'idle']} />
           {(selNode || selEdge) && (
             <Panel position="top-right" className="props-panel">
               {selNode && (
