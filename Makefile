@@ -36,7 +36,8 @@ lint: tools
 # package) only when a UI source or docs/openapi.json is newer than it.
 NPM ?= npm
 WEB_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html web/vite.config.ts \
-	web/tsconfig.json web/package.json web/package-lock.json docs/openapi.json
+	web/tsconfig.json web/package.json web/package-lock.json $(wildcard web/scripts/*) \
+	$(wildcard docs/openapi.json transport/openapi.json)
 
 .PHONY: web test-web test-web-unit test-web-browser
 
