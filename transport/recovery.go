@@ -138,7 +138,9 @@ func (s *Server) recoverRun(ctx context.Context, id string) error {
 				defer held.Release()
 			}
 		}
-		sink := runtime.SinkFunc(func(ev runtime.Event) { s.publish(lr, ev) })
+		hold := &terminalHold{s: s, lr: lr}
+		defer hold.flush()
+		sink := runtime.SinkFunc(hold.emit)
 		res, err := s.engine.Recover(bound, runtime.RecoverRequest{RunID: id, Graph: g,
 			Services: &nodes.Services{Scope: chatscope.New(g, rec.EntryNodeIDs)}, Sink: sink})
 		if res == nil && err != nil {

@@ -287,6 +287,9 @@ func (s *Server) prepareTurn(ctx context.Context, req chatRequest) (*turn, error
 		if target.Role != chatstore.RoleAssistant || target.RunID == "" {
 			return nil, badRequest("message %s is not an assistant message written by a run", target.ID)
 		}
+		if target, err = s.settled(ctx, target); err != nil {
+			return nil, err
+		}
 		if req.FromRunID != "" && req.FromRunID != target.RunID {
 			return nil, conflict("run %s was already continued by run %s", req.FromRunID, target.RunID)
 		}
@@ -311,6 +314,41 @@ func (s *Server) prepareTurn(ctx context.Context, req chatRequest) (*turn, error
 		return nil, err
 	}
 	return t, nil
+}
+
+// settled waits (briefly) until the run behind an assistant message has
+// written the message's final status: a client may continue right after
+// it saw run_interrupted, possibly from another server process than the
+// one finishing the run.
+func (s *Server) settled(ctx context.Context, m *chatstore.Message) (*chatstore.Message, error) {
+	if m.Status != chatstore.StatusPending && m.Status != chatstore.StatusRunning {
+		return m, nil
+	}
+	if lr := s.liveRun(m.RunID); lr != nil {
+		select {
+		case <-lr.done:
+		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return s.chats.GetMessage(ctx, m.ChatID, m.ID)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := s.store.GetRun(ctx, m.RunID)
+		if err != nil || !rec.Status.Finished() || time.Now().After(deadline) {
+			return m, nil // still running: the caller answers conflict
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return nil, ctx.Err()
+		}
+		if m, err = s.chats.GetMessage(ctx, m.ChatID, m.ID); err != nil {
+			return nil, err
+		}
+		if m.Status != chatstore.StatusPending && m.Status != chatstore.StatusRunning {
+			return m, nil
+		}
+	}
 }
 
 // answers maps a continue's resume value onto the parent run's pending
@@ -475,6 +513,8 @@ func (s *Server) execute(bound context.Context, release func(), held *runcontrol
 	// and then stops the run before any node starts.
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
+	hold := &terminalHold{s: s, lr: lr}
+	defer hold.flush()
 	var (
 		linkOnce sync.Once
 		stop     = func() bool { return false }
@@ -491,7 +531,7 @@ func (s *Server) execute(bound context.Context, release func(), held *runcontrol
 				}
 			})
 		}
-		s.publish(lr, ev)
+		hold.emit(ev)
 	})
 	services := &nodes.Services{Scope: chatscope.New(t.graph, t.entries)}
 	attrs := map[string]any{"messageId": t.assistant.ID}
@@ -527,6 +567,38 @@ func (s *Server) execute(bound context.Context, release func(), held *runcontrol
 		s.log.Error("run store failed", "run", lr.id, "err", err)
 	}
 	s.finishMessage(ctx, t, res, err)
+	hold.flush()
+}
+
+// terminalHold publishes a run's events as they come but holds its
+// terminal event back until flush: the assistant message is final before
+// any client learns the run ended (so a continue or a GET right after
+// run_interrupted sees the message interrupted).
+type terminalHold struct {
+	s  *Server
+	lr *liveRun
+	mu sync.Mutex
+	ev *runtime.Event
+}
+
+func (h *terminalHold) emit(ev runtime.Event) {
+	if ev.Type.Terminal() {
+		h.mu.Lock()
+		h.ev = &ev
+		h.mu.Unlock()
+		return
+	}
+	h.s.publish(h.lr, ev)
+}
+
+func (h *terminalHold) flush() {
+	h.mu.Lock()
+	ev := h.ev
+	h.ev = nil
+	h.mu.Unlock()
+	if ev != nil {
+		h.s.publish(h.lr, *ev)
+	}
 }
 
 // turnInput builds the run input: the branch before the turn's user
@@ -704,11 +776,11 @@ func (s *Server) failUnstarted(ctx context.Context, t *turn, lr *liveRun, cause 
 			s.log.Error("logging a run that could not start", "run", lr.id, "err", err)
 		}
 	}
+	t.assistant.Status, t.assistant.Error = chatstore.StatusFailed, msg
+	_ = s.chats.UpdateMessage(ctx, t.assistant)
 	for _, ev := range evs {
 		s.publish(lr, ev)
 	}
-	t.assistant.Status, t.assistant.Error = chatstore.StatusFailed, msg
-	_ = s.chats.UpdateMessage(ctx, t.assistant)
 }
 
 func orEmpty(s []string) []string {
