@@ -202,4 +202,38 @@ describe.skipIf(!haveChromium)('chat', () => {
     expect(errors).toEqual([])
     await ctx.close()
   })
+
+  it('shows failed, retried and skipped nodes and their detail', async () => {
+    const { page, ctx, errors } = await newPage(browser!)
+    const gid = await createGraph(url, {
+      name: 'failing',
+      nodes: [
+        { id: 'start', type: 'chat_start', position: { x: 0, y: 0 }, data: {} },
+        { id: 'wait', type: 'delay', position: { x: 300, y: 0 }, data: { ms: 600 } },
+        { id: 'flaky', type: 'flaky', position: { x: 600, y: 0 }, data: { failTimes: 5, retry: { maxAttempts: 2, initialDelayMs: 10 } } },
+        { id: 'out', type: 'chat_output', position: { x: 900, y: 0 }, data: {} },
+      ],
+      edges: [
+        { id: 'e1', source: 'start', sourceHandle: 'message', target: 'wait', targetHandle: 'input', data: { channel: 'flow' } },
+        { id: 'e2', source: 'wait', sourceHandle: 'output', target: 'flaky', targetHandle: 'input', data: { channel: 'flow' } },
+        { id: 'e3', source: 'flaky', sourceHandle: 'output', target: 'out', targetHandle: 'input', data: { channel: 'flow' } },
+      ],
+    })
+    await open(page, url, `g=${gid}`)
+    await send(page, 'go')
+    await expect.poll(() => page.getByTestId('node-wait').getAttribute('data-status')).toBe('running')
+    expect(await page.getByTestId('node-wait').getAttribute('class')).toContain('status-running')
+    expect(await page.getByTestId('node-flaky').getAttribute('data-status')).toBe('pending')
+    await expect.poll(() => status(page), { timeout: 10_000 }).toBe('failed')
+    await expect.poll(() => page.getByTestId('status-flaky').textContent()).toBe('failed #2')
+    await expect.poll(() => page.getByTestId('status-out').textContent()).toBe('skipped')
+    expect(await page.getByTestId('status-wait').textContent()).toBe('completed')
+    await page.getByTestId('timeline').locator('tr', { hasText: 'node_retrying' }).first().click()
+    const detail = page.getByTestId('node-detail')
+    await expect.poll(() => detail.textContent()).toContain('retries')
+    expect(await detail.textContent()).toContain('[flaky]')
+    expect(await detail.textContent()).toContain('wait: {') // its input: the delay node's output
+    expect(errors).toEqual([])
+    await ctx.close()
+  })
 })
