@@ -7,6 +7,7 @@ import { buildServer, startServer, type RunningServer } from './server'
 declare module 'vitest' {
   export interface ProvidedContext {
     serverUrl: string
+    serverBin: string
   }
 }
 
@@ -18,6 +19,7 @@ export async function setup(project: TestProject) {
   const bin = buildServer(dir)
   server = await startServer(bin)
   project.provide('serverUrl', server.url)
+  project.provide('serverBin', bin)
 }
 
 export async function teardown() {

@@ -52,13 +52,14 @@ export function buildServer(dir: string): string {
   return bin
 }
 
-export async function startServer(bin: string, extraArgs: string[] = []): Promise<RunningServer> {
+export async function startServer(bin: string, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<RunningServer> {
   const port = await freePort()
   const state = mkdtempSync(join(tmpdir(), 'chatgraph-web-state-'))
   const url = `http://127.0.0.1:${port}`
   let out = ''
   const proc: ChildProcess = spawn(bin, ['--addr', `127.0.0.1:${port}`, '--state-dir', state, '--log-level', 'warn', ...extraArgs], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
   })
   proc.stdout!.on('data', (b) => (out += String(b)))
   proc.stderr!.on('data', (b) => (out += String(b)))

@@ -1,0 +1,38 @@
+import type { Browser } from 'playwright-core'
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
+import { basicGraph, close, haveChromium, lastAssistant, launch, newPage, send } from './browser'
+import { startServer, type RunningServer } from './server'
+
+let browser: Browser | undefined
+let server: RunningServer | undefined
+
+describe.skipIf(!haveChromium)('a server with CHATGRAPH_TOKEN', () => {
+  beforeAll(async () => {
+    ;[browser, server] = await Promise.all([launch(), startServer(inject('serverBin'), [], { CHATGRAPH_TOKEN: 's3cret' })])
+  })
+  afterAll(async () => {
+    await close(browser)
+    await server?.stop()
+  })
+
+  it('asks for the token, then uses it for HTTP and the WebSocket', async () => {
+    const { page, ctx } = await newPage(browser!)
+    const r = await fetch(`${server!.url}/api/v1/graphs`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer s3cret' },
+      body: JSON.stringify(basicGraph()),
+    })
+    const gid = ((await r.json()) as { id: string }).id
+    await page.goto(`${server!.url}/#g=${gid}`)
+    const ask = page.getByText('This server needs a token')
+    await ask.waitFor()
+    await page.locator('.notice input[type=password]').fill('s3cret')
+    await page.locator('.notice input[type=password]').press('Enter')
+    await page.getByTestId('palette-agent').waitFor()
+    await expect.poll(() => page.getByTestId('socket-status').textContent()).toContain('open')
+    await expect.poll(() => page.locator('.react-flow__node').count()).toBe(4)
+    await send(page, 'with a token')
+    await expect.poll(() => lastAssistant(page).getByTestId('msg-body').textContent(), { timeout: 10_000 }).toBe('echo: with a token')
+    await ctx.close()
+  })
+})
