@@ -80,6 +80,9 @@ func (s *Server) getRun(c echo.Context) error {
 			// Accepted, waiting for its chat's turn.
 			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.chatID, MessageID: lr.messageID, Status: runtime.RunPending, Live: true})
 		}
+		if s.bound(ctx, id) {
+			return c.JSON(http.StatusOK, runJSON{ID: id, Status: runtime.RunPending})
+		}
 	}
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"chatgraph/runcontrol"
+
 	"chatgraph/runtime"
 )
 
@@ -51,10 +53,17 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 			if errors.Is(err, runtime.ErrRunNotFound) && (after > 0 || n > 0) {
 				return nil // deleted meanwhile (a rollback)
 			}
-			if err != nil || done {
+			if err != nil && !errors.Is(err, runtime.ErrRunNotFound) || done {
 				return err
 			}
 			rec, err := s.store.GetRun(ctx, runID)
+			if errors.Is(err, runtime.ErrRunNotFound) && s.bound(ctx, runID) {
+				// Accepted by another process, not started yet.
+				if err := wait(); err != nil {
+					return err
+				}
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -260,10 +269,31 @@ func (s *Server) runEvents(c echo.Context) error {
 		after = n
 	}
 	// Answer 404 as JSON before committing to a stream.
-	if s.liveRun(runID) == nil && !s.hub.live(runID) {
-		if _, err := s.store.GetRun(c.Request().Context(), runID); err != nil {
-			return err
-		}
+	if err := s.runExists(c.Request().Context(), runID); err != nil {
+		return err
 	}
 	return s.serveSSE(c, runID, after)
+}
+
+// bound reports whether run control knows runID as bound (in any
+// process): a run accepted but not started yet.
+func (s *Server) bound(ctx context.Context, runID string) bool {
+	if s.liveRun(runID) != nil {
+		return true
+	}
+	ids, err := s.ctl.Active(ctx, runcontrol.RunScope(runID))
+	return err == nil && len(ids) > 0
+}
+
+// runExists answers nil for a run that is stored, executing here, or
+// bound in any process; else the store's not-found error.
+func (s *Server) runExists(ctx context.Context, runID string) error {
+	if s.liveRun(runID) != nil || s.hub.live(runID) {
+		return nil
+	}
+	_, err := s.store.GetRun(ctx, runID)
+	if errors.Is(err, runtime.ErrRunNotFound) && s.bound(ctx, runID) {
+		return nil
+	}
+	return err
 }

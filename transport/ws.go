@@ -417,11 +417,9 @@ func (wc *wsConn) command(f *clientFrame) {
 			wc.sendError(f.ID, badRequest("afterSeq must not be negative"))
 			return
 		}
-		if wc.s.liveRun(f.RunID) == nil && !wc.s.hub.live(f.RunID) {
-			if _, err := wc.s.store.GetRun(ctx, f.RunID); err != nil {
-				wc.sendError(f.ID, err)
-				return
-			}
+		if err := wc.s.runExists(ctx, f.RunID); err != nil {
+			wc.sendError(f.ID, err)
+			return
 		}
 		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID})
 		wc.follow(f.ID, f.RunID, f.AfterSeq)
