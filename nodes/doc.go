@@ -7,7 +7,7 @@
 // Register the types explicitly at start-up:
 //
 //	reg := runtime.NewRegistry()
-//	err := nodes.Register(reg, nodes.Deps{Models: models, Tools: toolReg, Ledger: ledger})
+//	err := nodes.Register(reg, nodes.Deps{Models: models, Tools: toolReg, Ledger: nodes.NewStoreLedger(store)})
 //	eng, _ := runtime.NewEngine(runtime.Config{Registry: reg, Store: store})
 //
 // A chat run passes a ChatInput as the run input and the run's chat scope
@@ -23,7 +23,10 @@
 // tools with requireApproval interrupt the run with approval_required and
 // resume with {"approved": bool, "reason"?}. A Ledger records completed
 // tool calls (and the model steps that led to them) by idempotency key, so
-// a resumed or retried agent never executes a completed call again.
+// a resumed or retried agent never executes a completed call again; a
+// StoreLedger keeps them in a store implementing runtime.EffectLedger, so
+// that holds across restarts and processes (the default MemoryLedger
+// forgets on restart).
 //
 // Subpackages: llm (model providers: the offline echo model and an
 // OpenAI-compatible client) and tools (the tool registry and built-ins).

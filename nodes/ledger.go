@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"sync"
 	"time"
+
+	"chatgraph/runtime"
 )
 
 // Ledger kinds (LedgerRecord.Kind).
@@ -60,8 +62,50 @@ func IdempotencyKey(parts ...string) string {
 	return "idk_" + hex.EncodeToString(h.Sum(sum[:0])[:20])
 }
 
-// MemoryLedger is an in-process Ledger. It forgets everything on restart;
-// a durable deployment plugs in one backed by its store.
+// StoreLedger is a Ledger kept in a checkpoint store that implements
+// runtime.EffectLedger (the sqlite, postgres and memory stores do). With a
+// durable store the records survive restarts and are shared by every
+// process on the store, so an agent resumed after a restart, or by another
+// process, reuses the calls recorded before instead of repeating them.
+// It is safe for concurrent use as far as the store is (all three are).
+type StoreLedger struct {
+	l runtime.EffectLedger
+}
+
+var _ Ledger = (*StoreLedger)(nil)
+
+// NewStoreLedger returns a Ledger kept in l, typically the engine's store:
+//
+//	if el, ok := st.(runtime.EffectLedger); ok {
+//		deps.Ledger = nodes.NewStoreLedger(el)
+//	}
+func NewStoreLedger(l runtime.EffectLedger) *StoreLedger { return &StoreLedger{l: l} }
+
+// Get implements Ledger.
+func (s *StoreLedger) Get(ctx context.Context, key string) (LedgerRecord, bool, error) {
+	rec, ok, err := s.l.GetEffect(ctx, key)
+	if err != nil || !ok {
+		return LedgerRecord{}, false, err
+	}
+	return LedgerRecord(rec), true, nil
+}
+
+// Put implements Ledger: the store keeps the first record of a key.
+func (s *StoreLedger) Put(ctx context.Context, rec LedgerRecord) error {
+	_, err := s.l.PutEffect(ctx, runtime.EffectRecord(rec))
+	return err
+}
+
+// DeleteRoot drops the records of a run lineage. The stores' retention
+// (runtime.Inspector.DeleteFinishedBefore) already does when the lineage's
+// last run goes; this is for deleting a lineage on purpose.
+func (s *StoreLedger) DeleteRoot(ctx context.Context, rootRunID string) error {
+	return s.l.DeleteEffects(ctx, rootRunID)
+}
+
+// MemoryLedger is an in-process Ledger, the default of Deps.Ledger. It
+// forgets everything on restart and is not shared between processes: a
+// durable deployment uses a StoreLedger.
 type MemoryLedger struct {
 	mu   sync.RWMutex
 	recs map[string]LedgerRecord

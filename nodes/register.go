@@ -43,7 +43,9 @@ type Deps struct {
 	// registry with the built-ins; http_request then allows no host).
 	Tools *tools.Registry
 	// Ledger records completed tool calls and model steps of agents
-	// (default: NewMemoryLedger(), lost on restart).
+	// (default: NewMemoryLedger(), lost on restart). A server with a
+	// durable store passes NewStoreLedger(store), so a resume after a
+	// restart, or in another process, does not repeat recorded calls.
 	Ledger Ledger
 	// Logger (default: discard).
 	Logger *slog.Logger

@@ -2,7 +2,8 @@
 // checkpoints and event logs kept in maps behind one mutex. It implements
 // runtime.Store with the same fencing and seq rules as the durable stores
 // (the storetest conformance suite runs against it), plus runtime.Leaser
-// (leases between the goroutines of one process) and runtime.Inspector.
+// (leases between the goroutines of one process), runtime.Inspector,
+// runtime.BatchWriter and runtime.EffectLedger.
 // It serves tests, benchmarks and servers that need no durability:
 // everything is gone when the process ends.
 //

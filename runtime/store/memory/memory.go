@@ -3,6 +3,8 @@ package memory
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,13 +13,15 @@ import (
 	"chatgraph/runtime"
 )
 
-// Store is an in-memory runtime.Store, runtime.Leaser, runtime.Inspector
-// and runtime.BatchWriter, safe for concurrent use. Values are kept as given:
-// outputs are shared with the caller, not copied. Leases coordinate the
-// goroutines of one process only.
+// Store is an in-memory runtime.Store, runtime.Leaser, runtime.Inspector,
+// runtime.BatchWriter and runtime.EffectLedger, safe for concurrent use.
+// Values are kept as given: outputs are shared with the caller, not copied
+// (effect values are copied). Leases coordinate the goroutines of one
+// process only.
 type Store struct {
-	mu   sync.RWMutex
-	runs map[string]*entry
+	mu      sync.RWMutex
+	runs    map[string]*entry
+	effects map[string]runtime.EffectRecord
 }
 
 type entry struct {
@@ -31,13 +35,16 @@ type entry struct {
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{runs: map[string]*entry{}} }
+func New() *Store {
+	return &Store{runs: map[string]*entry{}, effects: map[string]runtime.EffectRecord{}}
+}
 
 var (
-	_ runtime.Store       = (*Store)(nil)
-	_ runtime.Leaser      = (*Store)(nil)
-	_ runtime.Inspector   = (*Store)(nil)
-	_ runtime.BatchWriter = (*Store)(nil)
+	_ runtime.Store        = (*Store)(nil)
+	_ runtime.Leaser       = (*Store)(nil)
+	_ runtime.Inspector    = (*Store)(nil)
+	_ runtime.BatchWriter  = (*Store)(nil)
+	_ runtime.EffectLedger = (*Store)(nil)
 )
 
 // CreateRun implements runtime.Store.
@@ -324,7 +331,9 @@ func (s *Store) DeleteRun(_ context.Context, runID string) error {
 	return nil
 }
 
-// DeleteFinishedBefore implements runtime.Inspector.
+// DeleteFinishedBefore implements runtime.Inspector. It also removes the
+// effects of every run lineage that no longer has a run (see
+// runtime.EffectLedger).
 func (s *Store) DeleteFinishedBefore(_ context.Context, t time.Time) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -338,7 +347,80 @@ func (s *Store) DeleteFinishedBefore(_ context.Context, t time.Time) (int, error
 			}
 		}
 	}
+	if len(s.effects) > 0 {
+		live := make(map[string]bool, 2*len(s.runs))
+		for id, e := range s.runs {
+			live[id], live[e.rec.RootID] = true, true
+		}
+		for k, rec := range s.effects {
+			if !live[rec.RootRunID] {
+				delete(s.effects, k)
+			}
+		}
+	}
 	return n, nil
+}
+
+// PutEffect implements runtime.EffectLedger. A zero CreatedAt is set to
+// now; an empty Value is stored as JSON null.
+func (s *Store) PutEffect(_ context.Context, rec runtime.EffectRecord) (runtime.EffectRecord, error) {
+	if err := checkEffect(&rec); err != nil {
+		return runtime.EffectRecord{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kept, ok := s.effects[rec.Key]; ok {
+		return copyEffect(kept), nil
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = time.Now()
+	}
+	rec = copyEffect(rec)
+	s.effects[rec.Key] = rec
+	return copyEffect(rec), nil
+}
+
+// GetEffect implements runtime.EffectLedger.
+func (s *Store) GetEffect(_ context.Context, key string) (runtime.EffectRecord, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	rec, ok := s.effects[key]
+	if !ok {
+		return runtime.EffectRecord{}, false, nil
+	}
+	return copyEffect(rec), true, nil
+}
+
+// DeleteEffects implements runtime.EffectLedger.
+func (s *Store) DeleteEffects(_ context.Context, rootRunID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, rec := range s.effects {
+		if rec.RootRunID == rootRunID {
+			delete(s.effects, k)
+		}
+	}
+	return nil
+}
+
+// checkEffect validates rec as the durable stores do, so the memory store
+// cannot accept what they refuse.
+func checkEffect(rec *runtime.EffectRecord) error {
+	if rec.Key == "" || rec.RootRunID == "" {
+		return errors.New("memory store: put effect: key and root run id are required")
+	}
+	if len(rec.Value) == 0 {
+		rec.Value = json.RawMessage("null")
+	}
+	if !json.Valid(rec.Value) {
+		return fmt.Errorf("memory store: put effect %s: value is not valid JSON", rec.Key)
+	}
+	return nil
+}
+
+func copyEffect(rec runtime.EffectRecord) runtime.EffectRecord {
+	rec.Value = append(json.RawMessage(nil), rec.Value...)
+	return rec
 }
 
 // fenced returns the run's entry when token is not older than its own.

@@ -13,5 +13,7 @@
 // when the run holds a newer one; the check and the write are one
 // statement. Leases (runtime.Leaser) decide which process runs what; they
 // are measured with the caller's clock (Config.Now). Durable outputs come
-// back as their JSON decoding, event Data as json.RawMessage.
+// back as their JSON decoding, event Data as json.RawMessage. Completed
+// side effects (runtime.EffectLedger) live in the same schema, so no
+// process of the deployment repeats one another recorded.
 package postgres

@@ -86,7 +86,9 @@ const deleteBatch = 500
 
 // DeleteFinishedBefore implements runtime.Inspector. It deletes in
 // statements of at most 500 runs, skipping rows another transaction has
-// locked (they are taken by the next pass).
+// locked (they are taken by the next pass), then removes the effects of
+// every run lineage that has no run left (see runtime.EffectLedger), 500
+// lineages a statement.
 func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
 	total := 0
 	for {
@@ -97,7 +99,11 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 		n := int(tag.RowsAffected())
 		total += n
 		if n < deleteBatch {
-			return total, nil
+			break
 		}
 	}
+	if err := s.sweepEffects(ctx); err != nil {
+		return total, fmt.Errorf("postgres store: retention of effects: %w", err)
+	}
+	return total, nil
 }

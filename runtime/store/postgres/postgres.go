@@ -36,9 +36,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Store is a runtime.Store, runtime.Leaser, runtime.Inspector and
-// runtime.BatchWriter in a Postgres schema, shared by every server process
-// of a deployment. Each write is one statement that checks the fencing
+// Store is a runtime.Store, runtime.Leaser, runtime.Inspector,
+// runtime.BatchWriter and runtime.EffectLedger in a Postgres schema, shared
+// by every server process of a deployment. Each write is one statement that checks the fencing
 // token itself (a conditional UPDATE, or an INSERT from a row-locked
 // SELECT), so it is atomic and costs one round trip. A Store is safe for
 // concurrent use; the caller closes it.
@@ -52,10 +52,11 @@ type Store struct {
 }
 
 var (
-	_ runtime.Store       = (*Store)(nil)
-	_ runtime.Leaser      = (*Store)(nil)
-	_ runtime.Inspector   = (*Store)(nil)
-	_ runtime.BatchWriter = (*Store)(nil)
+	_ runtime.Store        = (*Store)(nil)
+	_ runtime.Leaser       = (*Store)(nil)
+	_ runtime.Inspector    = (*Store)(nil)
+	_ runtime.BatchWriter  = (*Store)(nil)
+	_ runtime.EffectLedger = (*Store)(nil)
 )
 
 // Open connects to cfg.URL, creates cfg.Schema when missing and applies
@@ -164,6 +165,7 @@ type queries struct {
 	lockRuns                                          string
 	claim, leaseState, renew, release, expired        string
 	listRuns, deleteRun, deleteFinished               string
+	putEffect, getEffect, deleteEffects, sweepEffects string
 }
 
 const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, attrs, entry_node_ids,
@@ -231,5 +233,27 @@ ORDER BY created_at, id LIMIT $2`),
 		deleteFinished: r.Replace(`DELETE FROM {s}.runs WHERE id IN (
 	SELECT id FROM {s}.runs WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < $1
 	LIMIT $2 FOR UPDATE SKIP LOCKED)`),
+		putEffect: r.Replace(`WITH ins AS (
+	INSERT INTO {s}.effects (` + effectCols + `) VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (key) DO NOTHING
+	RETURNING ` + effectCols + `
+)
+SELECT ` + effectCols + ` FROM ins
+UNION ALL
+SELECT ` + effectCols + ` FROM {s}.effects WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)`),
+		getEffect:     r.Replace(`SELECT ` + effectCols + ` FROM {s}.effects WHERE key = $1`),
+		deleteEffects: r.Replace(`DELETE FROM {s}.effects WHERE root_run_id = $1`),
+		// One chunk of lineages (in root_run_id order, after the cursor
+		// $1): those without a run lose their effects. It returns the
+		// chunk's size and last lineage (the next cursor).
+		sweepEffects: r.Replace(`WITH l AS (
+	SELECT DISTINCT root_run_id FROM {s}.effects WHERE root_run_id > $1 ORDER BY root_run_id LIMIT $2
+), gone AS (
+	DELETE FROM {s}.effects e USING l
+	WHERE e.root_run_id = l.root_run_id
+		AND NOT EXISTS (SELECT 1 FROM {s}.runs r WHERE r.root_id = l.root_run_id)
+		AND NOT EXISTS (SELECT 1 FROM {s}.runs r WHERE r.id = l.root_run_id)
+)
+SELECT count(*)::int, max(root_run_id) FROM l`),
 	}
 }

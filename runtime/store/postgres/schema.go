@@ -94,6 +94,26 @@ CREATE TABLE events (
 	PRIMARY KEY (run_id, seq)
 );
 `,
+}, {
+	// Completed side effects by idempotency key (runtime.EffectLedger),
+	// values verbatim. Not tied to a run: a lineage's effects outlive the
+	// runs that recorded them (retention removes them with the lineage's
+	// last run). runs_root serves retention's question "does this lineage
+	// still have a run?".
+	version: 2,
+	name:    "effects",
+	sql: `
+CREATE TABLE effects (
+	key         text PRIMARY KEY,
+	root_run_id text NOT NULL,
+	node_id     text NOT NULL DEFAULT '',
+	kind        text NOT NULL DEFAULT '',
+	value       json NOT NULL,
+	created_at  timestamptz NOT NULL
+);
+CREATE INDEX effects_root ON effects (root_run_id);
+CREATE INDEX runs_root ON runs (root_id);
+`,
 }}
 
 // SchemaVersion is the schema version this package writes.

@@ -13,5 +13,7 @@
 // statement or one transaction. Several processes may open the same file:
 // SQLite's lock serialises their writes and leases (runtime.Leaser) decide
 // who runs what. Durable outputs and event payloads come back as their
-// JSON decoding (event Data as json.RawMessage).
+// JSON decoding (event Data as json.RawMessage). Completed side effects
+// (runtime.EffectLedger) live in the same file, so a restarted server
+// never repeats them.
 package sqlite

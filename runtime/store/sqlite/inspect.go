@@ -78,7 +78,9 @@ func (s *Store) DeleteRun(ctx context.Context, runID string) error {
 const deleteBatch = 500
 
 // DeleteFinishedBefore implements runtime.Inspector. It deletes in
-// transactions of at most 500 runs.
+// transactions of at most 500 runs, then removes the effects of every run
+// lineage that has no run left (see runtime.EffectLedger), 500 lineages a
+// transaction.
 func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error) {
 	total := 0
 	for {
@@ -95,9 +97,13 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 			return total, fmt.Errorf("sqlite store: retention: %w", err)
 		}
 		if n < deleteBatch {
-			return total, nil
+			break
 		}
 	}
+	if err := s.sweepEffects(ctx); err != nil {
+		return total, fmt.Errorf("sqlite store: retention of effects: %w", err)
+	}
+	return total, nil
 }
 
 // deleteRuns removes the runs pick chooses, with their checkpoints and

@@ -98,6 +98,24 @@ CREATE TABLE events (
 	version: 2,
 	name:    "runs.answers",
 	sql:     `ALTER TABLE runs ADD COLUMN answers TEXT;`,
+}, {
+	// Completed side effects by idempotency key (runtime.EffectLedger).
+	// runs_root serves retention's question "does this lineage still
+	// have a run?".
+	version: 3,
+	name:    "effects",
+	sql: `
+CREATE TABLE effects (
+	key         TEXT PRIMARY KEY,
+	root_run_id TEXT NOT NULL,
+	node_id     TEXT NOT NULL DEFAULT '',
+	kind        TEXT NOT NULL DEFAULT '',
+	value       TEXT NOT NULL,
+	created_at  INTEGER NOT NULL
+);
+CREATE INDEX effects_root ON effects (root_run_id);
+CREATE INDEX runs_root ON runs (root_id);
+`,
 }}
 
 // SchemaVersion is the schema version this package writes.

@@ -2,10 +2,14 @@ package sqlite
 
 import (
 	"database/sql"
+	"encoding/json"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/runtime"
 )
 
 // TestUpgradeFromV1 opens a file left by a build that knew only the first
@@ -33,6 +37,15 @@ VALUES ('old', 'old', 'g', 'completed', '["start"]', '{}', 0, 0)`)
 	require.NoError(t, err)
 	require.Equal(t, []string{"start"}, r.EntryNodeIDs)
 	require.Nil(t, r.Answers)
+
+	// The effects table is there, and retention keeps the old run's.
+	_, err = st.PutEffect(t.Context(), runtime.EffectRecord{Key: "k", RootRunID: "old", Value: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	_, err = st.DeleteFinishedBefore(t.Context(), time.UnixMicro(-1))
+	require.NoError(t, err)
+	_, ok, err := st.GetEffect(t.Context(), "k")
+	require.NoError(t, err)
+	require.True(t, ok)
 
 	var version int
 	require.NoError(t, st.r.QueryRow(`SELECT max(version) FROM schema_migrations`).Scan(&version))

@@ -51,11 +51,11 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Store is a runtime.Store, runtime.Leaser, runtime.Inspector and
-// runtime.BatchWriter in one SQLite file (WAL mode). Writes go through one connection, so they are
-// serialised in the process; SQLite's file lock serialises them with other
-// processes on the same file. Reads use a separate pool and never wait for
-// writes. A Store is safe for concurrent use; the caller closes it.
+// Store is a runtime.Store, runtime.Leaser, runtime.Inspector,
+// runtime.BatchWriter and runtime.EffectLedger in one SQLite file (WAL
+// mode). Writes go through one connection, so they are serialised in the
+// process; SQLite's file lock serialises them with other processes on the
+// same file. Reads use a separate pool and never wait for writes. A Store is safe for concurrent use; the caller closes it.
 type Store struct {
 	path string
 	w    *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
@@ -71,10 +71,11 @@ type Store struct {
 }
 
 var (
-	_ runtime.Store       = (*Store)(nil)
-	_ runtime.Leaser      = (*Store)(nil)
-	_ runtime.Inspector   = (*Store)(nil)
-	_ runtime.BatchWriter = (*Store)(nil)
+	_ runtime.Store        = (*Store)(nil)
+	_ runtime.Leaser       = (*Store)(nil)
+	_ runtime.Inspector    = (*Store)(nil)
+	_ runtime.BatchWriter  = (*Store)(nil)
+	_ runtime.EffectLedger = (*Store)(nil)
 )
 
 // Open opens (creating it if needed) the store at cfg.Path and applies any

@@ -1,8 +1,8 @@
 // Package storetest is the conformance suite every runtime.Store runs, so
 // the in-memory store can never drift from the durable ones. It covers run
 // records, node checkpoints, the event log, fencing, and — when the store
-// implements them — the runtime.Leaser, runtime.Inspector and
-// runtime.BatchWriter contracts.
+// implements them — the runtime.Leaser, runtime.Inspector,
+// runtime.BatchWriter and runtime.EffectLedger contracts.
 //
 // A backend's test opens a fresh, empty store per subtest and registers
 // its cleanup with t.Cleanup:

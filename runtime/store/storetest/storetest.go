@@ -40,8 +40,8 @@ const wait = 10 * time.Second
 
 // Run runs the conformance suite against the stores open returns. open
 // must return a fresh, empty store for each call and register its cleanup
-// with t.Cleanup. Subtests are parallel. Leaser and Inspector tests skip
-// when the store does not implement them.
+// with t.Cleanup. Subtests are parallel. Leaser, Inspector and
+// EffectLedger tests skip when the store does not implement them.
 func Run(t *testing.T, open func(t *testing.T) runtime.Store, opts ...Option) {
 	s := &suite{open: open}
 	for _, o := range opts {
@@ -73,6 +73,13 @@ func Run(t *testing.T, open func(t *testing.T) runtime.Store, opts ...Option) {
 		{"SameSeqRace", s.testSameSeqRace},
 		{"ClaimRace", s.testClaimRace},
 		{"FencedWriterRace", s.testFencedWriterRace},
+		{"EffectPutGet", s.testEffectPutGet},
+		{"EffectValuesRoundTrip", s.testEffectValues},
+		{"EffectFirstWriteWins", s.testEffectFirstWriteWins},
+		{"DeleteEffects", s.testDeleteEffects},
+		{"EffectsSurviveReopen", s.testEffectsReopen},
+		{"EffectsRetention", s.testEffectsRetention},
+		{"EffectsRetentionManyLineages", s.testEffectsRetentionManyLineages},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
