@@ -210,7 +210,8 @@ type Inspector interface {
 	// DeleteRun removes a run, its checkpoints and its event log.
 	DeleteRun(ctx context.Context, runID string) error
 	// DeleteFinishedBefore removes finished runs (completed, failed,
-	// cancelled) last updated before t, with their checkpoints and events;
+	// cancelled) last updated before t, with their checkpoints and events,
+	// and (with an EffectLedger) the effects of lineages left with no run;
 	// it returns how many runs it removed.
 	DeleteFinishedBefore(ctx context.Context, t time.Time) (int, error)
 }
