@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config'
+import SummaryReporter from './tests/summary-reporter'
 
 // Browser tests: Debian's Chromium driven by playwright-core against a
 // real server process (tests/global-setup.ts builds and starts it).
@@ -11,6 +12,6 @@ export default defineConfig({
     hookTimeout: 180_000,
     fileParallelism: false,
     pool: 'forks',
-    reporters: ['default'],
+    reporters: ['default', new SummaryReporter('web-browser')],
   },
 })
