@@ -74,6 +74,16 @@ func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest) (*run, erro
 		if err != nil {
 			return nil, err
 		}
+		// The run may have finished between the read above and the claim
+		// (its holder writes the final status before releasing the lease):
+		// read it again under the claim.
+		if rec, err = e.store.GetRun(ctx, req.RunID); err != nil || rec.Status != RunRunning {
+			_ = l.ReleaseLease(ctx, got)
+			if err == nil {
+				err = fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, rec.ID, rec.Status)
+			}
+			return nil, err
+		}
 		lease = &got
 		rec.Token = got.Token
 	}
@@ -112,6 +122,7 @@ func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest) (*run, erro
 // emit it again.
 type logged struct {
 	runStarted bool
+	runEnded   bool
 	started    map[string]bool
 	terminal   map[string]bool
 	skipped    map[string]bool
@@ -126,6 +137,8 @@ func newLogged(p *Plan, evs []Event) *logged {
 		switch ev.Type {
 		case EventRunStarted:
 			l.runStarted = true
+		case EventRunCompleted, EventRunFailed, EventRunCancelled, EventRunInterrupted:
+			l.runEnded = true
 		case EventNodeStarted:
 			l.started[ev.NodeID] = true
 		case EventNodeCompleted, EventNodeFailed, EventNodeCancelled, EventNodeInterrupted:
@@ -168,6 +181,8 @@ func (l *logged) has(t EventType, node string, attempt int, data any) bool {
 	switch t {
 	case EventRunStarted:
 		return l.runStarted
+	case EventRunCompleted, EventRunFailed, EventRunCancelled, EventRunInterrupted:
+		return l.runEnded
 	case EventNodeStarted:
 		return l.started[node]
 	case EventNodeCompleted, EventNodeFailed, EventNodeCancelled, EventNodeInterrupted:

@@ -5,4 +5,9 @@
 // restarts it, and checks that every run ends with the result it would have
 // had without crashes, that no succeeded node ran twice, and that every
 // run's log keeps the lifecycle contract with gap-free seqs.
+//
+// Its fencing tests put two engines on two connection pools of one
+// Postgres: racing over 1,000 orphaned runs, each run is taken by exactly
+// one and no node runs twice; a holder paused past its lease is taken over
+// and its late commit is rejected.
 package crashtest
