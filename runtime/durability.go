@@ -130,6 +130,9 @@ func (r *run) flush(wait bool) {
 // beforeExecute makes the run's transitions durable as its mode requires
 // before an executor attempt starts.
 func (r *run) beforeExecute(pn *pnode) {
+	if r.store == nil {
+		return
+	}
 	switch r.durability {
 	case DurabilitySync:
 		r.flush(true)
