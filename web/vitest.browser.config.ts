@@ -11,6 +11,8 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 180_000,
     fileParallelism: false,
+    // Polls wait for what a person would wait for; generous for a busy CI box.
+    expect: { poll: { timeout: 10_000, interval: 50 } },
     pool: 'forks',
     reporters: ['default', new SummaryReporter('web-browser')],
   },

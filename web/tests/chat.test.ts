@@ -50,7 +50,7 @@ describe.skipIf(!haveChromium)('chat', () => {
         else server.send(m)
       })
     })
-    const gid = await createGraph(url, basicGraph({ tokenDelayMs: 120 }))
+    const gid = await createGraph(url, basicGraph({ tokenDelayMs: 250 }))
     await open(page, url, `g=${gid}`)
 
     hold = true

@@ -66,7 +66,7 @@ describe.skipIf(!haveChromium)('editor', () => {
     await expect.poll(() => page.getByTestId('error-temperature').textContent()).toBe('must be at most 2')
     await page.locator('#field-temperature').fill('0.5')
     await expect.poll(() => page.getByTestId('error-temperature').count()).toBe(0)
-    await page.locator('#field-tokenDelayMs').fill('40')
+    await page.locator('#field-tokenDelayMs').fill('120')
     await page.getByLabel('graph name').fill('built in the browser')
 
     await save(page)
@@ -85,7 +85,7 @@ describe.skipIf(!haveChromium)('editor', () => {
       'chat_start_1.message->agent_1.input:flow',
       'tool_1.tool->agent_1.tools:link',
     ])
-    expect(saved.nodes.find((n) => n.id === agent)!.data).toMatchObject({ temperature: 0.5, tokenDelayMs: 40 })
+    expect(saved.nodes.find((n) => n.id === agent)!.data).toMatchObject({ temperature: 0.5, tokenDelayMs: 120 })
     await screenshot(page, 'editor')
 
     // Chat: tokens stream, statuses turn completed, the edges light up.
