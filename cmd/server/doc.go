@@ -4,6 +4,7 @@
 //	          [--redis-url redis://...] [--database-url postgres://...]
 //	chatgraph runs list [--status interrupted] [--chat ID] [--limit N]
 //	chatgraph runs show RUN_ID
+//	chatgraph runs resume RUN_ID [--value JSON]
 //	chatgraph gc --older-than 720h
 //
 // Flags fall back to the environment (CHATGRAPH_ADDR, CHATGRAPH_STATE_DIR,

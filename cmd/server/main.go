@@ -84,6 +84,7 @@ const usage = `usage:
   chatgraph [server] [flags]        run the server (see chatgraph server -h)
   chatgraph runs list [flags]       list runs
   chatgraph runs show RUN_ID        show a run's nodes
+  chatgraph runs resume RUN_ID [--value JSON]   continue an interrupted run here
   chatgraph gc --older-than 720h    delete finished runs older than that
 `
 
