@@ -2,22 +2,29 @@
 GO ?= go
 STATICCHECK_VERSION ?= 2025.1.1
 
-.PHONY: run build test test-go bench lint fuzz tools
+.PHONY: run build test test-go bench bench-durable lint fuzz tools
 
 run: build
 	./bin/chatgraph server
 
-build:
+build: web
 	$(GO) build -o bin/chatgraph ./cmd/server
 
-test: test-go
+# The UI is built first so the Go tests see the embedded build; the two
+# test suites run one after the other (a UI rebuild rewrites web/dist/ui).
+test: web
+	$(MAKE) test-go
+	$(MAKE) test-web
 
 test-go:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./runtime/...
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./runtime/
+
+bench-durable:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -benchtime 30x ./internal/durabench/
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeValidate -fuzztime 60s ./runtime
