@@ -522,3 +522,31 @@ func teeSink(user EventSink, ch chan<- Event) EventSink {
 		ch <- e
 	})
 }
+
+// CancelInterrupted ends the human wait of an interrupted run: its record
+// becomes cancelled with the cause and its pending interrupts are void, so
+// a later resume value for them is refused (ErrInterruptNotFound); a plain
+// continuation may still run the graph again over its replayed work. The
+// run's log is not touched: it already ended with run_interrupted. A run
+// that is not interrupted gives ErrRunNotResumable.
+func (e *Engine) CancelInterrupted(ctx context.Context, runID string, cause error) (*RunRecord, error) {
+	if e.store == nil {
+		return nil, fmt.Errorf("%w: the engine has no store", ErrRunNotResumable)
+	}
+	rec, err := e.store.GetRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Status != RunInterrupted {
+		return nil, fmt.Errorf("%w: run %s is %s, not waiting", ErrRunNotResumable, rec.ID, rec.Status)
+	}
+	rec.Status, rec.Interrupts, rec.UpdatedAt = RunCancelled, nil, time.Now()
+	rec.Error = "cancelled while waiting"
+	if cause != nil {
+		rec.Error = cause.Error()
+	}
+	if err := e.store.UpdateRun(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}

@@ -183,3 +183,33 @@ func TestForkFromCheckpoint(t *testing.T) {
 	_, err = e.Resume(context.Background(), runtime.ResumeRequest{RunID: "orig", Graph: g, AtSeq: 10_000})
 	require.ErrorIs(t, err, runtime.ErrCheckpointNotFound)
 }
+
+// Cancelling a run that waits for a human ends the wait: the run is
+// cancelled, and a resume value for its old interrupt is refused.
+func TestCancelInterruptedRun(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	st := newMem()
+	e := k.engine(t, st)
+	g := newGraph("wait").node("s", "start").node("ask", "step", `{"interrupt":"approval"}`).flow("s", "ask").build()
+	res, _ := invoke(t, e, g, func(r *runtime.RunRequest) { r.RunID = "w1" })
+	require.Equal(t, runtime.RunInterrupted, res.Status)
+	before, _ := st.Events(context.Background(), "w1", 0, 0)
+
+	rec, err := e.CancelInterrupted(context.Background(), "w1", errors.New("user pressed stop"))
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
+	stored, _ := st.GetRun(context.Background(), "w1")
+	require.Equal(t, runtime.RunCancelled, stored.Status)
+	require.Empty(t, stored.Interrupts)
+	require.Equal(t, "user pressed stop", stored.Error)
+	after, _ := st.Events(context.Background(), "w1", 0, 0)
+	require.Equal(t, before, after, "the closed log is not touched")
+
+	_, err = e.Resume(context.Background(), runtime.ResumeRequest{RunID: "w1", Graph: g, Value: "yes"})
+	require.ErrorIs(t, err, runtime.ErrInterruptNotFound, "a resume value after the cancel is refused")
+	_, err = e.Resume(context.Background(), runtime.ResumeRequest{RunID: "w1", Graph: g, InterruptID: res.Interrupts[0].ID, Value: "yes"})
+	require.ErrorIs(t, err, runtime.ErrInterruptNotFound)
+	_, err = e.CancelInterrupted(context.Background(), "w1", nil)
+	require.ErrorIs(t, err, runtime.ErrRunNotResumable, "only a waiting run can have its wait cancelled")
+}

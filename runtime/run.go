@@ -232,6 +232,9 @@ func matchAnswers(parent *RunRecord, req ResumeRequest) (map[string]any, error) 
 		}
 		answers[req.InterruptID] = req.Value
 	case req.Value != nil:
+		if len(parent.Interrupts) == 0 {
+			return nil, fmt.Errorf("%w: run %s has no pending interrupt (it is %s)", ErrInterruptNotFound, parent.ID, parent.Status)
+		}
 		if len(parent.Interrupts) != 1 {
 			return nil, fmt.Errorf("%w: run %s has %d pending interrupts: name the one the value answers", ErrInterruptNotFound, parent.ID, len(parent.Interrupts))
 		}
