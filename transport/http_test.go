@@ -118,3 +118,47 @@ func TestNodeTypesMetricsOpenAPI(t *testing.T) {
 	body, _ = io.ReadAll(resp.Body)
 	require.Contains(t, string(body), "chatgraph")
 }
+
+func TestChatCallOnGraphWithoutStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(map[string]any{"name": "empty", "nodes": []any{
+		map[string]any{"id": "a1", "type": "agent", "data": map[string]any{}}}, "edges": []any{}})
+	var b errBody
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "x"}, &b), http.StatusBadRequest)
+	require.Equal(t, "invalid_graph", b.Error.Code)
+	// The agent itself can be the entry.
+	var tk map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/agent-messages", map[string]any{"content": "direct", "agentNodeId": "a1"}, &tk), http.StatusAccepted)
+	m := e.waitMessage(chatID, tk["messageId"].(string))
+	require.Equal(t, "completed", m["status"])
+	require.Equal(t, "echo: direct", m["content"])
+	require.Equal(t, "a1", m["agentNodeId"])
+}
+
+func TestAgentChatIntoScratchAreaFailsAtStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := basicGraph("")
+	g["nodes"] = append(g["nodes"].([]any),
+		map[string]any{"id": "a2", "type": "agent", "data": map[string]any{}},
+		map[string]any{"id": "t2", "type": "template", "data": map[string]any{"template": "{{.content}}"}})
+	g["edges"] = append(g["edges"].([]any), edge("c1", "a2", "output", "t2", "input", "flow"), edge("c2", "t2", "output", "a2", "input", "flow"))
+	var saved map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/graphs", g, &saved), http.StatusCreated)
+	require.NotEmpty(t, saved["diagnostics"])
+	var ch map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats", map[string]any{"graphId": saved["id"]}, &ch), http.StatusCreated)
+	chatID := ch["id"].(string)
+	var b errBody
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/agent-messages", map[string]any{"content": "x", "agentNodeId": "a2"}, &b), http.StatusBadRequest)
+	require.Equal(t, "invalid_graph", b.Error.Code)
+	require.NotEmpty(t, b.Error.Details)
+	for _, d := range b.Error.Details.([]any) {
+		require.Equal(t, "error", d.(map[string]any)["severity"])
+	}
+	// The reachable part runs.
+	var tk map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "fine"}, &tk), http.StatusAccepted)
+	require.Equal(t, "completed", e.waitMessage(chatID, tk["messageId"].(string))["status"])
+}

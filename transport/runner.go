@@ -404,16 +404,21 @@ func (s *Server) preflight(g *runtime.Graph, entries []string) error {
 	if err != nil {
 		return err
 	}
-	ds := p.Diagnostics()
-	if len(ds) == 0 {
-		return nil
-	}
 	if len(entries) == 0 {
 		for _, n := range g.Nodes {
 			if t, ok := s.cfg.Registry.Lookup(n.Type); ok && t.Entry {
 				entries = append(entries, n.ID)
 			}
 		}
+		if len(entries) == 0 {
+			return &Error{Status: http.StatusBadRequest, Code: CodeInvalidGraph, Message: "the graph has no chat_start node to run from",
+				Details: runtime.Diagnostics{{Severity: runtime.SeverityError, Code: runtime.CodeUnknownEntry, Path: "nodes",
+					Message: "add a chat_start node (or send stream_agent_chat to an agent)"}}}
+		}
+	}
+	ds := p.Diagnostics()
+	if len(ds) == 0 {
+		return nil
 	}
 	flow, link := map[string][]string{}, map[string][]string{}
 	for _, e := range g.Edges {
