@@ -34,6 +34,32 @@ type WriteBatch struct {
 	Token       int64
 	Checkpoints []*Checkpoint
 	Events      []Event
+	// Finish, when set, then replaces the run record as UpdateRun does
+	// (fenced by its Token), and Release gives up the run's lease: the end
+	// of a run in the same transaction as its last writes. Only a
+	// BatchFinisher is handed them; for other stores the kernel makes the
+	// two calls itself.
+	Finish  *RunRecord
+	Release *Lease
+	// Create, when set, first inserts the run record with Lease as its
+	// first lease (Lease.Token = Create.Token): a batched run's creation
+	// joins the group commit. Only a BatchFinisher is handed it.
+	Create *RunRecord
+	Lease  *Lease
+}
+
+// BatchFinisher is a BatchWriter whose WriteBatches also applies Create
+// (with its Lease), Finish and Release, in the same transaction as the
+// batch's other writes.
+type BatchFinisher interface {
+	BatchWriter
+	FinishesBatches()
+}
+
+// RunStarter is implemented by stores that create a run record and claim
+// its lease in one write (instead of CreateRun then ClaimRun).
+type RunStarter interface {
+	CreateClaimed(ctx context.Context, r *RunRecord, owner string, ttl time.Duration) (Lease, error)
 }
 
 // BatchWriter is implemented by stores that apply several runs' writes in
@@ -45,11 +71,17 @@ type BatchWriter interface {
 
 // writeBuf holds a run's writes not yet handed to the store (under run.emu).
 type writeBuf struct {
-	cps []*Checkpoint
-	evs []Event
+	cps     []*Checkpoint
+	evs     []Event
+	finish  *RunRecord
+	release *Lease
+	create  *RunRecord
+	lease   *Lease
 }
 
-func (b *writeBuf) empty() bool { return len(b.cps) == 0 && len(b.evs) == 0 }
+func (b *writeBuf) empty() bool {
+	return len(b.cps) == 0 && len(b.evs) == 0 && b.finish == nil && b.release == nil && b.create == nil
+}
 
 // maxBuffered bounds a run's buffer in sync and batched modes (a node
 // streaming many deltas flushes as it goes).
@@ -78,19 +110,40 @@ func latestPerNode(cps []*Checkpoint) []*Checkpoint {
 // applyBatches writes batches to st: in one call when it is a BatchWriter,
 // else write by write.
 func applyBatches(ctx context.Context, st Store, batches []WriteBatch) error {
+	if bf, ok := st.(BatchFinisher); ok {
+		return bf.WriteBatches(ctx, batches)
+	}
 	if bw, ok := st.(BatchWriter); ok {
-		return bw.WriteBatches(ctx, batches)
+		plain := make([]WriteBatch, len(batches))
+		for i, b := range batches {
+			b.Finish, b.Release = nil, nil
+			plain[i] = b
+		}
+		if err := bw.WriteBatches(ctx, plain); err != nil {
+			return err
+		}
+	} else {
+		for _, b := range batches {
+			for _, cp := range b.Checkpoints {
+				if err := st.SaveCheckpoint(ctx, cp); err != nil {
+					return err
+				}
+			}
+			if len(b.Events) > 0 {
+				if err := st.AppendEvents(ctx, b.RunID, b.Token, b.Events); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	for _, b := range batches {
-		for _, cp := range b.Checkpoints {
-			if err := st.SaveCheckpoint(ctx, cp); err != nil {
+		if b.Finish != nil {
+			if err := st.UpdateRun(ctx, b.Finish); err != nil {
 				return err
 			}
 		}
-		if len(b.Events) > 0 {
-			if err := st.AppendEvents(ctx, b.RunID, b.Token, b.Events); err != nil {
-				return err
-			}
+		if l, ok := st.(Leaser); ok && b.Release != nil {
+			_ = l.ReleaseLease(ctx, *b.Release) // an expired lease needs no release
 		}
 	}
 	return nil
@@ -104,7 +157,8 @@ func (r *run) flushLocked(wait bool) {
 	if r.storeErr != nil || r.wb.empty() || r.store == nil {
 		return
 	}
-	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: latestPerNode(r.wb.cps), Events: r.wb.evs}
+	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: latestPerNode(r.wb.cps), Events: r.wb.evs,
+		Finish: r.wb.finish, Release: r.wb.release, Create: r.wb.create, Lease: r.wb.lease}
 	r.wb = writeBuf{}
 	if r.durability != DurabilityBatched {
 		if err := applyBatches(r.bg, r.store, []WriteBatch{b}); err != nil {

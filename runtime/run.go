@@ -255,7 +255,27 @@ func (p *Plan) defaultEntries() []string {
 
 func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink) (*run, error) {
 	var lease *Lease
-	if e.store != nil {
+	batched := rec.Options.Durability == DurabilityBatched || rec.Options.Durability == "" && e.durability == DurabilityBatched
+	if _, ok := e.store.(BatchFinisher); ok && batched {
+		// The record and its first lease join the run's first group commit.
+		rec.Token = 1
+		lease = &Lease{RunID: rec.ID, Owner: e.owner, Token: 1, ExpiresAt: time.Now().Add(e.leaseTTL)}
+		r, err := e.newRunState(ctx, p, as, rec, services, sink, lease)
+		if err != nil {
+			return nil, err
+		}
+		created, l := *rec, *lease
+		r.wb.create, r.wb.lease = &created, &l
+		return r, nil
+	}
+	if rs, ok := e.store.(RunStarter); ok {
+		got, err := rs.CreateClaimed(ctx, rec, e.owner, e.leaseTTL)
+		if err != nil {
+			return nil, err
+		}
+		lease = &got
+		rec.Token = got.Token
+	} else if e.store != nil {
 		if err := e.store.CreateRun(ctx, rec); err != nil {
 			return nil, err
 		}
@@ -979,23 +999,21 @@ func (r *run) finish() (*RunResult, error) {
 	case RunInterrupted:
 		r.emit(EventRunInterrupted, -1, 0, &RunInterruptedData{Interrupts: r.interrupt})
 	}
+	// The run's end (record and lease) goes in its last batch.
 	r.emu.Lock()
-	r.flushLocked(true)
 	res.LastSeq = r.seq
-	storeErr := r.storeErr
-	r.emu.Unlock()
-	if r.store != nil && storeErr == nil {
+	if r.store != nil && r.storeErr == nil {
 		r.rec.Status, r.rec.Interrupts, r.rec.LastSeq, r.rec.UpdatedAt = status, r.interrupt, res.LastSeq, time.Now()
-		storeErr = r.store.UpdateRun(r.bg, r.rec)
-	}
-	if l, ok := r.store.(Leaser); ok && r.lease != nil && storeErr == nil {
-		r.emu.Lock()
-		cur := *r.lease
-		r.emu.Unlock()
-		if err := l.ReleaseLease(r.bg, cur); err != nil {
-			r.e.log.Warn("release lease", "run", r.rec.ID, "err", err)
+		final := *r.rec
+		r.wb.finish = &final
+		if r.lease != nil {
+			l := *r.lease
+			r.wb.release = &l
 		}
 	}
+	r.flushLocked(true)
+	storeErr := r.storeErr
+	r.emu.Unlock()
 	if storeErr != nil {
 		return res, fmt.Errorf("runtime: run %s: store: %w", r.rec.ID, storeErr)
 	}

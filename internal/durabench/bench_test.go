@@ -54,6 +54,11 @@ func (c *counting) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
 	return c.Store.UpdateRun(ctx, r)
 }
 
+func (c *counting) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
+	c.commits.Add(1)
+	return c.Store.CreateClaimed(ctx, r, owner, ttl)
+}
+
 func (c *counting) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 	c.commits.Add(1)
 	return c.Store.CreateRun(ctx, r)

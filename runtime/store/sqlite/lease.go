@@ -52,11 +52,13 @@ WHERE id = ? AND token = ? AND lease_owner = ? AND lease_owner != ''`, expires, 
 	return l, nil
 }
 
+const releaseQuery = `UPDATE runs SET lease_owner = '', lease_expires_at = NULL
+WHERE id = ? AND token = ? AND lease_owner IN (?, '')`
+
 // ReleaseLease implements runtime.Leaser. Releasing a lease already
 // released is a no-op.
 func (s *Store) ReleaseLease(ctx context.Context, l runtime.Lease) error {
-	res, err := s.ws.exec(ctx, `UPDATE runs SET lease_owner = '', lease_expires_at = NULL
-WHERE id = ? AND token = ? AND lease_owner IN (?, '')`, l.RunID, l.Token, l.Owner)
+	res, err := s.ws.exec(ctx, releaseQuery, l.RunID, l.Token, l.Owner)
 	if err != nil {
 		return fmt.Errorf("sqlite store: release %s: %w", l.RunID, err)
 	}

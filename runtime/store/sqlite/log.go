@@ -191,6 +191,14 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, runID string, toke
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		for _, b := range batches {
+			if b.Create != nil {
+				if b.Lease == nil {
+					return fmt.Errorf("sqlite store: create %s in a batch needs its lease", b.Create.ID)
+				}
+				if err := s.createClaimed(ctx, tx, b.Create, *b.Lease); err != nil {
+					return err
+				}
+			}
 			for _, cp := range b.Checkpoints {
 				if err := s.saveCheckpoint(ctx, tx, cp); err != nil {
 					return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
@@ -201,11 +209,31 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 					return wrap(err, "append events to %s", b.RunID)
 				}
 			}
+			if b.Finish != nil {
+				if err := s.finishRun(ctx, tx, b.Finish); err != nil {
+					return err
+				}
+			}
+			if b.Release != nil {
+				st, err := s.wstmt(ctx, tx, releaseQuery)
+				if err != nil {
+					return err
+				}
+				// Nothing to release when the lease already passed on:
+				// Finish was fenced above in that case.
+				if _, err := st.ExecContext(ctx, b.Release.RunID, b.Release.Token, b.Release.Owner); err != nil {
+					return wrap(err, "release %s", b.Release.RunID)
+				}
+			}
 		}
 		return nil
 	})
 	return wrap(err, "write batches")
 }
+
+// FinishesBatches marks the store as a runtime.BatchFinisher: WriteBatches
+// applies Finish and Release in the batch's transaction.
+func (s *Store) FinishesBatches() {}
 
 // inTx runs fn in an IMMEDIATE transaction on the writer and commits it
 // when fn returns nil.

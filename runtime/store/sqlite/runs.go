@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"chatgraph/runtime"
 )
@@ -121,15 +122,74 @@ func (s *Store) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
 		return fmt.Errorf("sqlite store: update run %s: %w", r.ID, err)
 	}
 	args = append(args, r.Token, r.ID, r.Token)
-	res, err := s.ws.exec(ctx, `UPDATE runs SET parent_id = ?, root_id = ?, chat_id = ?, graph_id = ?,
-	plan_version = ?, kind = ?, attrs = ?, entry_node_ids = ?, input = ?, options = ?, status = ?, error = ?,
-	interrupts = ?, answers = ?, created_at = ?, updated_at = ?, token = ?
-WHERE id = ? AND token <= ?`, args...)
+	res, err := s.ws.exec(ctx, updateRunQuery, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite store: update run %s: %w", r.ID, err)
 	}
 	return s.applied(ctx, nil, res, r.ID, r.Token)
 }
+
+const updateRunQuery = `UPDATE runs SET parent_id = ?, root_id = ?, chat_id = ?, graph_id = ?,
+	plan_version = ?, kind = ?, attrs = ?, entry_node_ids = ?, input = ?, options = ?, status = ?, error = ?,
+	interrupts = ?, answers = ?, created_at = ?, updated_at = ?, token = ?
+WHERE id = ? AND token <= ?`
+
+// finishRun is UpdateRun inside a batch's transaction.
+func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord) error {
+	args, err := runArgs(r)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", r.ID, err)
+	}
+	st, err := s.wstmt(ctx, tx, updateRunQuery)
+	if err != nil {
+		return err
+	}
+	res, err := st.ExecContext(ctx, append(args, r.Token, r.ID, r.Token)...)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", r.ID, err)
+	}
+	return s.applied(ctx, tx, res, r.ID, r.Token)
+}
+
+// CreateClaimed implements runtime.RunStarter: the record and its first
+// lease (token r.Token+1) in one insert.
+func (s *Store) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
+	l := runtime.Lease{RunID: r.ID, Owner: owner, Token: r.Token + 1, ExpiresAt: fromMicros(micros(s.now().Add(ttl)))}
+	if err := s.createClaimed(ctx, nil, r, l); err != nil {
+		return runtime.Lease{}, err
+	}
+	return l, nil
+}
+
+// createClaimed inserts r holding lease l (in tx when not nil).
+func (s *Store) createClaimed(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, l runtime.Lease) error {
+	args, err := runArgs(r)
+	if err != nil {
+		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
+	}
+	args = append([]any{r.ID}, args...)
+	args = append(args, r.LastSeq, l.Token, l.Owner, micros(l.ExpiresAt))
+	st, err := s.wstmt(ctx, tx, createClaimedQuery)
+	if err != nil {
+		return err
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
+	}
+	return nil
+}
+
+const createClaimedQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token,
+	lease_owner, lease_expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING`
 
 const fenceQuery = `SELECT token, last_seq FROM runs WHERE id = ?`
 

@@ -1,0 +1,111 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/runtime"
+)
+
+// testCreateClaimed: a RunStarter creates the record and its first lease
+// in one write, as CreateRun then ClaimRun would.
+func (s *suite) testCreateClaimed(t *testing.T) {
+	st := s.open(t)
+	rs, ok := st.(runtime.RunStarter)
+	if !ok {
+		t.Skipf("%T does not implement runtime.RunStarter", st)
+	}
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	r := newRun("rc")
+	l, err := rs.CreateClaimed(ctx, r, "A", time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, "rc", l.RunID)
+	require.Equal(t, "A", l.Owner)
+	require.Equal(t, r.Token+1, l.Token)
+	got := getRun(t, st, "rc")
+	require.Equal(t, l.Token, got.Token)
+	require.Equal(t, r.Answers, got.Answers)
+	_, err = rs.CreateClaimed(ctx, newRun("rc"), "B", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrRunExists)
+	_, err = ls.ClaimRun(ctx, "rc", "B", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld, "the lease is live from the start")
+	expired, err := ls.ExpiredRuns(ctx, time.Now(), 10)
+	require.NoError(t, err)
+	require.NotContains(t, expired, "rc", "a freshly started run is not up for recovery")
+}
+
+// testWriteBatchFinish: a BatchFinisher ends runs inside the batch: the
+// record is replaced (fenced) and the lease released, atomically with the
+// batch's other writes.
+func (s *suite) testWriteBatchFinish(t *testing.T) {
+	st := s.open(t)
+	bf, ok := st.(runtime.BatchFinisher)
+	if !ok {
+		t.Skipf("%T does not implement runtime.BatchFinisher", st)
+	}
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	create(t, st, newRun("f1"))
+	l, err := ls.ClaimRun(ctx, "f1", "A", time.Hour)
+	require.NoError(t, err)
+	final := getRun(t, st, "f1")
+	final.Status, final.Error, final.Token = runtime.RunCompleted, "", l.Token
+	ev := runtime.Event{Seq: 1, RunID: "f1", Type: runtime.EventRunCompleted, Time: at(0)}
+	require.NoError(t, bf.WriteBatches(ctx, []runtime.WriteBatch{{RunID: "f1", Token: l.Token, Events: []runtime.Event{ev},
+		Finish: final, Release: &l}}))
+	got := getRun(t, st, "f1")
+	require.Equal(t, runtime.RunCompleted, got.Status)
+	require.Equal(t, int64(1), got.LastSeq, "the events' seq stands")
+	_, err = ls.ClaimRun(ctx, "f1", "B", time.Hour)
+	require.NoError(t, err, "the lease was released")
+
+	// A fenced Finish rejects the whole batch.
+	create(t, st, newRun("f2"))
+	old, err := ls.ClaimRun(ctx, "f2", "A", time.Millisecond)
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond)
+	_, err = ls.ClaimRun(ctx, "f2", "B", time.Hour)
+	require.NoError(t, err)
+	stale := getRun(t, st, "f2")
+	stale.Status, stale.Token = runtime.RunFailed, old.Token
+	err = bf.WriteBatches(ctx, []runtime.WriteBatch{{RunID: "f2", Token: old.Token, Finish: stale, Release: &old}})
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	require.Equal(t, runtime.RunRunning, getRun(t, st, "f2").Status)
+	_, err = ls.ClaimRun(ctx, "f2", "C", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld, "B's lease is untouched")
+}
+
+// testWriteBatchCreate: a BatchFinisher creates a run with its first
+// lease inside a batch, before the batch's own writes to it.
+func (s *suite) testWriteBatchCreate(t *testing.T) {
+	st := s.open(t)
+	bf, ok := st.(runtime.BatchFinisher)
+	if !ok {
+		t.Skipf("%T does not implement runtime.BatchFinisher", st)
+	}
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	r := newRun("bc")
+	r.Token = 1
+	l := runtime.Lease{RunID: "bc", Owner: "A", Token: 1, ExpiresAt: time.Now().Add(time.Hour)}
+	cp := &runtime.Checkpoint{RunID: "bc", NodeID: "n", Status: runtime.NodeRunning, Attempt: 1, Token: 1, UpdatedAt: at(0)}
+	ev := runtime.Event{Seq: 1, RunID: "bc", Type: runtime.EventRunStarted, Time: at(0)}
+	require.NoError(t, bf.WriteBatches(ctx, []runtime.WriteBatch{{RunID: "bc", Token: 1, Create: r, Lease: &l,
+		Checkpoints: []*runtime.Checkpoint{cp}, Events: []runtime.Event{ev}}}))
+	got := getRun(t, st, "bc")
+	require.Equal(t, int64(1), got.Token)
+	require.Equal(t, int64(1), got.LastSeq)
+	_, err := ls.ClaimRun(ctx, "bc", "B", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld, "the lease came with the record")
+	// A second create of the id rejects its whole batch.
+	other := newRun("bd")
+	err = bf.WriteBatches(ctx, []runtime.WriteBatch{
+		{RunID: "bd", Token: 1, Create: other, Lease: &runtime.Lease{RunID: "bd", Owner: "A", Token: 1, ExpiresAt: time.Now().Add(time.Hour)}},
+		{RunID: "bc", Token: 1, Create: newRun("bc"), Lease: &l}})
+	require.ErrorIs(t, err, runtime.ErrRunExists)
+	_, err = st.GetRun(ctx, "bd")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound, "nothing of the rejected call was written")
+}
