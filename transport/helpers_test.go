@@ -28,7 +28,7 @@ import (
 
 // env is one test server and a client for it.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *transport.Server
 	http  *httptest.Server
 	url   string
@@ -39,7 +39,9 @@ type env struct {
 
 type option func(*transport.Config)
 
-func newEnv(t *testing.T, opts ...option) *env {
+func newEnv(t *testing.T, opts ...option) *env { return newEnvTB(t, opts...) }
+
+func newEnvTB(t testing.TB, opts ...option) *env {
 	t.Helper()
 	reg := runtime.NewRegistry()
 	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
@@ -265,7 +267,7 @@ func requireGapFree(t *testing.T, evs []*sseEvent, after int64) {
 }
 
 // waitFor polls cond until it holds or the bound passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

@@ -116,6 +116,7 @@ type Server struct {
 	perChat  map[string]int
 	cancelAt map[string]time.Time // run id -> when a cancel reached it
 	wsConns  map[*wsConn]struct{}
+	pingOnce sync.Once
 	runsDone sync.WaitGroup
 }
 

@@ -106,6 +106,7 @@ type wsConn struct {
 	wg        sync.WaitGroup
 
 	mu       sync.Mutex
+	working  bool // a worker goroutine runs the queued commands
 	subs     map[string]context.CancelFunc
 	onCancel map[string]bool // runs to cancel when the client goes away
 }
@@ -158,6 +159,7 @@ func (s *Server) websocket(c echo.Context) error {
 	s.mu.Lock()
 	s.wsConns[wc] = struct{}{}
 	s.mu.Unlock()
+	s.pingOnce.Do(func() { go s.pingLoop() })
 	s.metrics.activeStreams.WithLabelValues("websocket").Inc()
 	defer s.metrics.activeStreams.WithLabelValues("websocket").Dec()
 	wc.serve()
@@ -179,12 +181,12 @@ func websocketProtocols(r *http.Request) []string {
 	return out
 }
 
-// serve runs the connection until it closes.
+// serve runs the connection until it closes. An idle connection holds
+// two goroutines: this reader and the writer (pings come from one loop
+// for all connections; a worker runs only while commands are queued).
 func (wc *wsConn) serve() {
-	wc.wg.Add(3)
+	wc.wg.Add(1)
 	go wc.writer()
-	go wc.pinger()
-	go wc.worker()
 	for {
 		_, data, err := wc.conn.Read(context.Background())
 		if err != nil {
@@ -216,6 +218,13 @@ func (wc *wsConn) serve() {
 		if wc.ctx.Err() != nil {
 			break
 		}
+		wc.mu.Lock()
+		if !wc.working {
+			wc.working = true
+			wc.wg.Add(1)
+			go wc.worker()
+		}
+		wc.mu.Unlock()
 	}
 	wc.stop()
 	wc.wg.Wait()
@@ -295,36 +304,60 @@ func (wc *wsConn) writer() {
 	}
 }
 
-func (wc *wsConn) pinger() {
-	defer wc.wg.Done()
-	t := time.NewTicker(wc.s.cfg.WSPing)
+// pingLoop pings every WebSocket connection every WSPing (one loop for
+// the server; each ping waits for its pong in a short-lived goroutine).
+// A connection that does not answer within WSPing is closed.
+func (s *Server) pingLoop() {
+	t := time.NewTicker(s.cfg.WSPing)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(wc.ctx, wc.s.cfg.WSPing)
-			err := wc.conn.Ping(ctx)
-			cancel()
-			if err != nil && wc.ctx.Err() == nil {
-				wc.close(websocket.StatusGoingAway, "ping timed out")
-				return
-			}
-		case <-wc.ctx.Done():
+		case <-s.base.Done():
 			return
+		}
+		s.mu.Lock()
+		conns := make([]*wsConn, 0, len(s.wsConns))
+		for c := range s.wsConns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, wc := range conns {
+			go wc.ping()
 		}
 	}
 }
 
-// worker runs the client's commands in order.
+func (wc *wsConn) ping() {
+	if wc.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(wc.ctx, wc.s.cfg.WSPing)
+	defer cancel()
+	if err := wc.conn.Ping(ctx); err != nil && wc.ctx.Err() == nil {
+		wc.close(websocket.StatusGoingAway, "ping timed out")
+	}
+}
+
+// worker runs the queued commands in order and exits when none is left.
 func (wc *wsConn) worker() {
 	defer wc.wg.Done()
 	for {
 		select {
 		case f := <-wc.cmds:
 			wc.command(f)
+			continue
 		case <-wc.ctx.Done():
-			return
+		default:
 		}
+		wc.mu.Lock()
+		if len(wc.cmds) > 0 && wc.ctx.Err() == nil {
+			wc.mu.Unlock()
+			continue
+		}
+		wc.working = false
+		wc.mu.Unlock()
+		return
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 
 // wsClient is a test WebSocket client speaking chatgraph.v1.
 type wsClient struct {
-	t    *testing.T
+	t    testing.TB
 	conn *websocket.Conn
 	ctx  context.Context
 }

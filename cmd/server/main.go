@@ -91,7 +91,7 @@ const usage = `usage:
 // config is the server's configuration: flags over environment over defaults.
 type config struct {
 	addr, stateDir, redisURL, databaseURL, token, logLevel, logFormat string
-	databaseSchema, redisPrefix                                       string
+	databaseSchema, redisPrefix, durability                           string
 	allowedOrigins, httpAllowedHosts                                  string
 	openAIBaseURL, openAIKey                                          string
 	drainTimeout                                                      time.Duration
@@ -122,6 +122,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", ge("CHATGRAPH_ALLOWED_ORIGINS"), "extra WebSocket origins, comma separated host patterns (CHATGRAPH_ALLOWED_ORIGINS)")
 	fs.StringVar(&c.httpAllowedHosts, "http-allowed-hosts", ge("CHATGRAPH_HTTP_ALLOWED_HOSTS"), "hosts the http_request tool may call, comma separated (CHATGRAPH_HTTP_ALLOWED_HOSTS)")
 	fs.StringVar(&c.openAIBaseURL, "openai-base-url", ge("CHATGRAPH_OPENAI_BASE_URL"), "OpenAI-compatible API for models named openai/<model> (CHATGRAPH_OPENAI_BASE_URL)")
+	fs.StringVar(&c.durability, "durability", envOr(ge, "CHATGRAPH_DURABILITY", "sync"), "when run transitions reach the store: sync, batched or exit (CHATGRAPH_DURABILITY; see docs/stores.md)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown lets runs finish before cancelling them")
 	fs.Int64Var(&c.bodyLimit, "body-limit", 1<<20, "largest request body in bytes")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 50, "requests per second per client IP (negative: off)")
@@ -262,7 +263,13 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer closeRedis()
+	switch runtime.Durability(c.durability) {
+	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit:
+	default:
+		return fmt.Errorf("--durability %q: want sync, batched or exit", c.durability)
+	}
 	srv, err := transport.New(transport.Config{
+		Engine:   runtime.Config{Durability: runtime.Durability(c.durability)},
 		Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue,
 		Token: c.token, AllowedOrigins: splitList(c.allowedOrigins), BodyLimit: c.bodyLimit,
 		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, UI: webUI(), Logger: log,

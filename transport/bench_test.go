@@ -1,0 +1,253 @@
+package transport_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	rt "chatgraph/runtime"
+)
+
+// Benchmarks are measurements, not pass/fail timings. Run them with
+//
+//	go test -run '^$' -bench . -benchtime 1x ./transport
+//
+// and see docs/api.md for results.
+
+func benchEnv(b *testing.B, d rt.Durability) *env {
+	return newEnvTB(b, func(c *transportConfig) {
+		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
+	})
+}
+
+// modes runs a benchmark once per durability mode of the run store.
+func modes(b *testing.B, f func(b *testing.B, d rt.Durability)) {
+	for _, d := range []rt.Durability{rt.DurabilitySync, rt.DurabilityBatched} {
+		b.Run(string(d), func(b *testing.B) { f(b, d) })
+	}
+}
+
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	return xs[int(q*float64(len(xs)-1))]
+}
+
+// BenchmarkEventLatencyWebSocket: 1,000 concurrent runs streamed over 50
+// WebSocket connections; the latency of each node_delta from the runtime
+// emitting it (its envelope time) to the client reading it.
+func BenchmarkEventLatencyWebSocket(b *testing.B) { modes(b, benchEventLatency) }
+
+func benchEventLatency(b *testing.B, d rt.Durability) {
+	const runs, conns = 1000, 50
+	e := benchEnv(b, d)
+	graphID, _ := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
+	chats := make([]string, runs)
+	for i := range chats {
+		var ch map[string]any
+		e.mustStatus(e.do("POST", "/api/v1/chats", map[string]any{"graphId": graphID}, &ch), http.StatusCreated)
+		chats[i] = ch["id"].(string)
+	}
+	content := strings.Repeat("word ", 20)
+	for b.Loop() {
+		var mu sync.Mutex
+		var lat []float64
+		var events atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				conn, _, err := e.dialWS(nil, "")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer conn.CloseNow()
+				conn.SetReadLimit(1 << 20)
+				mine := runs / conns
+				for i := range mine {
+					f, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("b%d-%d", c, i), "type": "stream_chat",
+						"chatId": chats[c*mine+i], "content": content})
+					if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				done := 0
+				var local []float64
+				for done < mine {
+					_, raw, err := conn.Read(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					now := time.Now()
+					var fr struct {
+						Type  string
+						Event struct {
+							Type string
+							Time time.Time
+						}
+					}
+					if json.Unmarshal(raw, &fr) != nil || fr.Type != "event" {
+						continue
+					}
+					events.Add(1)
+					switch fr.Event.Type {
+					case "node_delta":
+						local = append(local, float64(now.Sub(fr.Event.Time).Microseconds()))
+					case "run_completed", "run_failed", "run_cancelled":
+						done++
+					}
+				}
+				mu.Lock()
+				lat = append(lat, local...)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		took := time.Since(start)
+		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
+		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
+		b.ReportMetric(float64(events.Load())/took.Seconds(), "events/s")
+	}
+}
+
+// BenchmarkIdleWebSockets: 9,000 idle WebSocket connections held by a
+// client subprocess; the server's heap, stacks and RSS per connection.
+func BenchmarkIdleWebSockets(b *testing.B) {
+	const n = 9000
+	e := benchEnv(b, rt.DurabilitySync)
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		rssBefore := rssKiB()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperIdleClients$")
+		cmd.Env = append(os.Environ(), "CHATGRAPH_IDLE_CLIENTS_URL="+e.url, "CHATGRAPH_IDLE_CLIENTS="+strconv.Itoa(n))
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "ready") {
+			b.Fatalf("client helper: %q %v", line, err)
+		}
+		waitFor(b, "the server to hold every connection", func() bool {
+			resp := e.do("GET", "/metrics", nil, nil)
+			body, _ := io.ReadAll(resp.Body)
+			return strings.Contains(string(body), `chatgraph_active_streams{transport="websocket"} `+strconv.Itoa(n))
+		})
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		rssAfter := rssKiB()
+		used := float64((after.HeapInuse + after.StackInuse) - (before.HeapInuse + before.StackInuse))
+		b.ReportMetric(used/n/1024, "heap+stack-KiB/conn")
+		b.ReportMetric(float64(rssAfter-rssBefore)/n, "RSS-KiB/conn")
+		b.ReportMetric(float64(runtime.NumGoroutine())/n, "goroutines/conn")
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	}
+}
+
+// TestHelperIdleClients is the client process of BenchmarkIdleWebSockets.
+func TestHelperIdleClients(t *testing.T) {
+	url := os.Getenv("CHATGRAPH_IDLE_CLIENTS_URL")
+	if url == "" {
+		t.Skip("a helper process of BenchmarkIdleWebSockets")
+	}
+	n, _ := strconv.Atoi(os.Getenv("CHATGRAPH_IDLE_CLIENTS"))
+	conns := make([]*websocket.Conn, 0, n)
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/api/v1/ws", &websocket.DialOptions{Subprotocols: []string{"chatgraph.v1"}})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	for _, c := range conns {
+		c.CloseNow()
+	}
+}
+
+func rssKiB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			n, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// BenchmarkChatThroughputSSE: 32 clients sending chat messages with
+// Accept: text/event-stream, each reading its stream to the end.
+func BenchmarkChatThroughputSSE(b *testing.B) { modes(b, benchThroughput) }
+
+func benchThroughput(b *testing.B, d rt.Durability) {
+	const clients, perClient = 32, 20
+	e := benchEnv(b, d)
+	graphID, _ := e.newChat(basicGraph(""))
+	chats := make([]string, clients)
+	for i := range chats {
+		var ch map[string]any
+		e.mustStatus(e.do("POST", "/api/v1/chats", map[string]any{"graphId": graphID}, &ch), http.StatusCreated)
+		chats[i] = ch["id"].(string)
+	}
+	for b.Loop() {
+		var events atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perClient {
+					s := e.openSSE(context.Background(), "POST", "/api/v1/chats/"+chats[c]+"/messages",
+						map[string]any{"content": "the quick brown fox"}, nil)
+					for {
+						if _, err := s.next(false); err != nil {
+							break
+						}
+						events.Add(1)
+					}
+					s.resp.Body.Close()
+				}
+			}()
+		}
+		wg.Wait()
+		took := time.Since(start)
+		b.ReportMetric(float64(clients*perClient)/took.Seconds(), "requests/s")
+		b.ReportMetric(float64(events.Load())/took.Seconds(), "events/s")
+	}
+}
