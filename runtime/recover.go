@@ -39,20 +39,24 @@ const CodeStaleRunning = "stale_running"
 // a Leaser store it first claims the run's lease (ErrLeaseHeld when
 // another live process holds it).
 func (e *Engine) Recover(ctx context.Context, req RecoverRequest) (*RunResult, error) {
-	r, err := e.recoverRun(ctx, req)
+	r, err := e.recoverRun(ctx, req, nil)
 	if err != nil {
 		return nil, err
 	}
 	return r.execute()
 }
 
-func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest) (*run, error) {
+// recoverRun prepares the recovery of a run; rec, when given, is its
+// record as just read (it is read again under the claim anyway).
+func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest, rec *RunRecord) (*run, error) {
 	if e.store == nil {
 		return nil, fmt.Errorf("%w: the engine has no store", ErrRunNotResumable)
 	}
-	rec, err := e.store.GetRun(ctx, req.RunID)
-	if err != nil {
-		return nil, err
+	var err error
+	if rec == nil {
+		if rec, err = e.store.GetRun(ctx, req.RunID); err != nil {
+			return nil, err
+		}
 	}
 	if rec.Status != RunRunning {
 		return nil, fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, rec.ID, rec.Status)
@@ -96,13 +100,14 @@ func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest) (*run, erro
 		return nil, err
 	}
 	prev := make(map[string]*Checkpoint, len(cps))
+	var stale []*Checkpoint
 	for _, cp := range cps {
 		if cp.Status == NodeRunning && cp.NextAttemptAt.IsZero() {
-			cp.Status = NodeStaleRunning
-			cp.Token, cp.UpdatedAt = rec.Token, time.Now()
-			if err := e.store.SaveCheckpoint(ctx, cp); err != nil {
-				return nil, err
-			}
+			mark := *cp
+			mark.Status = NodeStaleRunning
+			mark.Token, mark.UpdatedAt = rec.Token, time.Now()
+			stale = append(stale, &mark)
+			cp = &mark
 		}
 		prev[cp.NodeID] = cp
 	}
@@ -110,6 +115,9 @@ func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest) (*run, erro
 	if err != nil {
 		return nil, err
 	}
+	// The stale marks go out with the run's first flush (before any node
+	// executes); a crash before it leaves them running, to be marked again.
+	r.wb.cps = stale
 	r.prev, r.answers, r.recovering = prev, rec.Answers, true
 	r.logged = newLogged(p, evs)
 	if n := len(evs); n > 0 {
@@ -274,7 +282,7 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 			continue
 		}
 		req.RunID = id
-		r, err := e.recoverRun(ctx, req)
+		r, err := e.recoverRun(ctx, req, rec)
 		if err != nil {
 			if !errors.Is(err, ErrLeaseHeld) {
 				e.log.Warn("recover run", "run", id, "err", err)
