@@ -1,6 +1,6 @@
 # chatgraph: see README.md.
 GO ?= go
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: run build test test-go bench bench-durable lint fuzz tools
 
