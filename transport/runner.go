@@ -804,6 +804,9 @@ func (s *Server) publish(lr *liveRun, ev runtime.Event) {
 			Type: ev.Type, NodeID: ev.NodeID, Attempt: ev.Attempt, Time: ev.Time})}
 	}
 	s.hub.publish(ev.RunID, f)
+	if s.cfg.Relay != nil {
+		s.cfg.Relay.Publish(ev.RunID, f.Seq, string(f.Type), f.JSON)
+	}
 	switch ev.Type {
 	case runtime.EventNodeCompleted, runtime.EventNodeFailed:
 		s.metrics.observeNode(lr.nodeTypes[ev.NodeID], ev)

@@ -80,6 +80,10 @@ type Config struct {
 	// cancels them with cause shutdown (default 10s; the ctx of Shutdown
 	// may end it sooner).
 	DrainTimeout time.Duration
+	// Relay, when set, carries live events between server processes
+	// (transport/redisrelay); without it a process follows a run
+	// executing elsewhere by reading the event log every PollInterval.
+	Relay Relay
 	// UI is served at / (nil: a placeholder page).
 	UI fs.FS
 	// Logger receives one line per request and per run transition

@@ -46,6 +46,11 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 	}
 	for {
 		sub, backlog, base := s.hub.subscribe(runID, after)
+		if sub == nil && s.cfg.Relay != nil {
+			if handled, err := s.followRemote(ctx, runID, &after, send, tick, idle); handled {
+				return err
+			}
+		}
 		if sub == nil {
 			// Not executing here: the store has it (or will, from the
 			// process that executes it).
@@ -97,6 +102,101 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 		ended, err := s.forward(ctx, sub, backlog, &after, send, tick, idle)
 		if ended || err != nil {
 			return err
+		}
+	}
+}
+
+// followRemote follows a run that is not executing here through the
+// relay: it subscribes first, then reads the log, then sends relayed
+// events as they come; an event the relay skipped is read from the log
+// (every PollInterval), and relayed events that arrive ahead of it wait
+// in order. handled is false when the relay cannot subscribe (the caller
+// polls the log instead).
+func (s *Server) followRemote(ctx context.Context, runID string, after *int64, send func(frame) error,
+	tick <-chan time.Time, idle func() error) (handled bool, err error) {
+	evs, stop, err := s.cfg.Relay.Subscribe(ctx, runID)
+	if err != nil {
+		s.log.Warn("relay: subscribe; polling the log", "run", runID, "err", err)
+		return false, nil
+	}
+	defer stop()
+	const maxPending = 16384
+	pending := map[int64]frame{}
+	poll := time.NewTicker(s.cfg.PollInterval)
+	defer poll.Stop()
+	deliver := func(f frame) (bool, error) { // (ended, err)
+		if err := send(f); err != nil {
+			return false, err
+		}
+		*after = f.Seq
+		if f.Type.Terminal() {
+			return true, nil
+		}
+		for {
+			next, ok := pending[*after+1]
+			if !ok {
+				return false, nil
+			}
+			delete(pending, next.Seq)
+			if err := send(next); err != nil {
+				return false, err
+			}
+			*after = next.Seq
+			if next.Type.Terminal() {
+				return true, nil
+			}
+		}
+	}
+	readLog := true
+	for {
+		if readLog {
+			readLog = false
+			done, n, err := s.replay(ctx, runID, after, 0, send)
+			switch {
+			case errors.Is(err, runtime.ErrRunNotFound) && (*after > 0 || n > 0):
+				return true, nil // deleted meanwhile (a rollback)
+			case errors.Is(err, runtime.ErrRunNotFound) && s.bound(ctx, runID):
+			case err != nil || done:
+				return true, err
+			}
+			for seq := range pending {
+				if seq <= *after {
+					delete(pending, seq)
+				}
+			}
+			if next, ok := pending[*after+1]; ok {
+				delete(pending, next.Seq)
+				if ended, err := deliver(next); ended || err != nil {
+					return true, err
+				}
+			}
+			if rec, err := s.store.GetRun(ctx, runID); err == nil && rec.Status.Finished() && *after >= rec.LastSeq {
+				return true, nil
+			}
+		}
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				return false, nil
+			}
+			f := frame{Seq: ev.Seq, Type: runtime.EventType(ev.Type), JSON: ev.Envelope}
+			switch {
+			case f.Seq <= *after:
+			case f.Seq == *after+1:
+				if ended, err := deliver(f); ended || err != nil {
+					return true, err
+				}
+			case len(pending) < maxPending:
+				pending[f.Seq] = f
+			}
+		case <-poll.C:
+			readLog = true
+		case <-tick:
+			if err := idle(); err != nil {
+				return true, err
+			}
+		case <-ctx.Done():
+			return true, ctx.Err()
 		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"chatgraph/transport"
 	"chatgraph/transport/chatstore"
 	chatsqlite "chatgraph/transport/chatstore/sqlite"
+	"chatgraph/transport/redisrelay"
 )
 
 func main() {
@@ -243,6 +244,28 @@ func runControl(ctx context.Context, c *config, log *slog.Logger) (runcontrol.Co
 	return ctl, q, func() { _ = rdb.Close() }, nil
 }
 
+// eventRelay returns the Redis event relay with --redis-url (nil without):
+// live events of a run reach followers in every process.
+func eventRelay(ctx context.Context, c *config, log *slog.Logger) (transport.Relay, func(), error) {
+	if c.redisURL == "" {
+		return nil, func() {}, nil
+	}
+	opts, err := goredis.ParseURL(c.redisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis url: %w", err)
+	}
+	rdb := goredis.NewClient(opts)
+	relay, err := redisrelay.New(ctx, redisrelay.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("redis event relay: %w", err)
+	}
+	return relay, func() {
+		_ = relay.Close()
+		_ = rdb.Close()
+	}, nil
+}
+
 func serve(ctx context.Context, env Env, args []string) error {
 	c, _, err := parseConfig("server", env, args)
 	if err != nil {
@@ -263,6 +286,12 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer closeRedis()
+	relay, closeRelay, err := eventRelay(ctx, c, log)
+	if err != nil {
+		_ = ctl.Close()
+		return err
+	}
+	defer closeRelay()
 	switch runtime.Durability(c.durability) {
 	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit:
 	default:
@@ -270,7 +299,7 @@ func serve(ctx context.Context, env Env, args []string) error {
 	}
 	srv, err := transport.New(transport.Config{
 		Engine:   runtime.Config{Durability: runtime.Durability(c.durability)},
-		Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue,
+		Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue, Relay: relay,
 		Token: c.token, AllowedOrigins: splitList(c.allowedOrigins), BodyLimit: c.bodyLimit,
 		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, UI: webUI(), Logger: log,
 	})

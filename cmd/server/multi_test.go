@@ -143,6 +143,41 @@ func TestTwoServersSharePostgresAndRedis(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Live: B streams A's run as it happens (the relay), not in bursts
+	// when A's log is written.
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("w ", 30)}, &tk))
+	req, _ = http.NewRequestWithContext(ctx, "GET", b.url+"/api/v1/runs/"+tk["runId"].(string)+"/events", nil)
+	resp2, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	sc = bufio.NewScanner(resp2.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var firstDelta, agentDone time.Time
+	last = 0
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		var ev struct {
+			Seq    int64
+			Type   string
+			NodeID string
+		}
+		require.NoError(t, json.Unmarshal([]byte(line[6:]), &ev))
+		require.Equal(t, last+1, ev.Seq)
+		last = ev.Seq
+		if ev.Type == "node_delta" && firstDelta.IsZero() {
+			firstDelta = time.Now()
+		}
+		if ev.Type == "node_completed" && ev.NodeID == "a1" {
+			agentDone = time.Now()
+		}
+	}
+	require.False(t, firstDelta.IsZero())
+	require.Greater(t, agentDone.Sub(firstDelta), 700*time.Millisecond, "deltas reach B while A streams them")
+
 	// A cancel before the run exists, sent to B, reaches the run A starts.
 	var res map[string]any
 	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/cancel", map[string]any{"clientRequestId": "early"}, &res))
