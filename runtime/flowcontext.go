@@ -184,7 +184,7 @@ func (fc *FlowContext) Emit(t EventType, data any) error {
 	if fc.closed || len(fc.chain) > 0 {
 		return ErrEmitClosed
 	}
-	r.emitLocked(t, fc.node, fc.attempt, data)
+	r.emitLocked(time.Time{}, t, fc.node, fc.attempt, data)
 	return nil
 }
 

@@ -455,7 +455,8 @@ func (r *run) start(n int32) {
 		hash = inputsHash(r.rec.RootID, r.p, n, in)
 	}
 	prev := r.prev[pn.node.ID]
-	fc := &FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: time.Now()}
+	now := time.Now()
+	fc := &FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: now}
 	switch {
 	case r.recovering && prev != nil:
 		if r.restore(n, prev, fc) {
@@ -487,7 +488,7 @@ func (r *run) start(n int32) {
 	if details != nil {
 		data = &NodeStartedData{Details: details}
 	}
-	r.emit(EventNodeStarted, n, 1, data)
+	r.emitAt(now, EventNodeStarted, n, 1, data)
 	switch {
 	case fc.stale:
 		r.emit(EventNodeRetrying, n, fc.attempt, &NodeRetryingData{Attempt: fc.attempt, Code: CodeStaleRunning,
@@ -715,7 +716,8 @@ func (r *run) complete(c completion) {
 	}
 	fc := r.fcs[n]
 	pn := &r.p.nodes[n]
-	dur := float64(time.Since(c.begin).Microseconds()) / 1000
+	now := time.Now()
+	dur := float64(now.Sub(c.begin).Microseconds()) / 1000
 	var ie *InterruptError
 	switch {
 	case c.err == nil:
@@ -736,12 +738,12 @@ func (r *run) complete(c completion) {
 			}
 			r.save(cp)
 		}
-		r.terminal(fc, EventNodeCompleted, &NodeCompletedData{Output: out, DurationMs: dur})
+		r.terminalAt(now, fc, EventNodeCompleted, &NodeCompletedData{Output: out, DurationMs: dur})
 		if pn.opts.Effect.Sticky() && r.durability == DurabilitySync {
 			r.flush(true) // an effect that happened must never be repeated
 		}
 		if r.stopping == stopNone {
-			r.route(n, live, out)
+			r.routeAt(now, n, live, out)
 		}
 	case errors.As(c.err, &ie):
 		info := InterruptInfo{ID: fc.InterruptID(),
@@ -840,12 +842,14 @@ func (r *run) evalEdges(n int32, outcome When, v any) ([]bool, error) {
 // route resolves the outgoing flow edges of n: taken edges carry v and are
 // announced with edge_taken; targets whose edges are all resolved become
 // ready or are skipped.
-func (r *run) route(n int32, live []bool, v any) {
+func (r *run) route(n int32, live []bool, v any) { r.routeAt(time.Time{}, n, live, v) }
+
+func (r *run) routeAt(at time.Time, n int32, live []bool, v any) {
 	pn := &r.p.nodes[n]
 	for k, ei := range pn.flowOut {
 		if live != nil && live[k] {
 			r.edgeLive[ei], r.edgeVal[ei] = true, v
-			r.emit(EventEdgeTaken, -1, 0, r.p.edges[ei].taken)
+			r.emitAt(at, EventEdgeTaken, -1, 0, r.p.edges[ei].taken)
 		}
 	}
 	r.resolve(pn.flowOut)
@@ -1053,12 +1057,18 @@ func (r *run) inputs(n int32) Inputs {
 // emit assigns the next seq, appends the event to the store and hands it
 // to the sink, all under one lock so every reader sees the same order.
 func (r *run) emit(t EventType, n int32, attempt int, data any) {
+	r.emitAt(time.Time{}, t, n, attempt, data)
+}
+
+// emitAt is emit with the event's time given (a dispatcher step stamps
+// the events it emits together once; zero means now).
+func (r *run) emitAt(at time.Time, t EventType, n int32, attempt int, data any) {
 	r.emu.Lock()
-	r.emitLocked(t, n, attempt, data)
+	r.emitLocked(at, t, n, attempt, data)
 	r.emu.Unlock()
 }
 
-func (r *run) emitLocked(t EventType, n int32, attempt int, data any) {
+func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data any) {
 	if r.storeErr != nil {
 		return
 	}
@@ -1072,7 +1082,10 @@ func (r *run) emitLocked(t EventType, n int32, attempt int, data any) {
 		}
 	}
 	r.seq++
-	ev := Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, Attempt: attempt, Time: time.Now(), Data: data}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	ev := Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, Attempt: attempt, Time: at, Data: data}
 	if n >= 0 {
 		ev.NodeID = r.p.nodes[n].node.ID
 	}
@@ -1090,9 +1103,13 @@ func (r *run) emitLocked(t EventType, n int32, attempt int, data any) {
 // terminal emits a node's terminal event and closes its FlowContext in the
 // same critical section, so nothing the executor emits can follow it.
 func (r *run) terminal(fc *FlowContext, t EventType, data any) {
+	r.terminalAt(time.Time{}, fc, t, data)
+}
+
+func (r *run) terminalAt(at time.Time, fc *FlowContext, t EventType, data any) {
 	r.emu.Lock()
 	fc.closed = true
-	r.emitLocked(t, fc.node, fc.attempt, data)
+	r.emitLocked(at, t, fc.node, fc.attempt, data)
 	r.emu.Unlock()
 }
 
