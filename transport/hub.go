@@ -41,10 +41,24 @@ const maxBacklog = 16384
 // topic exists from the moment the runner mints a run id until the run
 // has ended and its events are stored. Safe for concurrent use.
 type hub struct {
-	queue int
+	queue  int
+	shards [hubShards]hubShard
+}
 
+// hubShards spreads the topics over locks, so runs publish in parallel.
+const hubShards = 64
+
+type hubShard struct {
 	mu     sync.Mutex
 	topics map[string]*topic
+}
+
+func (h *hub) shard(runID string) *hubShard {
+	x := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(runID); i++ {
+		x = (x ^ uint32(runID[i])) * 16777619
+	}
+	return &h.shards[x%hubShards]
 }
 
 type topic struct {
@@ -55,10 +69,10 @@ type topic struct {
 
 // subscription receives one run's live events in seq order.
 type subscription struct {
-	h       *hub
+	sh      *hubShard
 	runID   string
 	ch      chan frame
-	dropped bool // set (under h.mu) before ch is closed
+	dropped bool // set (under sh.mu) before ch is closed
 	closed  bool
 }
 
@@ -66,29 +80,35 @@ func newHub(queue int) *hub {
 	if queue <= 0 {
 		queue = 1024
 	}
-	return &hub{queue: queue, topics: map[string]*topic{}}
+	h := &hub{queue: queue}
+	for i := range h.shards {
+		h.shards[i].topics = map[string]*topic{}
+	}
+	return h
 }
 
 // open creates the topic of a run about to start or continue; the events
 // up to seq base are in the store already.
 func (h *hub) open(runID string, base int64) {
-	h.mu.Lock()
-	if h.topics[runID] == nil {
-		h.topics[runID] = &topic{subs: map[*subscription]struct{}{}, base: base}
+	sh := h.shard(runID)
+	sh.mu.Lock()
+	if sh.topics[runID] == nil {
+		sh.topics[runID] = &topic{subs: map[*subscription]struct{}{}, base: base}
 	}
-	h.mu.Unlock()
+	sh.mu.Unlock()
 }
 
 // close ends a topic once its run's events are all stored: its
 // subscribers' channels are closed (not dropped).
 func (h *hub) close(runID string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t := h.topics[runID]
+	sh := h.shard(runID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.topics[runID]
 	if t == nil {
 		return
 	}
-	delete(h.topics, runID)
+	delete(sh.topics, runID)
 	for sub := range t.subs {
 		sub.closed = true
 		close(sub.ch)
@@ -97,9 +117,10 @@ func (h *hub) close(runID string) {
 
 // live reports whether runID has an open topic here.
 func (h *hub) live(runID string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.topics[runID] != nil
+	sh := h.shard(runID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.topics[runID] != nil
 }
 
 // subscribe returns a subscription to runID's future events with the
@@ -107,13 +128,14 @@ func (h *hub) live(runID string) bool {
 // store holds the rest (base); nil when the run has no topic here
 // (finished, or executing in another process).
 func (h *hub) subscribe(runID string, after int64) (sub *subscription, backlog []frame, base int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t := h.topics[runID]
+	sh := h.shard(runID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.topics[runID]
 	if t == nil {
 		return nil, nil, 0
 	}
-	sub = &subscription{h: h, runID: runID, ch: make(chan frame, h.queue)}
+	sub = &subscription{sh: sh, runID: runID, ch: make(chan frame, h.queue)}
 	t.subs[sub] = struct{}{}
 	if i := after - t.base; i < int64(len(t.frames)) {
 		if i < 0 {
@@ -127,9 +149,10 @@ func (h *hub) subscribe(runID string, after int64) (sub *subscription, backlog [
 // publish keeps f and hands it to every subscriber of runID without
 // blocking.
 func (h *hub) publish(runID string, f frame) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t := h.topics[runID]
+	sh := h.shard(runID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.topics[runID]
 	if t == nil {
 		return
 	}
@@ -165,8 +188,8 @@ func (s *subscription) C() <-chan frame { return s.ch }
 // Dropped reports whether the hub dropped this subscriber for being slow.
 // Valid once C is closed.
 func (s *subscription) Dropped() bool {
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
+	s.sh.mu.Lock()
+	defer s.sh.mu.Unlock()
 	return s.dropped
 }
 
@@ -175,13 +198,13 @@ func (s *subscription) Close() {
 	if s == nil {
 		return
 	}
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
+	s.sh.mu.Lock()
+	defer s.sh.mu.Unlock()
 	if s.closed {
 		return
 	}
 	s.closed = true
-	if t := s.h.topics[s.runID]; t != nil {
+	if t := s.sh.topics[s.runID]; t != nil {
 		delete(t.subs, s)
 	}
 	close(s.ch)
