@@ -293,3 +293,70 @@ func TestWebSocketSlowClientClosed(t *testing.T) {
 		return len(ms) == 2 && ms[1]["status"] == "completed"
 	})
 }
+
+// Every chat call over one WebSocket.
+func TestWebSocketAllChatCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := approvalGraph()
+	_, chatID := e.newChat(g)
+	c := e.ws()
+	run := func(frame map[string]any) (ack map[string]any, evs []map[string]any) {
+		t.Helper()
+		c.send(frame)
+		ack = c.read()
+		require.Equal(t, "ack", ack["type"], "%v", ack)
+		require.Equal(t, frame["id"], ack["id"])
+		runID := ack["runId"].(string)
+		evs = eventsOf(c.until(terminalOf(runID)), runID)
+		requireEnvelopesGapFree(t, evs, 0)
+		return ack, evs
+	}
+	a1, evs := run(map[string]any{"id": "f1", "type": "stream_chat", "chatId": chatID, "content": "one"})
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"])
+	a2, evs := run(map[string]any{"id": "f2", "type": "stream_agent_chat", "chatId": chatID, "agentNodeId": "a1", "content": "two"})
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"])
+	require.Equal(t, []any{"a1"}, evs[0]["data"].(map[string]any)["entryNodeIds"])
+	a3, _ := run(map[string]any{"id": "f3", "type": "retry_message", "chatId": chatID, "messageId": a1["messageId"]})
+	a4, _ := run(map[string]any{"id": "f4", "type": "edit_user_message", "chatId": chatID, "messageId": a1["userMessageId"], "content": "one, edited"})
+	a5, evs := run(map[string]any{"id": "f5", "type": "stream_chat", "chatId": chatID, "content": `/tool calculator {"expression":"1+2"}`})
+	require.Equal(t, "run_interrupted", evs[len(evs)-1]["type"])
+	a6, evs := run(map[string]any{"id": "f6", "type": "continue_message", "chatId": chatID, "messageId": a5["messageId"], "resume": map[string]any{"approved": true}})
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"])
+	require.Equal(t, a5["messageId"], a6["messageId"])
+
+	ch := e.chat(chatID)
+	require.Equal(t, "echo: one", message(ch, a3["messageId"].(string))["content"])
+	require.Equal(t, "echo: one, edited", message(ch, a4["messageId"].(string))["content"])
+	require.Equal(t, "echo: two", message(ch, a2["messageId"].(string))["content"])
+	require.Equal(t, "tool calculator returned: 3", message(ch, a5["messageId"].(string))["content"])
+
+	// A frame missing what the call needs is an error frame, not a close.
+	c.send(map[string]any{"id": "bad", "type": "retry_message", "chatId": chatID})
+	f := c.read()
+	require.Equal(t, "error", f["type"])
+	require.Equal(t, "invalid_json", f["error"].(map[string]any)["code"])
+}
+
+// onDisconnect "cancel" cancels the run when its WebSocket goes away;
+// without it the run goes on.
+func TestWebSocketOnDisconnect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
+	for _, mode := range []string{"cancel", "continue"} {
+		c := e.ws()
+		c.send(map[string]any{"id": "d-" + mode, "type": "stream_chat", "chatId": chatID, "content": strings.Repeat("w ", 40), "onDisconnect": mode})
+		ack := c.read()
+		c.until(func(f map[string]any) bool {
+			return f["type"] == "event" && f["event"].(map[string]any)["type"] == "node_delta"
+		})
+		require.NoError(t, c.conn.Close(websocket.StatusNormalClosure, "bye"))
+		m := e.waitMessage(chatID, ack["messageId"].(string))
+		if mode == "cancel" {
+			require.Equal(t, "cancelled", m["status"])
+		} else {
+			require.Equal(t, "completed", m["status"])
+		}
+	}
+}
