@@ -272,3 +272,43 @@ func TestDoubleTextingInterruptAndRollback(t *testing.T) {
 	require.Nil(t, message(c, tk3["userMessageId"].(string)), "rolled back")
 	require.Equal(t, tk2["messageId"], message(c, tk4["userMessageId"].(string))["parentId"], "re-parented onto what remains")
 }
+
+// Cancelling a chat (or a run) that waits for an approval ends the wait;
+// no intent is left for the next message.
+func TestCancelEndsApprovalWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(approvalGraph())
+	ask := func() map[string]any {
+		var tk map[string]any
+		e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": `/tool calculator {"expression":"1+1"}`}, &tk), http.StatusAccepted)
+		require.Equal(t, "interrupted", e.waitMessage(chatID, tk["messageId"].(string))["status"])
+		return tk
+	}
+	tk := ask()
+	var res map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/cancel", nil, &res), http.StatusAccepted)
+	require.Equal(t, "cancelled", res["status"])
+	require.Equal(t, []any{tk["runId"]}, res["runIds"])
+	m := message(e.chat(chatID), tk["messageId"].(string))
+	require.Equal(t, "cancelled", m["status"])
+	require.Equal(t, "user_cancel", m["error"])
+	var run map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+tk["runId"].(string), nil, &run), http.StatusOK)
+	require.Equal(t, "cancelled", run["status"])
+
+	// The next message runs (no intent was kept).
+	var t2 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "plain"}, &t2), http.StatusAccepted)
+	require.Equal(t, "completed", e.waitMessage(chatID, t2["messageId"].(string))["status"])
+
+	// The same through the run.
+	tk = ask()
+	e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/cancel", nil, &res), http.StatusAccepted)
+	require.Equal(t, "cancelled", res["status"])
+	require.Equal(t, "cancelled", message(e.chat(chatID), tk["messageId"].(string))["status"])
+	// A cancelled message can still be continued: the graph runs again.
+	var t3 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+tk["messageId"].(string)+"/continue", nil, &t3), http.StatusAccepted)
+	require.Equal(t, "interrupted", e.waitMessage(chatID, tk["messageId"].(string))["status"])
+}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -301,15 +302,72 @@ func (s *Server) cancelChat(c echo.Context) error {
 	if _, err := s.chats.GetChat(ctx, c.Param("id")); err != nil {
 		return err
 	}
-	scope := runcontrol.ChatScope(c.Param("id"))
+	var res *cancelResult
+	var err error
 	if b.ClientRequestID != "" {
-		scope = runcontrol.RequestScope(b.ClientRequestID)
+		res, err = s.cancelScope(runcontrol.RequestScope(b.ClientRequestID))
+	} else {
+		res, err = s.cancelChatRuns(ctx, c.Param("id"))
 	}
-	res, err := s.cancelScope(scope)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusAccepted, res)
+}
+
+// cancelChatRuns cancels what runs in a chat — bound runs (executing or
+// queued) and runs waiting for a human (interrupted: the wait ends, their
+// messages become cancelled). When nothing of either kind exists the
+// intent is kept for the chat's next run.
+func (s *Server) cancelChatRuns(ctx context.Context, chatID string) (*cancelResult, error) {
+	waiting := s.waitingRuns(ctx, chatID)
+	if len(waiting) > 0 {
+		if active, err := s.ctl.Active(ctx, runcontrol.ChatScope(chatID)); err == nil && len(active) == 0 {
+			return &cancelResult{Status: runcontrol.StatusCancelled, RunIDs: s.cancelWaiting(ctx, waiting)}, nil
+		}
+	}
+	res, err := s.cancelScope(runcontrol.ChatScope(chatID))
+	if err != nil {
+		return nil, err
+	}
+	if res.Status == runcontrol.StatusCancelled {
+		res.RunIDs = append(res.RunIDs, s.cancelWaiting(ctx, waiting)...)
+	}
+	return res, nil
+}
+
+// waitingRuns returns the assistant messages of a chat whose run waits
+// for a human (interrupted).
+func (s *Server) waitingRuns(ctx context.Context, chatID string) []*chatstore.Message {
+	msgs, err := s.chats.Messages(ctx, chatID)
+	if err != nil {
+		return nil
+	}
+	var out []*chatstore.Message
+	for _, m := range msgs {
+		if m.Role == chatstore.RoleAssistant && m.Status == chatstore.StatusInterrupted && m.RunID != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// cancelWaiting ends the human waits of interrupted runs (user cancel)
+// and marks their messages cancelled; it returns the runs it cancelled.
+func (s *Server) cancelWaiting(ctx context.Context, msgs []*chatstore.Message) []string {
+	var ids []string
+	for _, m := range msgs {
+		if _, err := s.engine.CancelInterrupted(ctx, m.RunID, runcontrol.ErrUserCancel); err != nil {
+			continue // resumed or cancelled meanwhile
+		}
+		m.Status, m.Error = chatstore.StatusCancelled, runcontrol.Code(runcontrol.ErrUserCancel)
+		if err := s.chats.UpdateMessage(ctx, m); err != nil {
+			s.log.Warn("cancel: writing the message", "message", m.ID, "err", err)
+		}
+		s.log.Info("run waiting for a human cancelled", "run", m.RunID, "chat", m.ChatID)
+		ids = append(ids, m.RunID)
+	}
+	return ids
 }
 
 // cancelResult is the answer of a cancel call.

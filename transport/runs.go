@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
+	"chatgraph/transport/chatstore"
 )
 
 // runJSON is a run on the wire.
@@ -142,9 +144,13 @@ func (s *Server) cancelRun(c echo.Context) error {
 	if res.Status == runcontrol.StatusCancelled {
 		return c.JSON(http.StatusAccepted, res)
 	}
-	rec, err := s.store.GetRun(c.Request().Context(), id)
+	ctx := c.Request().Context()
+	rec, err := s.store.GetRun(ctx, id)
 	if err != nil {
 		return err
+	}
+	if ids := s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
+		return c.JSON(http.StatusAccepted, &cancelResult{Status: runcontrol.StatusCancelled, RunIDs: ids})
 	}
 	if rec.Status.Finished() {
 		e := conflict("run %s already ended %s", id, rec.Status)
@@ -154,4 +160,21 @@ func (s *Server) cancelRun(c echo.Context) error {
 	e := conflict("run %s is not bound to any server process", id)
 	e.Details = map[string]any{"status": rec.Status}
 	return e
+}
+
+// cancelWaitingRun ends the human wait of an interrupted run (see
+// cancelWaiting); nil when the run is not waiting.
+func (s *Server) cancelWaitingRun(ctx context.Context, rec *runtime.RunRecord) []string {
+	if rec.Status != runtime.RunInterrupted {
+		return nil
+	}
+	mid, _ := rec.Attrs["messageId"].(string)
+	m, err := s.chats.GetMessage(ctx, rec.ChatID, mid)
+	if err != nil || m.RunID != rec.ID {
+		if _, err := s.engine.CancelInterrupted(ctx, rec.ID, runcontrol.ErrUserCancel); err != nil {
+			return nil
+		}
+		return []string{rec.ID}
+	}
+	return s.cancelWaiting(ctx, []*chatstore.Message{m})
 }

@@ -418,7 +418,13 @@ func (wc *wsConn) command(f *clientFrame) {
 				wc.sendError(f.ID, err)
 				return
 			}
-			scope = runcontrol.ChatScope(f.ChatID)
+			res, err := wc.s.cancelChatRuns(ctx, f.ChatID)
+			if err != nil {
+				wc.sendError(f.ID, err)
+				return
+			}
+			wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, ChatID: f.ChatID, Status: res.Status, RunIDs: res.RunIDs})
+			return
 		default:
 			wc.sendError(f.ID, badRequest("cancel needs chatId, runId or clientRequestId"))
 			return
@@ -430,6 +436,12 @@ func (wc *wsConn) command(f *clientFrame) {
 		}
 		if res.Status == runcontrol.StatusNotFound {
 			rec, err := wc.s.store.GetRun(ctx, f.RunID)
+			if err == nil {
+				if ids := wc.s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
+					wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID, Status: runcontrol.StatusCancelled, RunIDs: ids})
+					return
+				}
+			}
 			switch {
 			case err != nil:
 				wc.sendError(f.ID, err)

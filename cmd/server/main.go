@@ -193,7 +193,10 @@ func openStores(ctx context.Context, c *config, log *slog.Logger) (*stores, erro
 
 // registry builds the node type registry with the built-in types, the
 // offline echo model and, when configured, an OpenAI-compatible provider.
-func registry(c *config) (*runtime.Registry, error) {
+// With a run store that keeps effects (runs), agents record their tool
+// calls and model steps there, so a resume after a restart replays them
+// instead of calling again.
+func registry(c *config, runs ...runtime.Store) (*runtime.Registry, error) {
 	models := llm.NewModels()
 	if c.openAIBaseURL != "" || c.openAIKey != "" {
 		base := c.openAIBaseURL
@@ -212,8 +215,14 @@ func registry(c *config) (*runtime.Registry, error) {
 	if err := tools.RegisterBuiltins(tr, tools.Config{HTTP: tools.HTTPConfig{AllowedHosts: splitList(c.httpAllowedHosts)}}); err != nil {
 		return nil, err
 	}
+	deps := nodes.Deps{Models: models, Tools: tr}
+	for _, st := range runs {
+		if el, ok := st.(runtime.EffectLedger); ok {
+			deps.Ledger = nodes.NewStoreLedger(el)
+		}
+	}
 	reg := runtime.NewRegistry()
-	if err := nodes.Register(reg, nodes.Deps{Models: models, Tools: tr}); err != nil {
+	if err := nodes.Register(reg, deps); err != nil {
 		return nil, err
 	}
 	return reg, nil
@@ -277,7 +286,7 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer st.close()
-	reg, err := registry(c)
+	reg, err := registry(c, st.runs)
 	if err != nil {
 		return err
 	}
