@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/postgres"
 	"chatgraph/runtime/store/sqlite"
 )
 
@@ -269,3 +272,35 @@ func (d *dying) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Durati
 }
 
 func (d *dying) ReleaseLease(context.Context, runtime.Lease) error { return nil }
+
+// BenchmarkW4PostgresSync: chain of 100 over Postgres, sync durability.
+func BenchmarkW4PostgresSync(b *testing.B) {
+	url := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	schema := fmt.Sprintf("w4bench_%d", time.Now().UnixNano())
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema})
+	if err != nil {
+		b.Skipf("postgres: %v", err)
+	}
+	b.Cleanup(func() {
+		if conn, err := pgx.Connect(context.Background(), url); err == nil {
+			_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			_ = conn.Close(context.Background())
+		}
+		_ = st.Close()
+	})
+	e := engine(b, st, runtime.DurabilitySync)
+	p, err := e.Compile(chain(100))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runChain(b, e, p)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		runChain(b, e, p)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/node")
+}
