@@ -94,8 +94,22 @@ func latestPerNode(cps []*Checkpoint) []*Checkpoint {
 	if len(cps) < 2 {
 		return cps
 	}
+	out := make([]*Checkpoint, 0, len(cps))
+	if len(cps) <= 16 {
+		// A flush usually holds a handful: a scan beats a map.
+	next:
+		for _, cp := range cps {
+			for i := range out {
+				if out[i].NodeID == cp.NodeID {
+					out[i] = cp
+					continue next
+				}
+			}
+			out = append(out, cp)
+		}
+		return out
+	}
 	pos := make(map[string]int, len(cps))
-	out := cps[:0:0]
 	for _, cp := range cps {
 		if i, ok := pos[cp.NodeID]; ok {
 			out[i] = cp

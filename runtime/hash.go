@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"math"
 	"sort"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -17,104 +17,117 @@ import (
 // graph, plan version, node (id and data) and its routed inputs. A resumed
 // run replays a succeeded node only when this hash is unchanged.
 func inputsHash(root string, p *Plan, n int32, in Inputs) string {
-	h := sha256.New()
+	k := keyPool.Get().(*key)
+	defer keyPool.Put(k)
+	k.b = k.b[:0]
 	pn := &p.nodes[n]
-	writeStr(h, root)
-	writeStr(h, p.GraphID)
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(p.PlanVersion))
-	h.Write(b[:])
-	writeStr(h, pn.node.ID)
-	h.Write(pn.dataHash[:])
+	k.str(root)
+	k.str(p.GraphID)
+	k.b = binary.BigEndian.AppendUint64(k.b, uint64(p.PlanVersion))
+	k.str(pn.node.ID)
+	k.b = append(k.b, pn.dataHash[:]...)
 	for i := range in {
-		writeStr(h, in[i].EdgeID)
-		writeStr(h, in[i].Handle)
-		writeValue(h, in[i].Value)
+		k.str(in[i].EdgeID)
+		k.str(in[i].Handle)
+		k.value(in[i].Value)
 	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+	return k.sum("")
 }
 
-func writeStr(h hash.Hash, s string) {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(len(s)))
-	h.Write(b[:])
-	h.Write([]byte(s))
+// key accumulates a canonical byte encoding to hash in one go.
+type key struct{ b []byte }
+
+var keyPool = sync.Pool{New: func() any { return &key{b: make([]byte, 0, 256)} }}
+
+// str appends a length-prefixed string.
+func (k *key) str(s string) {
+	k.b = binary.BigEndian.AppendUint64(k.b, uint64(len(s)))
+	k.b = append(k.b, s...)
 }
 
-// writeValue writes a canonical encoding of JSON-like values (map keys
-// sorted); anything else goes through encoding/json.
-func writeValue(h hash.Hash, v any) {
+// sum returns prefix + the first 16 bytes of the SHA-256 of the key, hex.
+func (k *key) sum(prefix string) string {
+	h := sha256.Sum256(k.b)
+	var out [64]byte
+	n := copy(out[:], prefix)
+	hex.Encode(out[n:], h[:16])
+	return string(out[:n+32])
+}
+
+// value appends a canonical encoding of JSON-like values (map keys
+// sorted; numbers as float64); other Go values are encoded as their JSON
+// decoding, so a value read back from a durable store encodes the same.
+func (k *key) value(v any) {
 	switch x := v.(type) {
 	case nil:
-		h.Write([]byte{'n'})
+		k.b = append(k.b, 'n')
 	case string:
-		h.Write([]byte{'s'})
-		writeStr(h, x)
+		k.b = append(k.b, 's')
+		k.str(x)
 	case bool:
 		if x {
-			h.Write([]byte{'t'})
+			k.b = append(k.b, 't')
 		} else {
-			h.Write([]byte{'f'})
+			k.b = append(k.b, 'f')
 		}
 	case float64:
-		var b [9]byte
-		b[0] = 'd'
-		binary.BigEndian.PutUint64(b[1:], math.Float64bits(x))
-		h.Write(b[:])
+		k.b = append(k.b, 'd')
+		k.b = binary.BigEndian.AppendUint64(k.b, math.Float64bits(x))
 	case int:
-		writeValue(h, float64(x))
+		k.value(float64(x))
 	case int64:
-		writeValue(h, float64(x))
+		k.value(float64(x))
 	case int32:
-		writeValue(h, float64(x))
+		k.value(float64(x))
 	case float32:
-		writeValue(h, float64(x))
+		k.value(float64(x))
 	case []any:
-		writeStr(h, "a"+strconv.Itoa(len(x)))
+		k.b = append(k.b, 'a')
+		k.b = binary.BigEndian.AppendUint64(k.b, uint64(len(x)))
 		for _, e := range x {
-			writeValue(h, e)
+			k.value(e)
 		}
 	case map[string]any:
 		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
+		for key := range x {
+			keys = append(keys, key)
 		}
 		sort.Strings(keys)
-		writeStr(h, "m"+strconv.Itoa(len(x)))
-		for _, k := range keys {
-			writeStr(h, k)
-			writeValue(h, x[k])
+		k.b = append(k.b, 'm')
+		k.b = binary.BigEndian.AppendUint64(k.b, uint64(len(x)))
+		for _, key := range keys {
+			k.str(key)
+			k.value(x[key])
 		}
 	default:
-		// Structs and other Go values hash as their JSON decoding, so a
-		// value read back from a durable store hashes the same.
 		b, err := json.Marshal(v)
 		var plain any
 		if err == nil && json.Unmarshal(b, &plain) == nil {
-			writeValue(h, plain)
+			k.value(plain)
 			return
 		}
-		h.Write([]byte{'j'})
-		writeStr(h, fmt.Sprintf("%T:%v", v, v))
+		k.b = append(k.b, 'j')
+		k.str(fmt.Sprintf("%T:%v", v, v))
 	}
 }
 
-func shortHash(parts ...string) string {
-	h := sha256.New()
+func shortHash(prefix string, parts ...string) string {
+	k := keyPool.Get().(*key)
+	defer keyPool.Put(k)
+	k.b = k.b[:0]
 	for _, p := range parts {
-		writeStr(h, p)
+		k.str(p)
 	}
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0])[:16])
+	return k.sum(prefix)
 }
 
 func attemptID(runID, nodeID string, attempt int) string {
-	return "att_" + shortHash(runID, nodeID, strconv.Itoa(attempt))
+	var n [20]byte
+	return shortHash("att_", runID, nodeID, string(strconv.AppendInt(n[:0], int64(attempt), 10)))
 }
 
 func interruptID(root, nodeID string, attempt, resumes int) string {
-	return "int_" + shortHash(root, nodeID, strconv.Itoa(attempt), strconv.Itoa(resumes))[:24]
+	return shortHash("int_", root, nodeID, strconv.Itoa(attempt), strconv.Itoa(resumes))[:28]
 }
 
 // summarize derives a short description of an output for checkpoints.

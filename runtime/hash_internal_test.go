@@ -9,9 +9,10 @@ import (
 )
 
 func valueHash(v any) string {
-	h := sha256.New()
-	writeValue(h, v)
-	return hex.EncodeToString(h.Sum(nil))
+	var k key
+	k.value(v)
+	h := sha256.Sum256(k.b)
+	return hex.EncodeToString(h[:])
 }
 
 // A value and its JSON decoding hash alike, so replay decisions do not
