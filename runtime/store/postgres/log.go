@@ -10,11 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/internal/rowjson"
 )
 
 // checkpointArgs returns the saveCheckpoint statement's arguments.
 func checkpointArgs(cp *runtime.Checkpoint) ([]any, error) {
-	output, err := jsonBytes(cp.Output)
+	output, err := rowjson.Bytes(cp.Output)
 	if err != nil {
 		return nil, fmt.Errorf("output: %w", err)
 	}
@@ -64,7 +65,7 @@ func (s *Store) Checkpoints(ctx context.Context, runID string) ([]*runtime.Check
 		}
 		cp.Status, cp.Effect = runtime.NodeStatus(status), runtime.Effect(effect)
 		cp.StartedAt, cp.UpdatedAt, cp.NextAttemptAt = utc(cp.StartedAt), utc(cp.UpdatedAt), utc(cp.NextAttemptAt)
-		if cp.Output, err = jsonAny(output); err != nil {
+		if cp.Output, err = rowjson.Any(output); err != nil {
 			return nil, fmt.Errorf("postgres store: checkpoint %s/%s output: %w", runID, cp.NodeID, err)
 		}
 		if interrupt != nil {
@@ -101,7 +102,7 @@ func eventArgs(runID string, token int64, evs []runtime.Event) ([]any, error) {
 	)
 	for i := range evs {
 		e := &evs[i]
-		b, err := jsonBytes(e.Data)
+		b, err := rowjson.Bytes(e.Data)
 		if err != nil {
 			return nil, fmt.Errorf("event %d data: %w", e.Seq, err)
 		}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -127,33 +126,6 @@ func wrap(err error, format string, args ...any) error {
 		return err
 	}
 	return fmt.Errorf("postgres store: "+format+": %w", append(args, err)...)
-}
-
-// --- encoding -----------------------------------------------------------
-
-// jsonBytes encodes v for a json column; a nil v is NULL.
-func jsonBytes(v any) ([]byte, error) {
-	if v == nil {
-		return nil, nil
-	}
-	return json.Marshal(v)
-}
-
-// jsonAny decodes a JSON column into its generic Go value; NULL is nil.
-func jsonAny(b []byte) (any, error) {
-	if b == nil {
-		return nil, nil
-	}
-	var v any
-	err := json.Unmarshal(b, &v)
-	return v, err
-}
-
-func jsonInto(b []byte, dst any) error {
-	if b == nil {
-		return nil
-	}
-	return json.Unmarshal(b, dst)
 }
 
 // --- queries ------------------------------------------------------------

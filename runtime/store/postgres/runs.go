@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,65 +10,34 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/internal/rowjson"
 )
 
 // runArgs returns the record's column values in runCols order, without
 // id, last_seq and token.
 func runArgs(r *runtime.RunRecord) ([]any, error) {
-	attrs, err := jsonBytes(r.Attrs)
-	if err != nil {
-		return nil, fmt.Errorf("attrs: %w", err)
-	}
-	entries, err := json.Marshal(r.EntryNodeIDs)
+	j, err := rowjson.EncodeRun(r)
 	if err != nil {
 		return nil, err
 	}
-	input, err := jsonBytes(r.Input)
-	if err != nil {
-		return nil, fmt.Errorf("input: %w", err)
-	}
-	opts, err := json.Marshal(r.Options)
-	if err != nil {
-		return nil, err
-	}
-	var interrupts, answers []byte
-	if r.Interrupts != nil {
-		if interrupts, err = json.Marshal(r.Interrupts); err != nil {
-			return nil, fmt.Errorf("interrupts: %w", err)
-		}
-	}
-	if r.Answers != nil {
-		if answers, err = json.Marshal(r.Answers); err != nil {
-			return nil, fmt.Errorf("answers: %w", err)
-		}
-	}
-	return []any{r.ParentID, r.RootID, r.ChatID, r.GraphID, r.PlanVersion, r.Kind, attrs, entries,
-		input, opts, string(r.Status), r.Error, interrupts, answers, r.CreatedAt, r.UpdatedAt}, nil
+	return []any{r.ParentID, r.RootID, r.ChatID, r.GraphID, r.PlanVersion, r.Kind, j.Attrs, j.EntryNodeIDs,
+		j.Input, j.Options, string(r.Status), r.Error, j.Interrupts, j.Answers, r.CreatedAt, r.UpdatedAt}, nil
 }
 
 func scanRun(row pgx.Row) (*runtime.RunRecord, error) {
 	var (
-		r                                                runtime.RunRecord
-		attrs, entries, input, opts, interrupts, answers []byte
-		status                                           string
+		r      runtime.RunRecord
+		j      rowjson.Run
+		status string
 	)
-	if err := row.Scan(&r.ID, &r.ParentID, &r.RootID, &r.ChatID, &r.GraphID, &r.PlanVersion, &r.Kind, &attrs, &entries,
-		&input, &opts, &status, &r.Error, &interrupts, &answers, &r.LastSeq, &r.Token, &r.CreatedAt, &r.UpdatedAt); err != nil {
+	if err := row.Scan(&r.ID, &r.ParentID, &r.RootID, &r.ChatID, &r.GraphID, &r.PlanVersion, &r.Kind, &j.Attrs, &j.EntryNodeIDs,
+		&j.Input, &j.Options, &status, &r.Error, &j.Interrupts, &j.Answers, &r.LastSeq, &r.Token, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		return nil, err
 	}
 	r.Status = runtime.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	var err error
-	if r.Input, err = jsonAny(input); err != nil {
-		return nil, fmt.Errorf("run %s input: %w", r.ID, err)
-	}
-	for _, f := range []struct {
-		b   []byte
-		dst any
-	}{{attrs, &r.Attrs}, {entries, &r.EntryNodeIDs}, {opts, &r.Options}, {interrupts, &r.Interrupts}, {answers, &r.Answers}} {
-		if err := jsonInto(f.b, f.dst); err != nil {
-			return nil, fmt.Errorf("run %s: %w", r.ID, err)
-		}
+	if err := j.DecodeInto(&r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

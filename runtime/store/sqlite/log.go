@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/internal/rowjson"
 )
 
 const cpCols = `node_id, status, plan_version, inputs_hash, effect, output, summary, error, error_code, error_trace,
@@ -101,7 +102,7 @@ func (s *Store) Checkpoints(ctx context.Context, runID string) ([]*runtime.Check
 		}
 		cp.Status, cp.Effect = runtime.NodeStatus(status), runtime.Effect(effect)
 		cp.StartedAt, cp.UpdatedAt, cp.NextAttemptAt = fromMicros(started), fromMicros(updated), fromMicros(nextAtt)
-		if cp.Output, err = jsonAny(output); err != nil {
+		if cp.Output, err = rowjson.Any(output); err != nil {
 			return nil, fmt.Errorf("sqlite store: checkpoint %s/%s output: %w", runID, cp.NodeID, err)
 		}
 		if interrupt != nil {

@@ -3,12 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/internal/rowjson"
 )
 
 const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, attrs, entry_node_ids,
@@ -17,63 +17,40 @@ const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, 
 // runArgs returns the record's column values in runCols order, without
 // id, last_seq and token.
 func runArgs(r *runtime.RunRecord) ([]any, error) {
-	attrs, err := jsonText(r.Attrs)
-	if err != nil {
-		return nil, fmt.Errorf("attrs: %w", err)
-	}
-	entries, err := json.Marshal(r.EntryNodeIDs)
+	j, err := rowjson.EncodeRun(r)
 	if err != nil {
 		return nil, err
 	}
-	input, err := jsonText(r.Input)
-	if err != nil {
-		return nil, fmt.Errorf("input: %w", err)
+	return []any{r.ParentID, r.RootID, r.ChatID, r.GraphID, r.PlanVersion, r.Kind, text(j.Attrs), text(j.EntryNodeIDs),
+		text(j.Input), text(j.Options), string(r.Status), r.Error, text(j.Interrupts), text(j.Answers),
+		micros(r.CreatedAt), micros(r.UpdatedAt)}, nil
+}
+
+// text is a JSON column's value for SQLite: the text, or NULL.
+func text(b []byte) any {
+	if b == nil {
+		return nil
 	}
-	opts, err := json.Marshal(r.Options)
-	if err != nil {
-		return nil, err
-	}
-	var interrupts, answers any
-	if r.Interrupts != nil {
-		if interrupts, err = jsonText(r.Interrupts); err != nil {
-			return nil, fmt.Errorf("interrupts: %w", err)
-		}
-	}
-	if r.Answers != nil {
-		if answers, err = jsonText(r.Answers); err != nil {
-			return nil, fmt.Errorf("answers: %w", err)
-		}
-	}
-	return []any{r.ParentID, r.RootID, r.ChatID, r.GraphID, r.PlanVersion, r.Kind, attrs, string(entries),
-		input, string(opts), string(r.Status), r.Error, interrupts, answers, micros(r.CreatedAt), micros(r.UpdatedAt)}, nil
+	return string(b)
 }
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanRun(row scanner) (*runtime.RunRecord, error) {
 	var (
-		r                                                runtime.RunRecord
-		attrs, entries, input, opts, interrupts, answers []byte
-		status                                           string
-		created, updated                                 int64
+		r                runtime.RunRecord
+		j                rowjson.Run
+		status           string
+		created, updated int64
 	)
-	if err := row.Scan(&r.ID, &r.ParentID, &r.RootID, &r.ChatID, &r.GraphID, &r.PlanVersion, &r.Kind, &attrs, &entries,
-		&input, &opts, &status, &r.Error, &interrupts, &answers, &r.LastSeq, &r.Token, &created, &updated); err != nil {
+	if err := row.Scan(&r.ID, &r.ParentID, &r.RootID, &r.ChatID, &r.GraphID, &r.PlanVersion, &r.Kind, &j.Attrs, &j.EntryNodeIDs,
+		&j.Input, &j.Options, &status, &r.Error, &j.Interrupts, &j.Answers, &r.LastSeq, &r.Token, &created, &updated); err != nil {
 		return nil, err
 	}
 	r.Status = runtime.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
-	var err error
-	if r.Input, err = jsonAny(input); err != nil {
-		return nil, fmt.Errorf("run %s input: %w", r.ID, err)
-	}
-	for _, f := range []struct {
-		b   []byte
-		dst any
-	}{{attrs, &r.Attrs}, {entries, &r.EntryNodeIDs}, {opts, &r.Options}, {interrupts, &r.Interrupts}, {answers, &r.Answers}} {
-		if err := jsonInto(f.b, f.dst); err != nil {
-			return nil, fmt.Errorf("run %s: %w", r.ID, err)
-		}
+	if err := j.DecodeInto(&r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	sqlitedrv "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/internal/rowjson"
 )
 
 // Synchronous is SQLite's PRAGMA synchronous level for the store's file.
@@ -299,29 +299,6 @@ func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
 // jsonText encodes v for a TEXT column; a nil v is NULL.
 func jsonText(v any) (any, error) {
-	if v == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return string(b), nil
-}
-
-// jsonAny decodes a JSON column into its generic Go value; NULL is nil.
-func jsonAny(b []byte) (any, error) {
-	if b == nil {
-		return nil, nil
-	}
-	var v any
-	err := json.Unmarshal(b, &v)
-	return v, err
-}
-
-func jsonInto(b []byte, dst any) error {
-	if b == nil {
-		return nil
-	}
-	return json.Unmarshal(b, dst)
+	b, err := rowjson.Bytes(v)
+	return text(b), err
 }
