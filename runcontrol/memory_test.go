@@ -3,6 +3,7 @@ package runcontrol_test
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -60,4 +61,27 @@ func BenchmarkMemoryCancelThenBind(b *testing.B) {
 		}
 		release()
 	}
+}
+
+// BenchmarkMemoryCancelLatency: time from Cancel to a bound run's context
+// being done, in process, as p50/p99.
+func BenchmarkMemoryCancelLatency(b *testing.B) {
+	m := runcontrol.NewMemory(runcontrol.MemoryConfig{})
+	defer m.Close()
+	var samples []time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := strconv.Itoa(i)
+		ctx, release, err := m.Bind(b.Context(), id, runcontrol.ChatScope(id))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := m.Cancel(b.Context(), runcontrol.ChatScope(id), nil); err != nil {
+			b.Fatal(err)
+		}
+		<-ctx.Done()
+		samples = append(samples, time.Since(start))
+		release()
+	}
+	controltest.ReportPercentiles(b, samples)
 }

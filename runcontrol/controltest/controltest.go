@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -553,4 +554,18 @@ func testRace(t *testing.T, f Factory) {
 		require.Positive(t, pending.Load(), "no interleaving put Cancel first")
 		require.Positive(t, cancelled.Load(), "no interleaving put Bind first")
 	}
+}
+
+// ReportPercentiles reports the p50 and p99 of latency samples, in
+// microseconds, on a benchmark.
+func ReportPercentiles(b *testing.B, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	at := func(q float64) float64 {
+		return float64(samples[int(q*float64(len(samples)-1))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(at(0.50), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
 }

@@ -442,3 +442,33 @@ func BenchmarkRedisCancelBound(b *testing.B) {
 		release()
 	}
 }
+
+// BenchmarkRedisCancelLatency: a run bound on one controller, cancelled
+// through another on its own Redis connection (two processes): time from
+// Cancel to the run's context being done, as p50/p99.
+func BenchmarkRedisCancelLatency(b *testing.B) {
+	a := benchController(b)
+	client := goredis.NewClient(&goredis.Options{Addr: redisAddr()})
+	b.Cleanup(func() { _ = client.Close() })
+	other, err := New(b.Context(), Config{Client: client, Prefix: strings.Trim(a.base, "{}")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = other.Close() })
+	var samples []time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := "lat" + strconv.Itoa(i)
+		ctx, release, err := a.Bind(b.Context(), id, runcontrol.ChatScope(id))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := other.Cancel(b.Context(), runcontrol.ChatScope(id), nil); err != nil {
+			b.Fatal(err)
+		}
+		<-ctx.Done()
+		samples = append(samples, time.Since(start))
+		release()
+	}
+	controltest.ReportPercentiles(b, samples)
+}
