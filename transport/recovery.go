@@ -46,7 +46,35 @@ func (s *Server) Start(ctx context.Context) int {
 			}
 		}()
 	}
+	if in, ok := s.store.(runtime.Inspector); ok && s.cfg.Retention > 0 {
+		loopCtx, cancel := context.WithCancel(s.base)
+		stop := context.AfterFunc(ctx, cancel)
+		go func() {
+			defer stop()
+			t := time.NewTicker(s.cfg.RetentionInterval)
+			defer t.Stop()
+			for {
+				s.retain(loopCtx, in)
+				select {
+				case <-loopCtx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
 	return n
+}
+
+// retain deletes finished runs older than the retention age.
+func (s *Server) retain(ctx context.Context, in runtime.Inspector) {
+	n, err := in.DeleteFinishedBefore(ctx, time.Now().Add(-s.cfg.Retention))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("retention: deleting finished runs", "err", err)
+	case n > 0:
+		s.log.Info("retention: deleted finished runs", "runs", n, "older_than", s.cfg.Retention)
+	}
 }
 
 // recoverExpired continues every run whose lease expired; it returns how

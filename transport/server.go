@@ -76,6 +76,12 @@ type Config struct {
 	// PollInterval is how often a stream of a run executing in another
 	// process reads the log (default 250ms).
 	PollInterval time.Duration
+	// Retention is the age past which a background job deletes finished
+	// runs (with their checkpoints and event logs) from a store that can
+	// (runtime.Inspector); it runs at Start and every RetentionInterval.
+	// Default 720h (30 days); negative: never. Interrupted runs are kept.
+	Retention         time.Duration
+	RetentionInterval time.Duration // default 1h
 	// DrainTimeout bounds how long Shutdown lets runs finish before it
 	// cancels them with cause shutdown (default 10s; the ctx of Shutdown
 	// may end it sooner).
@@ -136,6 +142,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = 1 << 20
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 720 * time.Hour
+	}
+	if cfg.RetentionInterval <= 0 {
+		cfg.RetentionInterval = time.Hour
 	}
 	if cfg.RateLimit == 0 {
 		cfg.RateLimit = 50

@@ -95,7 +95,7 @@ type config struct {
 	databaseSchema, redisPrefix, durability                           string
 	allowedOrigins, httpAllowedHosts                                  string
 	openAIBaseURL, openAIKey                                          string
-	drainTimeout                                                      time.Duration
+	drainTimeout, retention                                           time.Duration
 	bodyLimit                                                         int64
 	rateLimit                                                         float64
 }
@@ -125,6 +125,11 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.StringVar(&c.openAIBaseURL, "openai-base-url", ge("CHATGRAPH_OPENAI_BASE_URL"), "OpenAI-compatible API for models named openai/<model> (CHATGRAPH_OPENAI_BASE_URL)")
 	fs.StringVar(&c.durability, "durability", envOr(ge, "CHATGRAPH_DURABILITY", "sync"), "when run transitions reach the store: sync, batched or exit (CHATGRAPH_DURABILITY; see docs/stores.md)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown lets runs finish before cancelling them")
+	retention, err := time.ParseDuration(envOr(ge, "CHATGRAPH_RETENTION", "720h"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("CHATGRAPH_RETENTION: %w", err)
+	}
+	fs.DurationVar(&c.retention, "retention", retention, "delete finished runs older than this, hourly (negative: never) (CHATGRAPH_RETENTION)")
 	fs.Int64Var(&c.bodyLimit, "body-limit", 1<<20, "largest request body in bytes")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 50, "requests per second per client IP (negative: off)")
 	c.token = ge("CHATGRAPH_TOKEN")
@@ -310,7 +315,7 @@ func serve(ctx context.Context, env Env, args []string) error {
 		Engine:   runtime.Config{Durability: runtime.Durability(c.durability)},
 		Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue, Relay: relay,
 		Token: c.token, AllowedOrigins: splitList(c.allowedOrigins), BodyLimit: c.bodyLimit,
-		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, UI: webUI(), Logger: log,
+		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, Retention: c.retention, UI: webUI(), Logger: log,
 	})
 	if err != nil {
 		_ = ctl.Close()
