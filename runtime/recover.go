@@ -49,6 +49,12 @@ func (e *Engine) Recover(ctx context.Context, req RecoverRequest) (*RunResult, e
 // recoverRun prepares the recovery of a run; rec, when given, is its
 // record as just read (it is read again under the claim anyway).
 func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest, rec *RunRecord) (*run, error) {
+	return e.recoverClaimed(ctx, req, rec, nil)
+}
+
+// recoverClaimed is recoverRun; claimed, when set, is the lease already
+// taken for the run (a bulk claim), so the run is not claimed again.
+func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *RunRecord, claimed *Lease) (*run, error) {
 	if e.store == nil {
 		return nil, fmt.Errorf("%w: the engine has no store", ErrRunNotResumable)
 	}
@@ -74,8 +80,10 @@ func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest, rec *RunRec
 	}
 	var lease *Lease
 	if l, ok := e.store.(Leaser); ok {
-		got, err := l.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL)
-		if err != nil {
+		got := Lease{}
+		if claimed != nil {
+			got = *claimed
+		} else if got, err = l.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL); err != nil {
 			return nil, err
 		}
 		// The run may have finished between the read above and the claim
@@ -266,27 +274,50 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 	if batch <= 0 {
 		batch = 100
 	}
-	ids, err := l.ExpiredRuns(ctx, time.Now(), batch)
-	if err != nil {
-		return 0, err
+	var ids []string
+	var leases map[string]*Lease
+	if bc, ok := e.store.(BulkClaimer); ok {
+		// One write claims the whole batch.
+		got, err := bc.ClaimExpired(ctx, e.owner, e.leaseTTL, time.Now(), batch)
+		if err != nil {
+			return 0, err
+		}
+		leases = make(map[string]*Lease, len(got))
+		for i := range got {
+			ids = append(ids, got[i].RunID)
+			leases[got[i].RunID] = &got[i]
+		}
+	} else {
+		var err error
+		if ids, err = l.ExpiredRuns(ctx, time.Now(), batch); err != nil {
+			return 0, err
+		}
 	}
 	started := 0
 	for _, id := range ids {
+		release := func() {
+			if lease := leases[id]; lease != nil {
+				_ = l.ReleaseLease(ctx, *lease) // let another process take it
+			}
+		}
 		rec, err := e.store.GetRun(ctx, id)
 		if err != nil {
+			release()
 			continue
 		}
 		req, err := cfg.Prepare(ctx, rec)
 		if err != nil {
 			e.log.Warn("cannot prepare run for recovery", "run", id, "err", err)
+			release()
 			continue
 		}
 		req.RunID = id
-		r, err := e.recoverRun(ctx, req, rec)
+		r, err := e.recoverClaimed(ctx, req, rec, leases[id])
 		if err != nil {
 			if !errors.Is(err, ErrLeaseHeld) {
 				e.log.Warn("recover run", "run", id, "err", err)
 			}
+			release()
 			continue
 		}
 		started++

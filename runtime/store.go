@@ -193,6 +193,13 @@ type Leaser interface {
 	ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error)
 }
 
+// BulkClaimer is implemented by stores that claim many expired runs in
+// one write: every running run whose lease expired at now (or that has
+// none), oldest first, up to limit, each with a new lease for owner.
+type BulkClaimer interface {
+	ClaimExpired(ctx context.Context, owner string, ttl time.Duration, now time.Time, limit int) ([]Lease, error)
+}
+
 // RunFilter selects runs to list.
 type RunFilter struct {
 	Status  []RunStatus

@@ -114,3 +114,31 @@ func collectIDs(rows *sql.Rows) ([]string, error) {
 	}
 	return ids, rows.Err()
 }
+
+// ClaimExpired implements runtime.BulkClaimer: one UPDATE claims every
+// running run whose lease expired at now (or that has none), oldest first,
+// up to limit (<= 0: all).
+func (s *Store) ClaimExpired(ctx context.Context, owner string, ttl time.Duration, now time.Time, limit int) ([]runtime.Lease, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	expires := micros(s.now().Add(ttl))
+	rows, err := s.ws.query(ctx, `UPDATE runs SET token = token + 1, lease_owner = ?, lease_expires_at = ?
+WHERE id IN (SELECT id FROM runs
+	WHERE status = ? AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= ?)
+	ORDER BY created_at, id LIMIT ?)
+RETURNING id, token`, owner, expires, string(runtime.RunRunning), micros(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: claim expired runs: %w", err)
+	}
+	defer rows.Close()
+	var out []runtime.Lease
+	for rows.Next() {
+		l := runtime.Lease{Owner: owner, ExpiresAt: fromMicros(expires)}
+		if err := rows.Scan(&l.RunID, &l.Token); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}

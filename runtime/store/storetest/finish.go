@@ -109,3 +109,41 @@ func (s *suite) testWriteBatchCreate(t *testing.T) {
 	_, err = st.GetRun(ctx, "bd")
 	require.ErrorIs(t, err, runtime.ErrRunNotFound, "nothing of the rejected call was written")
 }
+
+// testClaimExpired: a BulkClaimer claims exactly the runs ExpiredRuns
+// would list, each with a new token and a live lease.
+func (s *suite) testClaimExpired(t *testing.T) {
+	st := s.open(t)
+	bc, ok := st.(runtime.BulkClaimer)
+	if !ok {
+		t.Skipf("%T does not implement runtime.BulkClaimer", st)
+	}
+	ls := s.leaser(t, st)
+	ctx := t.Context()
+	for i, id := range []string{"x1", "x2", "x3", "held", "done"} {
+		r := newRun(id)
+		r.CreatedAt = at(time.Duration(i) * time.Second)
+		if id == "done" {
+			r.Status = runtime.RunCompleted
+		}
+		create(t, st, r)
+	}
+	_, err := ls.ClaimRun(ctx, "held", "other", time.Hour)
+	require.NoError(t, err)
+	got, err := bc.ClaimExpired(ctx, "me", time.Hour, time.Now(), 2)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "limited")
+	ids := map[string]bool{}
+	for _, l := range got {
+		ids[l.RunID] = true
+		require.Equal(t, "me", l.Owner)
+		require.Equal(t, l.Token, getRun(t, st, l.RunID).Token)
+		_, err := ls.ClaimRun(ctx, l.RunID, "third", time.Hour)
+		require.ErrorIs(t, err, runtime.ErrLeaseHeld, "the bulk claim's leases are live")
+	}
+	require.True(t, ids["x1"] && ids["x2"], "oldest first: %v", ids)
+	rest, err := bc.ClaimExpired(ctx, "me", time.Hour, time.Now(), 0)
+	require.NoError(t, err)
+	require.Len(t, rest, 1)
+	require.Equal(t, "x3", rest[0].RunID, "neither a held nor a finished run is claimed")
+}

@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) runtime.Store, opts ...Option) {
 		{"WriteBatchFinish", s.testWriteBatchFinish},
 		{"CreateClaimed", s.testCreateClaimed},
 		{"WriteBatchCreate", s.testWriteBatchCreate},
+		{"ClaimExpired", s.testClaimExpired},
 		{"LeaseClaim", s.testLeaseClaim},
 		{"LeaseRenewRelease", s.testLeaseRenewRelease},
 		{"LeaseExpiryFencesOldHolder", s.testLeaseExpiry},
