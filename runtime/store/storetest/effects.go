@@ -117,7 +117,7 @@ func (s *suite) testEffectValues(t *testing.T) {
 	l := s.ledger(t, st)
 	other := s.ledger(t, s.second(t, st))
 	for i, v := range []string{
-		`{"result":"42","error":"","approval":{"approved":true,"reason":"fine"}}`,
+		`{"result":"42","error":"","decision":{"approved":true,"reason":"fine"}}`,
 		`{"role":"assistant","content":"","toolCalls":[{"id":"c1","name":"calc","arguments":"{\"expression\":\"6*7\"}"}]}`,
 		`[1,"two",null,{"x":[]},[[]],-0.5,1e300]`,
 		`"text with \"quotes\", \\ backslashes, tabs\t, unicode ✓ 😀 and \u0000"`,

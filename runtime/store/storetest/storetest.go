@@ -107,7 +107,7 @@ func newRun(id string) *runtime.RunRecord {
 		ChatID:       "chat-1",
 		GraphID:      "graph-1",
 		PlanVersion:  3,
-		Kind:         "chat",
+		Kind:         "interactive",
 		Attrs:        map[string]any{"messageId": "m-1", "n": 2, "tags": []any{"a", "b"}},
 		EntryNodeIDs: []string{"start", "side"},
 		Input:        map[string]any{"text": "hello", "n": 1.5},
@@ -256,7 +256,7 @@ func (s *suite) testCreateGet(t *testing.T) {
 
 	r := newRun("r1")
 	r.Error = "earlier error"
-	r.Interrupts = []runtime.InterruptInfo{{ID: "i1", NodeID: "ask", Reason: "approval", Payload: map[string]any{"q": "ok?"}}}
+	r.Interrupts = []runtime.InterruptInfo{{ID: "i1", NodeID: "ask", Reason: "review", Payload: map[string]any{"q": "ok?"}}}
 	r.Token = 4
 	create(t, st, r)
 	got := getRun(t, st, "r1")
@@ -336,7 +336,7 @@ func fullCheckpoint(runID, nodeID string) *runtime.Checkpoint {
 		ErrorTrace:  "goroutine 7 [running]:\nmain.handler()\n\t/src/x.go:12 +0x1d",
 		SkipReason:  runtime.SkipRunFailed,
 		Interrupt: &runtime.InterruptInfo{
-			ID: "int-1", NodeID: nodeID, Reason: "approval",
+			ID: "int-1", NodeID: nodeID, Reason: "review",
 			Payload: map[string]any{"question": "ship it?", "choices": []any{"yes", "no"}},
 		},
 		Resumes:       2,
@@ -951,7 +951,7 @@ func (s *suite) testListRuns(t *testing.T) {
 		{"all newest first", runtime.RunFilter{}, []string{"r5", "r4", "r3", "r2", "r1"}},
 		{"status set", runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunCompleted, runtime.RunFailed}}, []string{"r3", "r1"}},
 		{"one status", runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunRunning}}, []string{"r2"}},
-		{"chat", runtime.RunFilter{ChatID: "c1"}, []string{"r2", "r1"}},
+		{"by chat id", runtime.RunFilter{ChatID: "c1"}, []string{"r2", "r1"}},
 		{"graph", runtime.RunFilter{GraphID: "g1"}, []string{"r5", "r4", "r3", "r1"}},
 		{"chat and status", runtime.RunFilter{ChatID: "c2", Status: []runtime.RunStatus{runtime.RunInterrupted}}, []string{"r4"}},
 		{"after", runtime.RunFilter{After: at(150 * time.Second)}, []string{"r5", "r4", "r3"}},
