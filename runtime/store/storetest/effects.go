@@ -208,7 +208,7 @@ func (s *suite) testEffectsReopen(t *testing.T) {
 	}
 	st := s.open(t)
 	l := s.ledger(t, st)
-	rec := effect("k1", "root-1", `{"result":"sent","approval":{"approved":true}}`)
+	rec := effect("k1", "root-1", `{"result":"sent","decision":{"approved":true}}`)
 	putEffect(t, l, rec)
 
 	if c, ok := st.(io.Closer); ok {
