@@ -66,7 +66,8 @@ func (s *Server) Start(ctx context.Context) int {
 	return n
 }
 
-// retain deletes finished runs older than the retention age.
+// retain deletes finished runs older than the retention age, and runs
+// interrupted for longer than theirs.
 func (s *Server) retain(ctx context.Context, in runtime.Inspector) {
 	n, err := in.DeleteFinishedBefore(ctx, time.Now().Add(-s.cfg.Retention))
 	switch {
@@ -74,6 +75,43 @@ func (s *Server) retain(ctx context.Context, in runtime.Inspector) {
 		s.log.Warn("retention: deleting finished runs", "err", err)
 	case n > 0:
 		s.log.Info("retention: deleted finished runs", "runs", n, "older_than", s.cfg.Retention)
+	}
+	if s.cfg.InterruptedRetention > 0 {
+		n, err := DeleteInterruptedBefore(ctx, in, time.Now().Add(-s.cfg.InterruptedRetention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("retention: deleting expired interrupted runs", "err", err)
+		case n > 0:
+			s.log.Info("retention: deleted expired interrupted runs", "runs", n, "older_than", s.cfg.InterruptedRetention)
+		}
+	}
+}
+
+// DeleteInterruptedBefore deletes runs still interrupted (waiting for a
+// human) whose wait began before t; it returns how many it deleted.
+func DeleteInterruptedBefore(ctx context.Context, in runtime.Inspector, t time.Time) (int, error) {
+	n := 0
+	for {
+		// CreatedAt <= UpdatedAt, so listing by creation finds every
+		// candidate; the wait's start (UpdatedAt) decides.
+		recs, err := in.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunInterrupted}, Before: t, Limit: 500})
+		if err != nil {
+			return n, err
+		}
+		deleted := 0
+		for _, r := range recs {
+			if !r.UpdatedAt.Before(t) {
+				continue
+			}
+			if err := in.DeleteRun(ctx, r.ID); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
+				return n, err
+			}
+			n++
+			deleted++
+		}
+		if len(recs) < 500 || deleted == 0 {
+			return n, nil
+		}
 	}
 }
 

@@ -82,6 +82,10 @@ type Config struct {
 	// Default 720h (30 days); negative: never. Interrupted runs are kept.
 	Retention         time.Duration
 	RetentionInterval time.Duration // default 1h
+	// InterruptedRetention is how long a run interrupted for a human (and
+	// never cancelled) is kept before the same job deletes it. Default
+	// 720h; negative: kept until deleted by hand.
+	InterruptedRetention time.Duration
 	// DrainTimeout bounds how long Shutdown lets runs finish before it
 	// cancels them with cause shutdown (default 10s; the ctx of Shutdown
 	// may end it sooner).
@@ -145,6 +149,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = 720 * time.Hour
+	}
+	if cfg.InterruptedRetention == 0 {
+		cfg.InterruptedRetention = 720 * time.Hour
 	}
 	if cfg.RetentionInterval <= 0 {
 		cfg.RetentionInterval = time.Hour

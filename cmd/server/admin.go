@@ -230,6 +230,7 @@ func runsResume(ctx context.Context, env Env, args []string) error {
 
 func gcCmd(ctx context.Context, env Env, args []string) error {
 	older, args := takeFlag(args, "older-than")
+	waiting, args := takeFlag(args, "interrupted-older-than")
 	if older == "" {
 		older = "720h"
 	}
@@ -247,6 +248,17 @@ func gcCmd(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "deleted %d finished runs older than %s\n", n, age)
+	if waiting != "" {
+		wage, err := time.ParseDuration(waiting)
+		if err != nil || wage <= 0 {
+			return fmt.Errorf("gc: --interrupted-older-than must be a positive duration like 720h")
+		}
+		m, err := transport.DeleteInterruptedBefore(ctx, in, time.Now().Add(-wage))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "deleted %d runs interrupted for longer than %s\n", m, wage)
+	}
 	return nil
 }
 

@@ -73,6 +73,13 @@ func TestRunsCommands(t *testing.T) {
 	require.Equal(t, 2, strings.Count(out, "\n"), "header and the interrupted run: %s", out)
 	require.Contains(t, out, runID)
 
+	out, err = cli(t, dir, "gc", "--older-than", "1ns", "--interrupted-older-than", "1ns")
+	require.NoError(t, err)
+	require.Contains(t, out, "deleted 1 runs interrupted for longer than 1ns")
+	out, err = cli(t, dir, "runs", "list")
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(out, "\n"), "only the header is left: %s", out)
+
 	_, err = cli(t, dir, "runs", "show")
 	require.Error(t, err)
 	_, err = cli(t, dir, "gc", "--older-than", "soon")

@@ -95,7 +95,7 @@ type config struct {
 	databaseSchema, redisPrefix, durability                           string
 	allowedOrigins, httpAllowedHosts                                  string
 	openAIBaseURL, openAIKey                                          string
-	drainTimeout, retention                                           time.Duration
+	drainTimeout, retention, interruptedRetention                     time.Duration
 	bodyLimit                                                         int64
 	rateLimit                                                         float64
 }
@@ -130,6 +130,11 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 		return nil, nil, fmt.Errorf("CHATGRAPH_RETENTION: %w", err)
 	}
 	fs.DurationVar(&c.retention, "retention", retention, "delete finished runs older than this, hourly (negative: never) (CHATGRAPH_RETENTION)")
+	interrupted, err := time.ParseDuration(envOr(ge, "CHATGRAPH_INTERRUPTED_RETENTION", "720h"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("CHATGRAPH_INTERRUPTED_RETENTION: %w", err)
+	}
+	fs.DurationVar(&c.interruptedRetention, "interrupted-retention", interrupted, "delete runs waiting for a human longer than this, hourly (negative: never) (CHATGRAPH_INTERRUPTED_RETENTION)")
 	fs.Int64Var(&c.bodyLimit, "body-limit", 1<<20, "largest request body in bytes")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 50, "requests per second per client IP (negative: off)")
 	c.token = ge("CHATGRAPH_TOKEN")
@@ -315,7 +320,8 @@ func serve(ctx context.Context, env Env, args []string) error {
 		Engine:   runtime.Config{Durability: runtime.Durability(c.durability)},
 		Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue, Relay: relay,
 		Token: c.token, AllowedOrigins: splitList(c.allowedOrigins), BodyLimit: c.bodyLimit,
-		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, Retention: c.retention, UI: webUI(), Logger: log,
+		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, Retention: c.retention,
+		InterruptedRetention: c.interruptedRetention, UI: webUI(), Logger: log,
 	})
 	if err != nil {
 		_ = ctl.Close()
