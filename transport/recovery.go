@@ -29,6 +29,7 @@ const recoveryInterval = 5 * time.Second
 func (s *Server) Start(ctx context.Context) int {
 	n := s.recoverExpired(ctx)
 	n += s.continueShutdownRuns(ctx)
+	s.settleLostMessages(ctx)
 	if _, ok := s.store.(runtime.Leaser); ok {
 		loopCtx, cancel := context.WithCancel(s.base)
 		stop := context.AfterFunc(ctx, cancel)
@@ -259,6 +260,52 @@ func (s *Server) continueShutdownRuns(ctx context.Context) int {
 		}
 		s.log.Info("continued a run cancelled at shutdown", "run", rec.ID, "newRun", ticket.RunID)
 		n++
+	}
+	return n
+}
+
+// settleLostMessages fails the assistant messages whose run never began:
+// their process died while they waited for the chat's turn, so no run
+// record exists and nothing else would ever settle them. A run still
+// bound to a scope (waiting in a live process, with shared run control)
+// is left alone. It scans the chats once, at start.
+func (s *Server) settleLostMessages(ctx context.Context) int {
+	graphs, err := s.chats.ListGraphs(ctx)
+	if err != nil {
+		s.log.Warn("recovery: listing graphs", "err", err)
+		return 0
+	}
+	n := 0
+	for _, g := range graphs {
+		chats, err := s.chats.ListChats(ctx, g.ID)
+		if err != nil {
+			continue
+		}
+		for _, c := range chats {
+			msgs, err := s.chats.Messages(ctx, c.ID)
+			if err != nil {
+				continue
+			}
+			for _, m := range msgs {
+				if m.Role != chatstore.RoleAssistant || m.RunID == "" ||
+					(m.Status != chatstore.StatusPending && m.Status != chatstore.StatusRunning) || s.liveRun(m.RunID) != nil {
+					continue
+				}
+				if _, err := s.store.GetRun(ctx, m.RunID); !errors.Is(err, runtime.ErrRunNotFound) {
+					continue // the run exists: recovery owns it
+				}
+				if ids, err := s.ctl.Active(ctx, runcontrol.RunScope(m.RunID)); err != nil || len(ids) > 0 {
+					continue // waiting in a live process
+				}
+				m.Status, m.Error = chatstore.StatusFailed, "lost: the server stopped before the run started"
+				if err := s.chats.UpdateMessage(ctx, m); err != nil {
+					s.log.Warn("recovery: settling a lost message", "message", m.ID, "err", err)
+					continue
+				}
+				s.log.Info("recovery: settled a message whose run never started", "message", m.ID, "run", m.RunID)
+				n++
+			}
+		}
 	}
 	return n
 }
