@@ -283,27 +283,43 @@ func (c *committer) loop() {
 }
 
 func (c *committer) commit(reqs []commitReq) {
-	batches := make([]WriteBatch, len(reqs))
-	for i, q := range reqs {
-		batches[i] = q.b
+	// One batch per run: a run's requests arrive in order, so they merge
+	// into one (its creation first, its writes in order, its end last),
+	// which saves the store a fence check per request.
+	var batches []WriteBatch
+	var runs []*run
+	at := make(map[*run]int, len(reqs))
+	for _, q := range reqs {
+		i, ok := at[q.r]
+		if !ok {
+			at[q.r] = len(batches)
+			batches, runs = append(batches, q.b), append(runs, q.r)
+			continue
+		}
+		// The committer owns handed-over slices: growing them in place is safe.
+		b := &batches[i]
+		b.Checkpoints = append(b.Checkpoints, q.b.Checkpoints...)
+		b.Events = append(b.Events, q.b.Events...)
+		if q.b.Finish != nil {
+			b.Finish = q.b.Finish
+		}
+		if q.b.Release != nil {
+			b.Release = q.b.Release
+		}
+	}
+	for i := range batches {
+		batches[i].Checkpoints = latestPerNode(batches[i].Checkpoints)
 	}
 	err := applyBatches(context.Background(), c.st, batches)
-	if err != nil && len(reqs) > 1 {
-		// Find whose writes were refused: apply run by run, in order.
-		failed := map[*run]error{}
-		for _, q := range reqs {
-			if failed[q.r] != nil {
-				continue
+	if err != nil && len(batches) > 1 {
+		// Find whose writes were refused: apply run by run.
+		for i := range batches {
+			if e := applyBatches(context.Background(), c.st, batches[i:i+1]); e != nil {
+				runs[i].fail(e)
 			}
-			if e := applyBatches(context.Background(), c.st, []WriteBatch{q.b}); e != nil {
-				failed[q.r] = e
-			}
-		}
-		for r, e := range failed {
-			r.fail(e)
 		}
 	} else if err != nil {
-		reqs[0].r.fail(err)
+		runs[0].fail(err)
 	}
 	for _, q := range reqs {
 		close(q.done)
