@@ -52,6 +52,8 @@ type run struct {
 	edgeVal   []any
 	outputs   []any
 	fcs       []*FlowContext
+	work      chan job      // hands a node to an idle worker
+	quit      chan struct{} // closed when the run ends: idle workers exit
 	ready     rankHeap
 	inflight  int
 	slot      bool // a global slot is held for the next launch
@@ -316,6 +318,7 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 	r.edgeLive = make([]bool, m)
 	r.edgeVal = make([]any, m)
 	r.done = make(chan completion, len(as.nodes))
+	r.work, r.quit = make(chan job), make(chan struct{})
 	r.ready.rank = p.nodes
 	return r, nil
 }
@@ -323,6 +326,7 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 // execute is the dispatcher loop. It returns when the run has ended.
 func (r *run) execute() (*RunResult, error) {
 	defer r.cancel(context.Canceled)
+	defer close(r.quit)
 	if r.lease != nil {
 		stop := make(chan struct{})
 		defer close(stop)
@@ -512,7 +516,33 @@ func (r *run) start(n int32) {
 		return
 	}
 	r.inflight++
-	go func() { r.done <- r.exec(n, in, fc) }()
+	j := job{n: n, in: in, fc: fc}
+	select {
+	case r.work <- j: // an idle worker of this run takes it
+	default:
+		go r.worker(j)
+	}
+}
+
+// job is a node execution handed to a worker goroutine.
+type job struct {
+	n  int32
+	in Inputs
+	fc *FlowContext
+}
+
+// worker executes jobs of its run and then waits for the next, so a burst
+// of parallel nodes reuses goroutines (and their grown stacks); it exits
+// when the run ends.
+func (r *run) worker(j job) {
+	for {
+		r.done <- r.exec(j.n, j.in, j.fc)
+		select {
+		case j = <-r.work:
+		case <-r.quit:
+			return
+		}
+	}
 }
 
 // answer gives fc the resume value for interrupt id, if the run has one.
