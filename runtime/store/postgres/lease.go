@@ -107,3 +107,32 @@ func (s *Store) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]st
 	}
 	return ids, nil
 }
+
+// ClaimExpired implements runtime.BulkClaimer in one statement: every
+// running run whose lease expired at now (or that has none), oldest first,
+// up to limit (<= 0: all). Rows another process is claiming at the same
+// moment are skipped (SKIP LOCKED), not waited for.
+func (s *Store) ClaimExpired(ctx context.Context, owner string, ttl time.Duration, now time.Time, limit int) ([]runtime.Lease, error) {
+	var lim any // NULL: no limit
+	if limit > 0 {
+		lim = limit
+	}
+	expires := s.now().Add(ttl).Truncate(time.Microsecond)
+	rows, err := s.pool.Query(ctx, s.q.claimExpired, owner, expires, now, lim)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: claim expired runs: %w", err)
+	}
+	defer rows.Close()
+	var out []runtime.Lease
+	for rows.Next() {
+		l := runtime.Lease{Owner: owner, ExpiresAt: expires.UTC()}
+		if err := rows.Scan(&l.RunID, &l.Token); err != nil {
+			return nil, fmt.Errorf("postgres store: claim expired runs: %w", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres store: claim expired runs: %w", err)
+	}
+	return out, nil
+}

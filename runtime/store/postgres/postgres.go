@@ -136,6 +136,7 @@ type queries struct {
 	saveCheckpoint, checkpoints, appendEvents, events string
 	lockRuns                                          string
 	claim, leaseState, renew, release, expired        string
+	claimExpired                                      string
 	listRuns, deleteRun, deleteFinished               string
 	putEffect, getEffect, deleteEffects, sweepEffects string
 }
@@ -197,6 +198,11 @@ RETURNING token`),
 WHERE id = $1 AND token = $2 AND lease_owner = $3 AND lease_owner <> ''`),
 		release: r.Replace(`UPDATE {s}.runs SET lease_owner = '', lease_expires_at = NULL
 WHERE id = $1 AND token = $2 AND lease_owner IN ($3, '')`),
+		claimExpired: r.Replace(`UPDATE {s}.runs SET token = token + 1, lease_owner = $1, lease_expires_at = $2
+WHERE id IN (SELECT id FROM {s}.runs
+	WHERE status = 'running' AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= $3)
+	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+RETURNING id, token`),
 		expired: r.Replace(`SELECT id FROM {s}.runs
 WHERE status = 'running' AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= $1)
 ORDER BY created_at, id LIMIT $2`),
