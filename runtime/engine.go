@@ -378,6 +378,8 @@ type ResumeRequest struct {
 	// succeeded by event seq AtSeq and executes everything after. Any
 	// finished run may be forked; the original is untouched.
 	AtSeq int64
+	// Kind labels the continuation (default: the parent run's kind).
+	Kind string
 	// Attrs are merged over the parent run's.
 	Attrs    map[string]any
 	Services any

@@ -48,13 +48,14 @@ func TestInterruptAndResume(t *testing.T) {
 	// Answer ask1 only: ask2 interrupts again, post still waits.
 	var c2 collect
 	res2, err := e.Resume(context.Background(), runtime.ResumeRequest{RunID: "r1", NewRunID: "r2", Graph: g,
-		InterruptID: byNode["ask1"], Value: "yes", Sink: &c2})
+		InterruptID: byNode["ask1"], Value: "yes", Sink: &c2, Kind: "answer"})
 	require.NoError(t, err)
 	checkLifecycle(t, c2.events())
 	require.Equal(t, runtime.RunInterrupted, res2.Status)
 	start := c2.events()[0].Data.(*runtime.RunStartedData)
 	require.Equal(t, "r1", start.ParentRunID)
 	require.True(t, start.Resumed)
+	require.Equal(t, "answer", start.Kind, "a continuation may name its own kind")
 	require.Equal(t, 1, k.execCount("pre"), "succeeded nodes replay, not execute")
 	require.Equal(t, 1, k.execCount("side"))
 	require.Equal(t, 2, k.execCount("ask1"))

@@ -179,8 +179,12 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 		attrs[k] = v
 	}
 	now := time.Now()
+	kind := parent.Kind
+	if req.Kind != "" {
+		kind = req.Kind
+	}
 	rec := &RunRecord{ID: id, ParentID: parent.ID, RootID: parent.RootID, ChatID: parent.ChatID,
-		GraphID: p.GraphID, PlanVersion: p.PlanVersion, Kind: parent.Kind, Attrs: attrs,
+		GraphID: p.GraphID, PlanVersion: p.PlanVersion, Kind: kind, Attrs: attrs,
 		EntryNodeIDs: parent.EntryNodeIDs, Input: parent.Input, Options: parent.Options, Answers: answers,
 		Status: RunRunning, CreatedAt: now, UpdatedAt: now}
 	r, err := e.startRun(ctx, p, as, rec, req.Services, req.Sink)

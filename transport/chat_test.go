@@ -149,6 +149,7 @@ func TestContinueAfterApproval(t *testing.T) {
 	data := evs[0].Data["data"].(map[string]any)
 	require.Equal(t, runID, data["parentRunId"])
 	require.Equal(t, mid, data["messageId"])
+	require.Equal(t, "continue_message", data["kind"], "the run names the call that started it")
 	require.Equal(t, "run_completed", evs[len(evs)-1].Type)
 	var replayed bool
 	for _, ev := range evs {

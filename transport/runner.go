@@ -18,8 +18,7 @@ import (
 )
 
 // Kinds of chat calls; a run's run_started data.kind names the call that
-// started it (a continuation keeps its parent's kind and says
-// "trigger":"continue_message").
+// started it (a continuation also says "trigger":"continue_message").
 const (
 	KindStreamChat      = "stream_chat"
 	KindStreamAgentChat = "stream_agent_chat"
@@ -549,7 +548,7 @@ func (s *Server) execute(bound context.Context, release func(), held *runcontrol
 	)
 	if t.req.Kind == KindContinueMessage {
 		attrs["trigger"] = KindContinueMessage
-		res, err = s.engine.Resume(runCtx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: lr.id, Graph: t.graph,
+		res, err = s.engine.Resume(runCtx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: lr.id, Graph: t.graph, Kind: KindContinueMessage,
 			Value: t.value, Values: t.values, Attrs: attrs, Services: services, Sink: sink})
 	} else {
 		attrs["userMessageId"] = t.user.ID
