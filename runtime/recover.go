@@ -82,19 +82,22 @@ func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *Ru
 	if l, ok := e.store.(Leaser); ok {
 		got := Lease{}
 		if claimed != nil {
+			// A bulk claim took only running runs, and rec was read under it.
 			got = *claimed
-		} else if got, err = l.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL); err != nil {
-			return nil, err
-		}
-		// The run may have finished between the read above and the claim
-		// (its holder writes the final status before releasing the lease):
-		// read it again under the claim.
-		if rec, err = e.store.GetRun(ctx, req.RunID); err != nil || rec.Status != RunRunning {
-			_ = l.ReleaseLease(ctx, got)
-			if err == nil {
-				err = fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, rec.ID, rec.Status)
+		} else {
+			if got, err = l.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL); err != nil {
+				return nil, err
 			}
-			return nil, err
+			// The run may have finished between the read above and the
+			// claim (its holder writes the final status before releasing
+			// the lease): read it again under the claim.
+			if rec, err = e.store.GetRun(ctx, req.RunID); err != nil || rec.Status != RunRunning {
+				_ = l.ReleaseLease(ctx, got)
+				if err == nil {
+					err = fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, rec.ID, rec.Status)
+				}
+				return nil, err
+			}
 		}
 		lease = &got
 		rec.Token = got.Token
