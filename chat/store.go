@@ -1,0 +1,201 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"chatgraph/runtime"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no graph, chat or message with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the id is taken, or a compare-and-set lost.
+	ErrConflict = errors.New("conflict")
+)
+
+// Graph is a saved graph. Body is the graph JSON as the editor saved it
+// (React Flow shape, unknown fields kept) with its id, name and
+// planVersion set by the store's caller.
+type Graph struct {
+	ID          string          `json:"id"`
+	Name        string          `json:"name"`
+	PlanVersion int64           `json:"planVersion"`
+	Body        json.RawMessage `json:"-"`
+	CreatedAt   time.Time       `json:"createdAt"`
+	UpdatedAt   time.Time       `json:"updatedAt"`
+}
+
+// Chat is a conversation with one graph. Its messages form a tree;
+// ActiveLeafID is the last message of the branch the user looks at.
+type Chat struct {
+	ID           string    `json:"id"`
+	GraphID      string    `json:"graphId"`
+	Title        string    `json:"title,omitempty"`
+	ActiveLeafID string    `json:"activeLeafId"`
+	CreatedAt    time.Time `json:"createdAt"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+}
+
+// Role says who wrote a message.
+type Role string
+
+// Message roles.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+)
+
+// Status is a message's status. User messages are completed when written;
+// an assistant message follows the run that writes it (see StatusOf).
+type Status string
+
+// Message statuses.
+const (
+	StatusPending     Status = "pending"
+	StatusRunning     Status = "running"
+	StatusCompleted   Status = "completed"
+	StatusFailed      Status = "failed"
+	StatusCancelled   Status = "cancelled"
+	StatusInterrupted Status = "interrupted"
+)
+
+// StatusOf is THE mapping from a run's status to the status of the
+// assistant message it writes.
+func StatusOf(s runtime.RunStatus) Status {
+	switch s {
+	case runtime.RunRunning:
+		return StatusRunning
+	case runtime.RunCompleted:
+		return StatusCompleted
+	case runtime.RunFailed:
+		return StatusFailed
+	case runtime.RunCancelled:
+		return StatusCancelled
+	case runtime.RunInterrupted:
+		return StatusInterrupted
+	}
+	return StatusPending
+}
+
+// Settled reports whether a message's status is final for its run.
+func (s Status) Settled() bool { return s != StatusPending && s != StatusRunning }
+
+// Continuable reports whether a run that ended in status s may be
+// continued (resumed into a new run): interrupted, cancelled or failed.
+func Continuable(s runtime.RunStatus) bool {
+	return s == runtime.RunInterrupted || s == runtime.RunCancelled || s == runtime.RunFailed
+}
+
+// Message is one node of a chat's message tree.
+type Message struct {
+	ID       string `json:"id"`
+	ChatID   string `json:"chatId"`
+	ParentID string `json:"parentId"`
+	Role     Role   `json:"role"`
+	Content  string `json:"content"`
+	// RunID is the run that wrote an assistant message (the latest one,
+	// after a continue), or the run a user message started.
+	RunID  string `json:"runId"`
+	Status Status `json:"status"`
+	// TurnRunID is the run whose turn created the message; it never
+	// changes (a rollback deletes the messages of the runs it undoes).
+	TurnRunID string `json:"turnRunId,omitempty"`
+	// AgentNodeID is the entry agent of a stream_agent_chat turn.
+	AgentNodeID string `json:"agentNodeId,omitempty"`
+	// UserTools are the tools the user enabled for the turn.
+	UserTools []string `json:"userTools,omitempty"`
+	// Error says why an assistant message failed or was cancelled.
+	Error     string    `json:"error,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Turn is what one chat call writes, in ONE transaction with the run
+// store of the same database: the turn's new messages (or the claim of
+// the assistant message a continue takes over) and the reservation of its
+// run (a run record in status pending, which the engine's creation of the
+// run then fills). So a crash leaves either nothing or messages with a
+// run record that recovery settles.
+type Turn struct {
+	ChatID string
+	// ActiveLeafID, when not empty, becomes the chat's active leaf.
+	ActiveLeafID string
+	// Messages are inserted (ErrConflict if an id is taken).
+	Messages []*Message
+	// Claim, when set, moves an existing assistant message to Run.ID.
+	Claim *Claim
+	// Run is the reservation: Status must be runtime.RunPending.
+	Run *runtime.RunRecord
+}
+
+// Claim names the assistant message a continue takes over: the claim
+// succeeds only while the message still belongs to FromRunID (the
+// compare-and-set that lets exactly one continue win); it leaves the
+// message pending, with no error, under the new run.
+type Claim struct {
+	MessageID string
+	FromRunID string
+}
+
+// Store persists graphs and chats, in the same database as the run store
+// it was opened with. Implementations are safe for concurrent use; the
+// caller closes them (closing a chat store never closes its run store).
+type Store interface {
+	// CreateGraph inserts g with PlanVersion 1 (or, for the id of a
+	// deleted graph, one more than its last version, so compiled plans
+	// cached under the old versions never apply). It sets g.PlanVersion
+	// and the timestamps. ErrConflict if a live graph has the id.
+	CreateGraph(ctx context.Context, g *Graph) error
+	// GetGraph returns the graph; ErrNotFound if absent or deleted.
+	GetGraph(ctx context.Context, id string) (*Graph, error)
+	// ListGraphs returns every live graph, most recently updated first.
+	ListGraphs(ctx context.Context) ([]*Graph, error)
+	// UpdateGraph replaces name and body and bumps PlanVersion by one,
+	// setting g.PlanVersion and the timestamps. With ifVersion > 0 it fails
+	// with ErrConflict unless the stored version is ifVersion.
+	UpdateGraph(ctx context.Context, g *Graph, ifVersion int64) error
+	// GetGraphVersion returns the graph as it was saved at version (runs
+	// recovered after a crash continue on the version they started with),
+	// also after the graph was updated or deleted; ErrNotFound if never saved.
+	GetGraphVersion(ctx context.Context, id string, version int64) (*Graph, error)
+	// DeleteGraph deletes a graph (its id keeps its last version).
+	DeleteGraph(ctx context.Context, id string) error
+
+	// CreateChat inserts c (ErrConflict if the id is taken).
+	CreateChat(ctx context.Context, c *Chat) error
+	// GetChat returns the chat; ErrNotFound if absent.
+	GetChat(ctx context.Context, id string) (*Chat, error)
+	// ListChats returns the chats of graphID ("" = all), newest first.
+	ListChats(ctx context.Context, graphID string) ([]*Chat, error)
+	// DeleteChat deletes a chat and its messages.
+	DeleteChat(ctx context.Context, id string) error
+
+	// BeginTurn writes t in one transaction (see Turn). ErrNotFound if the
+	// chat (or the claimed message) is absent; ErrConflict if a message
+	// id is taken, the claim lost, or the run id is taken.
+	BeginTurn(ctx context.Context, t Turn) error
+	// UpdateMessage writes m's parent, content, status, run id and error.
+	UpdateMessage(ctx context.Context, m *Message) error
+	// FinishMessage writes m's content, status and error only while the
+	// stored message still belongs to run m.RunID (a continue may have
+	// taken it over since); ErrConflict otherwise.
+	FinishMessage(ctx context.Context, m *Message) error
+	// GetMessage returns one message of a chat; ErrNotFound if absent.
+	GetMessage(ctx context.Context, chatID, id string) (*Message, error)
+	// Messages returns every message of a chat in creation order.
+	Messages(ctx context.Context, chatID string) ([]*Message, error)
+	// DeleteMessages removes messages (a rolled-back turn) and sets the
+	// active leaf when activeLeafID is not empty.
+	DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error
+	// SetActiveLeaf makes msgID the chat's active leaf.
+	SetActiveLeaf(ctx context.Context, chatID, msgID string) error
+
+	// Ping reports whether the database is reachable.
+	Ping(ctx context.Context) error
+	// Close releases the chat store's own resources.
+	Close() error
+}
