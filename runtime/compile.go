@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -693,4 +694,39 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// ActiveNodes returns the ids of the nodes a run started at entryIDs
+// executes (what the entries reach by flow edges), in rank order. Empty
+// entryIDs mean the default entries (every node of an Entry type). Nil
+// when an entry is unknown.
+func (p *Plan) ActiveNodes(entryIDs []string) []string {
+	if len(entryIDs) == 0 {
+		entryIDs = p.defaultEntries()
+	}
+	as := p.active(entryIDs)
+	if len(as.entries) == 0 {
+		return nil
+	}
+	return slices.Clone(as.ids)
+}
+
+// CheckEntries says why a run started at entryIDs could not run: an
+// unknown entry (or none at all), or the diagnostics of the part of the
+// graph the run would touch (its active nodes and the link producers they
+// use), raised to errors. Empty entryIDs mean the default entries. Nil
+// when the run can start.
+func (p *Plan) CheckEntries(entryIDs []string) Diagnostics {
+	if len(entryIDs) == 0 {
+		entryIDs = p.defaultEntries()
+	}
+	as := p.active(entryIDs)
+	var ge *GraphError
+	switch {
+	case as.err == nil:
+		return nil
+	case errors.As(as.err, &ge):
+		return ge.Diagnostics
+	}
+	return Diagnostics{{Severity: SeverityError, Code: CodeUnknownEntry, Path: "nodes", Message: as.err.Error()}}
 }

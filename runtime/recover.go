@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -261,7 +262,16 @@ type RecoveryConfig struct {
 	// Prepare supplies the plan (or graph), services and sink to recover a
 	// run with. Required: the kernel keeps no graphs.
 	Prepare func(ctx context.Context, rec *RunRecord) (RecoverRequest, error)
-	// Done, when set, is called with each recovered run's outcome.
+	// Launch, when set, starts each claimed and prepared run instead of
+	// the engine: it must call start exactly once (typically in a
+	// goroutine of its own, after whatever admission the caller needs),
+	// with the context the run executes under; start returns the run's
+	// outcome. An error from Launch (without calling start) gives the
+	// claim back. Without Launch the engine executes the run under the
+	// pass's ctx and reports to Done.
+	Launch func(rec *RunRecord, start func(ctx context.Context) (*RunResult, error)) error
+	// Done, when set, is called with each recovered run's outcome (runs
+	// started by the engine, not by Launch).
 	Done func(rec *RunRecord, res *RunResult, err error)
 }
 
@@ -315,6 +325,33 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 			continue
 		}
 		req.RunID = id
+		if cfg.Launch != nil {
+			lease := leases[id]
+			var once sync.Once
+			start := func(runCtx context.Context) (res *RunResult, err error) {
+				ran := false
+				once.Do(func() {
+					ran = true
+					var r *run
+					if r, err = e.recoverClaimed(runCtx, req, rec, lease); err != nil {
+						release()
+						return
+					}
+					res, err = r.execute()
+				})
+				if !ran {
+					return nil, errors.New("runtime: a recovered run was started twice")
+				}
+				return res, err
+			}
+			if err := cfg.Launch(rec, start); err != nil {
+				e.log.Warn("recovered run not launched", "run", id, "err", err)
+				release()
+				continue
+			}
+			started++
+			continue
+		}
 		r, err := e.recoverClaimed(ctx, req, rec, leases[id])
 		if err != nil {
 			if !errors.Is(err, ErrLeaseHeld) {

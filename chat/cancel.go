@@ -1,0 +1,158 @@
+package chat
+
+import (
+	"context"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// CancelRequest names what to cancel: one run (RunID), the run of one
+// client request (ClientRequestID; it may not exist yet), or whatever
+// runs in a chat (ChatID alone). A ChatID given with a request id must
+// name an existing chat.
+type CancelRequest struct {
+	ChatID          string
+	RunID           string
+	ClientRequestID string
+}
+
+// CancelResult is the outcome of a cancel: runcontrol.StatusCancelled
+// with the runs it reached, or runcontrol.StatusPending when the intent
+// is kept for a run that has not bound yet.
+type CancelResult struct {
+	Status string   `json:"status"`
+	RunIDs []string `json:"runIds,omitempty"`
+}
+
+// Cancel cancels with the user cause. Cancel wins every race: a cancel
+// for a chat or request before its run exists is kept and stops the run
+// before any node starts. A run waiting for a human (interrupted) has its
+// wait ended. Cancelling a run that already ended, or that no process
+// holds, is a conflict naming its status.
+func (s *Service) Cancel(ctx context.Context, req CancelRequest) (*CancelResult, error) {
+	switch {
+	case req.RunID != "":
+		return s.cancelRun(ctx, req.RunID)
+	case req.ClientRequestID != "":
+		if req.ChatID != "" {
+			if _, err := s.chats.GetChat(ctx, req.ChatID); err != nil {
+				return nil, err
+			}
+		}
+		return s.cancelScope(runcontrol.RequestScope(req.ClientRequestID))
+	case req.ChatID != "":
+		if _, err := s.chats.GetChat(ctx, req.ChatID); err != nil {
+			return nil, err
+		}
+		return s.cancelChat(ctx, req.ChatID)
+	}
+	return nil, invalid("cancel needs chatId, runId or clientRequestId")
+}
+
+// cancelRun cancels one run: bound (executing or queued), or waiting for
+// a human.
+func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, error) {
+	res, err := s.cancelScope(runcontrol.RunScope(id))
+	if err != nil || res.Status == runcontrol.StatusCancelled {
+		return res, err
+	}
+	rec, err := s.runs.GetRun(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if ids := s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
+		return &CancelResult{Status: runcontrol.StatusCancelled, RunIDs: ids}, nil
+	}
+	e := conflict("run %s is not bound to any server process", id)
+	if rec.Status.Finished() {
+		e = conflict("run %s already ended %s", id, rec.Status)
+	}
+	e.Details = map[string]any{"status": rec.Status}
+	return nil, e
+}
+
+// cancelChat cancels what runs in a chat — bound runs (executing or
+// queued) and runs waiting for a human (interrupted: the wait ends, their
+// messages become cancelled). When nothing of either kind exists the
+// intent is kept for the chat's next run.
+func (s *Service) cancelChat(ctx context.Context, chatID string) (*CancelResult, error) {
+	waiting := s.waitingMessages(ctx, chatID)
+	if len(waiting) > 0 {
+		if active, err := s.ctl.Active(ctx, runcontrol.ChatScope(chatID)); err == nil && len(active) == 0 {
+			return &CancelResult{Status: runcontrol.StatusCancelled, RunIDs: s.cancelWaiting(ctx, waiting)}, nil
+		}
+	}
+	res, err := s.cancelScope(runcontrol.ChatScope(chatID))
+	if err != nil {
+		return nil, err
+	}
+	if res.Status == runcontrol.StatusCancelled {
+		res.RunIDs = append(res.RunIDs, s.cancelWaiting(ctx, waiting)...)
+	}
+	return res, nil
+}
+
+// waitingMessages returns the assistant messages of a chat whose run
+// waits for a human (interrupted).
+func (s *Service) waitingMessages(ctx context.Context, chatID string) []*Message {
+	msgs, err := s.chats.Messages(ctx, chatID)
+	if err != nil {
+		return nil
+	}
+	var out []*Message
+	for _, m := range msgs {
+		if m.Role == RoleAssistant && m.Status == StatusInterrupted && m.RunID != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// cancelWaitingRun ends the human wait of an interrupted run; nil when
+// the run is not waiting.
+func (s *Service) cancelWaitingRun(ctx context.Context, rec *runtime.RunRecord) []string {
+	if rec.Status != runtime.RunInterrupted {
+		return nil
+	}
+	mid, _ := rec.Attrs["messageId"].(string)
+	m, err := s.chats.GetMessage(ctx, rec.ChatID, mid)
+	if err != nil || m.RunID != rec.ID {
+		if _, err := s.engine.CancelInterrupted(ctx, rec.ID, runcontrol.ErrUserCancel); err != nil {
+			return nil
+		}
+		return []string{rec.ID}
+	}
+	return s.cancelWaiting(ctx, []*Message{m})
+}
+
+// cancelWaiting ends the human waits of interrupted runs (user cancel)
+// and marks their messages cancelled; it returns the runs it cancelled.
+func (s *Service) cancelWaiting(ctx context.Context, msgs []*Message) []string {
+	var ids []string
+	for _, m := range msgs {
+		if _, err := s.engine.CancelInterrupted(ctx, m.RunID, runcontrol.ErrUserCancel); err != nil {
+			continue // resumed or cancelled meanwhile
+		}
+		m.Status, m.Error = StatusCancelled, runcontrol.Code(runcontrol.ErrUserCancel)
+		if err := s.chats.FinishMessage(ctx, m); err != nil {
+			s.log.Warn("cancel: writing the message", "message", m.ID, "err", err)
+		}
+		s.log.Info("run waiting for a human cancelled", "run", m.RunID, "chat", m.ChatID)
+		ids = append(ids, m.RunID)
+	}
+	return ids
+}
+
+// cancelScope cancels a scope with the user cause.
+func (s *Service) cancelScope(scope runcontrol.Scope) (*CancelResult, error) {
+	res, err := s.ctl.Cancel(s.base, scope, runcontrol.ErrUserCancel)
+	if err != nil {
+		return nil, err
+	}
+	out := &CancelResult{Status: res.Status, RunIDs: res.RunIDs}
+	if out.Status == runcontrol.StatusCancelled && out.RunIDs == nil {
+		out.RunIDs = []string{}
+	}
+	return out, nil
+}

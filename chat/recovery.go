@@ -1,0 +1,276 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"chatgraph/chatscope"
+	"chatgraph/nodes"
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// errLost is why a reserved run whose process died before it began is
+// failed.
+var errLost = errors.New("lost: the server stopped before the run started")
+
+// Start begins the service's background work and returns how many runs
+// its first pass took over:
+//
+//   - runs whose process died mid-run (their lease expired) continue as
+//     the same run through the kernel's recovery (Engine.RecoverExpired,
+//     one bulk claim per pass) and the service's launch path, at once and
+//     then every RecoveryInterval;
+//   - runs reserved by a turn whose process died before they began are
+//     failed with code lost (their messages too);
+//   - runs the previous process cancelled at shutdown are continued in
+//     new runs, once;
+//   - finished runs older than Retention are deleted, at once and every
+//     RetentionInterval.
+//
+// The work stops at Shutdown (or when ctx ends).
+func (s *Service) Start(ctx context.Context) int {
+	loopCtx, cancel := context.WithCancel(s.base)
+	context.AfterFunc(ctx, cancel)
+	n := 0
+	if _, ok := s.runs.(runtime.Leaser); ok {
+		got, err := s.engine.RecoverExpired(loopCtx, s.recovery())
+		if err != nil && loopCtx.Err() == nil {
+			s.log.Warn("recovery pass", "err", err)
+		}
+		n += got
+	}
+	s.settleReservations(loopCtx)
+	n += s.continueShutdownRuns(loopCtx)
+	if _, ok := s.runs.(runtime.Leaser); ok {
+		go func() {
+			t := time.NewTicker(s.cfg.RecoveryInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-loopCtx.Done():
+					return
+				case <-t.C:
+				}
+				if _, err := s.engine.RecoverExpired(loopCtx, s.recovery()); err != nil && loopCtx.Err() == nil {
+					s.log.Warn("recovery pass", "err", err)
+				}
+				s.settleReservations(loopCtx)
+			}
+		}()
+	}
+	if in, ok := s.runs.(runtime.Inspector); ok && s.cfg.Retention > 0 {
+		go func() {
+			t := time.NewTicker(s.cfg.RetentionInterval)
+			defer t.Stop()
+			for {
+				s.retain(loopCtx, in)
+				select {
+				case <-loopCtx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
+	return n
+}
+
+// recovery is the hook the kernel's recovery hands each claimed run to:
+// the run continues through the service's launch path.
+func (s *Service) recovery() runtime.RecoveryConfig {
+	graphs := map[string]*runtime.Graph{}
+	prepared := map[string]*recovered{}
+	var mu sync.Mutex // Prepare and Launch run in the pass; start in the run's goroutine
+	return runtime.RecoveryConfig{
+		Prepare: func(ctx context.Context, rec *runtime.RunRecord) (runtime.RecoverRequest, error) {
+			key := fmt.Sprintf("%s@%d", rec.GraphID, rec.PlanVersion)
+			g := graphs[key]
+			if g == nil {
+				grec, err := s.chats.GetGraphVersion(ctx, rec.GraphID, rec.PlanVersion)
+				if err != nil {
+					return runtime.RecoverRequest{}, err
+				}
+				if g, err = LoadGraph(grec); err != nil {
+					return runtime.RecoverRequest{}, err
+				}
+				graphs[key] = g
+			}
+			r := &recovered{graph: g}
+			mu.Lock()
+			prepared[rec.ID] = r
+			mu.Unlock()
+			return runtime.RecoverRequest{Graph: g, Services: &nodes.Services{Scope: chatscope.New(g, rec.EntryNodeIDs)},
+				Sink: runtime.SinkFunc(func(ev runtime.Event) { r.sink.Emit(ev) })}, nil
+		},
+		Launch: func(rec *runtime.RunRecord, start func(context.Context) (*runtime.RunResult, error)) error {
+			mu.Lock()
+			r := prepared[rec.ID]
+			delete(prepared, rec.ID)
+			mu.Unlock()
+			return s.launchRecovered(rec, r, start)
+		},
+	}
+}
+
+// recovered is a run the kernel claimed for recovery: its graph, and the
+// sink its events go to once launched.
+type recovered struct {
+	graph *runtime.Graph
+	sink  runtime.EventSink
+}
+
+// launchRecovered continues a run whose process died, as the same run:
+// bound under run control, holding its chat's turn, with its events going
+// to the publisher after the last seq in its log, and its message written
+// when it ends.
+func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, start func(context.Context) (*runtime.RunResult, error)) error {
+	mid, _ := rec.Attrs["messageId"].(string)
+	var msg *Message
+	if mid != "" && rec.ChatID != "" {
+		if m, err := s.chats.GetMessage(context.Background(), rec.ChatID, mid); err == nil {
+			msg = m
+		}
+	}
+	lr := newLiveRun(rec.ID, rec.ChatID, mid, r.graph)
+	var scopes []runcontrol.Scope
+	if rec.ChatID != "" {
+		scopes = append(scopes, runcontrol.ChatScope(rec.ChatID))
+	}
+	if crid, _ := rec.Attrs["clientRequestId"].(string); crid != "" {
+		scopes = append(scopes, runcontrol.RequestScope(crid))
+	}
+	return s.launch(context.Background(), launch{
+		run: lr, scopes: scopes, strategy: runcontrol.Enqueue, afterSeq: rec.LastSeq, linkNow: true,
+		exec: func(ctx context.Context, sink runtime.EventSink) (*runtime.RunResult, error) {
+			r.sink = sink // set before start: no event comes earlier
+			return start(ctx)
+		},
+		finish: func(ctx context.Context, res *runtime.RunResult, err error) {
+			if res == nil {
+				// Not taken over (another process was first, say): the
+				// message belongs to whoever runs it.
+				s.log.Warn("recovered run did not start", "run", rec.ID, "err", err)
+				return
+			}
+			s.log.Info("recovered run ended", "run", rec.ID, "status", res.Status)
+			if msg != nil && msg.RunID == rec.ID {
+				s.finishMessage(ctx, msg, r.graph, rec.EntryNodeIDs, res, err)
+			}
+		},
+	})
+}
+
+// settleReservations fails the runs reserved by turns whose process died
+// before the run began: no process has them bound, so nothing else would
+// ever end them or their messages. (A turn binds its run before it
+// writes the reservation, so an unbound reservation has no live process.)
+func (s *Service) settleReservations(ctx context.Context) int {
+	ins, ok := s.runs.(runtime.Inspector)
+	if !ok {
+		return 0
+	}
+	recs, err := ins.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunPending}, Limit: 500})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("recovery: listing reserved runs", "err", err)
+		}
+		return 0
+	}
+	n := 0
+	for _, rec := range recs {
+		if s.Bound(ctx, rec.ID) {
+			continue
+		}
+		s.failRun(ctx, nil, rec, errLost)
+		n++
+	}
+	return n
+}
+
+// continueShutdownRuns continues, in new runs, the chat runs the previous
+// process cancelled when it shut down.
+func (s *Service) continueShutdownRuns(ctx context.Context) int {
+	ins, ok := s.runs.(runtime.Inspector)
+	if !ok {
+		return 0
+	}
+	recs, err := ins.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunCancelled},
+		After: time.Now().Add(-24 * time.Hour), Limit: 500})
+	if err != nil {
+		s.log.Warn("recovery: listing cancelled runs", "err", err)
+		return 0
+	}
+	n := 0
+	for _, rec := range recs {
+		if rec.ChatID == "" || !strings.Contains(rec.Error, "shutdown") {
+			continue
+		}
+		mid, _ := rec.Attrs["messageId"].(string)
+		m, err := s.chats.GetMessage(ctx, rec.ChatID, mid)
+		if err != nil || m.RunID != rec.ID || m.Status != StatusCancelled || m.Error != runcontrol.Code(runcontrol.ErrShutdown) {
+			continue
+		}
+		ticket, err := s.Send(ctx, Request{Kind: KindContinueMessage, FromRunID: rec.ID})
+		if err != nil {
+			s.log.Warn("recovery: continuing a run cancelled at shutdown", "run", rec.ID, "err", err)
+			continue
+		}
+		s.log.Info("continued a run cancelled at shutdown", "run", rec.ID, "newRun", ticket.RunID)
+		n++
+	}
+	return n
+}
+
+// retain deletes finished runs older than the retention age, and runs
+// interrupted for longer than theirs.
+func (s *Service) retain(ctx context.Context, in runtime.Inspector) {
+	n, err := in.DeleteFinishedBefore(ctx, time.Now().Add(-s.cfg.Retention))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.log.Warn("retention: deleting finished runs", "err", err)
+	case n > 0:
+		s.log.Info("retention: deleted finished runs", "runs", n, "older_than", s.cfg.Retention)
+	}
+	if s.cfg.InterruptedRetention > 0 {
+		n, err := DeleteInterruptedBefore(ctx, in, time.Now().Add(-s.cfg.InterruptedRetention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("retention: deleting expired interrupted runs", "err", err)
+		case n > 0:
+			s.log.Info("retention: deleted expired interrupted runs", "runs", n, "older_than", s.cfg.InterruptedRetention)
+		}
+	}
+}
+
+// DeleteInterruptedBefore deletes runs still interrupted (waiting for a
+// human) whose wait began before t; it returns how many it deleted.
+func DeleteInterruptedBefore(ctx context.Context, in runtime.Inspector, t time.Time) (int, error) {
+	n := 0
+	for {
+		// CreatedAt <= UpdatedAt, so listing by creation finds every
+		// candidate; the wait's start (UpdatedAt) decides.
+		recs, err := in.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunInterrupted}, Before: t, Limit: 500})
+		if err != nil {
+			return n, err
+		}
+		deleted := 0
+		for _, r := range recs {
+			if !r.UpdatedAt.Before(t) {
+				continue
+			}
+			if err := in.DeleteRun(ctx, r.ID); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
+				return n, err
+			}
+			n++
+			deleted++
+		}
+		if len(recs) < 500 || deleted == 0 {
+			return n, nil
+		}
+	}
+}

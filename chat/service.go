@@ -1,0 +1,270 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// Publisher receives the life of the runs this process executes, in
+// order per run: RunOpened before the first event, every event (a run's
+// terminal event only once its message is final), then RunClosed. The
+// transport's event hub implements it. Calls must not block the run.
+type Publisher interface {
+	RunOpened(run *LiveRun, afterSeq int64)
+	RunEvent(run *LiveRun, ev runtime.Event)
+	RunClosed(run *LiveRun)
+}
+
+// LiveRun is a run bound in this process, from the moment its id is
+// minted until it has ended and its message is final.
+type LiveRun struct {
+	ID        string
+	ChatID    string
+	MessageID string
+	nodeTypes map[string]string
+	done      chan struct{}
+}
+
+// NodeType returns the type of a node of the run's graph.
+func (r *LiveRun) NodeType(nodeID string) string { return r.nodeTypes[nodeID] }
+
+// Done is closed when the run has ended and its message is final.
+func (r *LiveRun) Done() <-chan struct{} { return r.done }
+
+// Config configures a Service. Zero fields take the documented defaults.
+type Config struct {
+	// Engine executes the runs; its store is the run store of Store's
+	// database. Required.
+	Engine *runtime.Engine
+	// Store keeps graphs and chats. Required; the caller closes it.
+	Store Store
+	// Control binds and cancels runs. Required; Shutdown closes it.
+	Control runcontrol.Controller
+	// Queue orders the runs of each chat (double texting). Default:
+	// runcontrol.NewMemoryChatQueue(Control).
+	Queue runcontrol.ChatQueue
+	// Publisher receives the events of runs executing here (default: none).
+	Publisher Publisher
+	// MaxRuns bounds the runs queued or executing in this process
+	// (default 1000); MaxRunsPerChat those of one chat (default 16).
+	MaxRuns        int
+	MaxRunsPerChat int
+	// RecoveryInterval is how often Start's loop looks for runs whose
+	// process died (default 5s).
+	RecoveryInterval time.Duration
+	// Retention is the age past which finished runs (with their
+	// checkpoints and event logs) are deleted, at Start and every
+	// RetentionInterval (default 1h). Default 720h; negative: never.
+	Retention         time.Duration
+	RetentionInterval time.Duration
+	// InterruptedRetention is how long a run interrupted for a human (and
+	// never cancelled) is kept. Default 720h; negative: until deleted by hand.
+	InterruptedRetention time.Duration
+	// DrainTimeout bounds how long Shutdown lets runs finish before it
+	// cancels them with cause shutdown (default 10s).
+	DrainTimeout time.Duration
+	// Logger receives one line per run transition (default: discard).
+	Logger *slog.Logger
+}
+
+// Service is the chat application. Create it with New, call Start once,
+// stop it with Shutdown. Safe for concurrent use.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	engine *runtime.Engine
+	runs   runtime.Store
+	chats  Store
+	ctl    runcontrol.Controller
+	queue  runcontrol.ChatQueue
+	pub    Publisher
+
+	// base is the parent of every run context; cancelled by Shutdown last.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu       sync.Mutex
+	closing  bool
+	live     map[string]*LiveRun
+	perChat  map[string]int
+	runsDone sync.WaitGroup
+}
+
+// Errors of the service's own (not of a request).
+var (
+	// ErrShuttingDown: the service refuses new runs.
+	ErrShuttingDown = errors.New("server is shutting down")
+	// ErrTooManyRuns: a run limit of this process is reached.
+	ErrTooManyRuns = errors.New("too many active runs")
+)
+
+// New builds a Service from cfg.
+func New(cfg Config) (*Service, error) {
+	if cfg.Engine == nil || cfg.Engine.Store() == nil || cfg.Store == nil || cfg.Control == nil {
+		return nil, errors.New("chat: Engine (with a store), Store and Control are required")
+	}
+	if cfg.Queue == nil {
+		cfg.Queue = runcontrol.NewMemoryChatQueue(cfg.Control)
+	}
+	if cfg.MaxRuns <= 0 {
+		cfg.MaxRuns = 1000
+	}
+	if cfg.MaxRunsPerChat <= 0 {
+		cfg.MaxRunsPerChat = 16
+	}
+	if cfg.RecoveryInterval <= 0 {
+		cfg.RecoveryInterval = 5 * time.Second
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = 720 * time.Hour
+	}
+	if cfg.InterruptedRetention == 0 {
+		cfg.InterruptedRetention = 720 * time.Hour
+	}
+	if cfg.RetentionInterval <= 0 {
+		cfg.RetentionInterval = time.Hour
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.Publisher == nil {
+		cfg.Publisher = nopPublisher{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, log: log, engine: cfg.Engine, runs: cfg.Engine.Store(), chats: cfg.Store,
+		ctl: cfg.Control, queue: cfg.Queue, pub: cfg.Publisher, live: map[string]*LiveRun{}, perChat: map[string]int{}}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	return s, nil
+}
+
+type nopPublisher struct{}
+
+func (nopPublisher) RunOpened(*LiveRun, int64)        {}
+func (nopPublisher) RunEvent(*LiveRun, runtime.Event) {}
+func (nopPublisher) RunClosed(*LiveRun)               {}
+
+// Store returns the chat store.
+func (s *Service) Store() Store { return s.chats }
+
+// Engine returns the engine that executes the runs.
+func (s *Service) Engine() *runtime.Engine { return s.engine }
+
+// Live returns the run bound in this process under id, or nil.
+func (s *Service) Live(id string) *LiveRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live[id]
+}
+
+// Bound reports whether run control knows runID as bound in any process
+// (a run accepted but not started yet, or executing).
+func (s *Service) Bound(ctx context.Context, runID string) bool {
+	if s.Live(runID) != nil {
+		return true
+	}
+	ids, err := s.ctl.Active(ctx, runcontrol.RunScope(runID))
+	return err == nil && len(ids) > 0
+}
+
+// Closing reports whether Shutdown has begun.
+func (s *Service) Closing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// admit registers a run, enforcing the process and per-chat limits.
+func (s *Service) admit(lr *LiveRun) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return ErrShuttingDown
+	}
+	if _, dup := s.live[lr.ID]; dup {
+		return fmt.Errorf("%w: run %s", runcontrol.ErrAlreadyBound, lr.ID)
+	}
+	if len(s.live) >= s.cfg.MaxRuns {
+		return fmt.Errorf("%w: the server runs %d (the limit)", ErrTooManyRuns, len(s.live))
+	}
+	if s.perChat[lr.ChatID] >= s.cfg.MaxRunsPerChat {
+		return fmt.Errorf("%w: the chat has %d runs queued or running (the limit)", ErrTooManyRuns, s.perChat[lr.ChatID])
+	}
+	s.live[lr.ID] = lr
+	s.perChat[lr.ChatID]++
+	s.runsDone.Add(1)
+	return nil
+}
+
+// retire unregisters a run that has ended (or never started).
+func (s *Service) retire(lr *LiveRun, opened bool) {
+	s.mu.Lock()
+	delete(s.live, lr.ID)
+	if s.perChat[lr.ChatID]--; s.perChat[lr.ChatID] <= 0 {
+		delete(s.perChat, lr.ChatID)
+	}
+	s.mu.Unlock()
+	if opened {
+		s.pub.RunClosed(lr)
+	}
+	close(lr.done)
+	s.runsDone.Done()
+}
+
+// Shutdown stops the service in order: new runs are refused, running
+// runs get until DrainTimeout (or ctx) to finish, the rest are cancelled
+// with cause shutdown (runcontrol.ErrShutdown) and awaited, then the
+// engine and run control are closed. The caller closes the stores.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	drain, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
+	defer cancel()
+	if !waitGroup(drain, &s.runsDone) {
+		s.mu.Lock()
+		ids := make([]string, 0, len(s.live))
+		for id := range s.live {
+			ids = append(ids, id)
+		}
+		s.mu.Unlock()
+		s.log.Info("shutdown: cancelling runs", "count", len(ids))
+		for _, id := range ids {
+			_, _ = s.ctl.Cancel(context.Background(), runcontrol.RunScope(id), runcontrol.ErrShutdown)
+		}
+		grace, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+		waitGroup(grace, &s.runsDone)
+		cancel2()
+	}
+	s.cancelBase()
+	s.engine.WaitRecovered()
+	s.engine.Close()
+	if q, ok := s.queue.(interface{ Close() error }); ok {
+		_ = q.Close()
+	}
+	if err := s.ctl.Close(); err != nil {
+		return fmt.Errorf("chat: close run control: %w", err)
+	}
+	return nil
+}
+
+// waitGroup waits for wg or ctx; it reports whether wg finished.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

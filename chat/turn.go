@@ -1,0 +1,779 @@
+package chat
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"chatgraph/chatscope"
+	"chatgraph/nodes"
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// Kind names a chat call; a run's run_started data.kind names the call
+// that started it (a continuation also says "trigger":"continue_message").
+type Kind string
+
+// The chat calls.
+const (
+	KindStreamChat      Kind = "stream_chat"
+	KindStreamAgentChat Kind = "stream_agent_chat"
+	KindContinueMessage Kind = "continue_message"
+	KindRetryMessage    Kind = "retry_message"
+	KindEditUserMessage Kind = "edit_user_message"
+)
+
+// Request is one chat call. Which fields matter depends on Kind.
+type Request struct {
+	Kind   Kind
+	ChatID string
+	// MessageID is the message named by continue, retry and edit.
+	MessageID string
+	// FromRunID: continue exactly this run (run resume); ChatID and
+	// MessageID are then taken from the run.
+	FromRunID   string
+	Content     string
+	ParentID    *string
+	AgentNodeID string
+	UserTools   []string
+	// ClientRequestID is also a cancel scope.
+	ClientRequestID string
+	// Strategy is the double-texting strategy (default enqueue).
+	Strategy runcontrol.Strategy
+	// Resume answers the continued run's interrupts.
+	Resume any
+}
+
+// Ticket is what a started chat call reveals to its client.
+type Ticket struct {
+	RunID         string `json:"runId"`
+	MessageID     string `json:"messageId"`
+	UserMessageID string `json:"userMessageId,omitempty"`
+	ChatID        string `json:"chatId"`
+}
+
+// NewID returns a fresh id with a type prefix ("r_", "m_", "c_", "g_").
+func NewID(prefix string) string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// turn is a prepared chat call: what to write and what to run.
+type turn struct {
+	req       Request
+	chat      *Chat
+	graph     *runtime.Graph
+	plan      *runtime.Plan
+	entries   []string
+	user      *Message // the turn's user message (new or existing)
+	newUser   bool
+	assistant *Message // the message the run writes
+	parentRun *runtime.RunRecord
+	values    map[string]any // continue: answers by interrupt id
+	value     any            // continue: the single answer
+}
+
+// Send starts a chat call: it prepares the turn, mints the run id and
+// launches the run (see launch). The ticket names the run and the
+// assistant message it writes.
+func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
+	t, err := s.prepare(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	runID := NewID("r_")
+	lr := newLiveRun(runID, t.chat.ID, t.assistant.ID, t.graph)
+	scopes := []runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}
+	if t.req.ClientRequestID != "" {
+		scopes = append(scopes, runcontrol.RequestScope(t.req.ClientRequestID))
+	}
+	err = s.launch(ctx, launch{
+		run: lr, scopes: scopes, strategy: t.req.Strategy, tryTurn: true,
+		write:    func(ctx context.Context) error { return s.writeTurn(ctx, t, runID) },
+		rollback: func(ctx context.Context, victims []string) { s.rollback(ctx, t, victims) },
+		exec: func(ctx context.Context, sink runtime.EventSink) (*runtime.RunResult, error) {
+			return s.execTurn(ctx, t, runID, sink)
+		},
+		finish: func(ctx context.Context, res *runtime.RunResult, err error) {
+			s.finishMessage(ctx, t.assistant, t.graph, t.entries, res, err)
+		},
+		failStart: func(ctx context.Context, cause error) {
+			s.failRun(ctx, lr, s.reservation(t, runID), cause)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ticket := &Ticket{RunID: runID, MessageID: t.assistant.ID, ChatID: t.chat.ID}
+	if t.newUser {
+		ticket.UserMessageID = t.user.ID
+	}
+	s.log.Info("run accepted", "run", runID, "chat", t.chat.ID, "kind", req.Kind, "message", t.assistant.ID)
+	return ticket, nil
+}
+
+func newLiveRun(id, chatID, messageID string, g *runtime.Graph) *LiveRun {
+	lr := &LiveRun{ID: id, ChatID: chatID, MessageID: messageID, nodeTypes: make(map[string]string, len(g.Nodes)), done: make(chan struct{})}
+	for _, n := range g.Nodes {
+		lr.nodeTypes[n.ID] = n.Type
+	}
+	return lr
+}
+
+// launch is how every run of the service starts — new turns, continues,
+// runs continued after a shutdown and runs recovered after a crash. It
+// admits the run against the limits, binds it under run control before
+// its id is revealed (a cancel that came first still wins), tries for the
+// chat's turn at once (tryTurn: in request order, so a later request can
+// never overtake this one; reject answers ErrChatBusy now), writes what
+// must be durable first, opens the run to the publisher, and executes it
+// in the background: waiting for the chat's turn when it has none yet,
+// holding the run's terminal event until its message is final.
+type launch struct {
+	run      *LiveRun
+	scopes   []runcontrol.Scope
+	strategy runcontrol.Strategy
+	tryTurn  bool
+	// afterSeq is the last seq already in the run's log (recovered runs).
+	afterSeq int64
+	// linkNow: cancels reach the run at once (a recovered run has
+	// already emitted run_started); otherwise from run_started on, so a
+	// cancel that came first still lets the run record and run_started be
+	// written, then stops the run before any node starts.
+	linkNow bool
+	write   func(ctx context.Context) error
+	// rollback undoes the turns a rollback strategy superseded.
+	rollback func(ctx context.Context, victims []string)
+	// exec runs the graph; started reports run_started was emitted.
+	exec func(ctx context.Context, sink runtime.EventSink) (*runtime.RunResult, error)
+	// finish writes the assistant message from the outcome.
+	finish func(ctx context.Context, res *runtime.RunResult, err error)
+	// failStart ends a run that could not start (nil: log only).
+	failStart func(ctx context.Context, cause error)
+}
+
+func (s *Service) launch(ctx context.Context, l launch) error {
+	lr := l.run
+	if err := s.admit(lr); err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.retire(lr, false)
+		}
+	}()
+	bound, release, err := s.ctl.Bind(s.base, lr.ID, l.scopes...)
+	if err != nil {
+		return err
+	}
+	var held *runcontrol.Turn
+	if l.tryTurn && lr.ChatID != "" {
+		held, err = s.queue.Acquire(bound, lr.ChatID, lr.ID, runcontrol.Reject)
+		switch {
+		case err == nil, bound.Err() != nil:
+		case errors.Is(err, runcontrol.ErrChatBusy) && l.strategy != runcontrol.Reject:
+			held = nil
+		default:
+			release()
+			return err
+		}
+	}
+	if l.write != nil {
+		if err := l.write(ctx); err != nil {
+			if held != nil {
+				held.Release()
+			}
+			release()
+			return err
+		}
+	}
+	s.pub.RunOpened(lr, l.afterSeq)
+	ok = true
+	go s.run(bound, release, held, l)
+	return nil
+}
+
+// run executes a launched run to its end (see launch).
+func (s *Service) run(bound context.Context, release func(), held *runcontrol.Turn, l launch) {
+	lr := l.run
+	defer s.retire(lr, true)
+	defer release()
+	ctx := context.WithoutCancel(bound)
+	if held == nil && lr.ChatID != "" {
+		var err error
+		held, err = s.queue.Acquire(bound, lr.ChatID, lr.ID, l.strategy)
+		if err != nil && bound.Err() == nil {
+			// Not a cancel: the queue failed (a lost turn lease, say).
+			s.failStart(ctx, l, err)
+			return
+		}
+	}
+	if held != nil {
+		defer held.Release()
+		if held.Strategy == runcontrol.Rollback && len(held.Superseded) > 0 && l.rollback != nil {
+			l.rollback(ctx, held.Superseded)
+		}
+	}
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	hold := &terminalHold{pub: s.pub, lr: lr}
+	defer hold.flush()
+	var (
+		linkOnce sync.Once
+		stop     = func() bool { return false }
+		started  bool
+	)
+	link := func() {
+		linkOnce.Do(func() {
+			if bound.Err() != nil {
+				cancelRun(context.Cause(bound))
+			} else {
+				stop = context.AfterFunc(bound, func() { cancelRun(context.Cause(bound)) })
+			}
+		})
+	}
+	if l.linkNow {
+		started = true
+		link()
+	}
+	sink := runtime.SinkFunc(func(ev runtime.Event) {
+		if ev.Type == runtime.EventRunStarted {
+			started = true
+			link()
+		}
+		hold.emit(ev)
+	})
+	res, err := l.exec(runCtx, sink)
+	stop()
+	// The run is over: a cancel from now on is for whatever runs next.
+	release()
+	if err != nil && !started {
+		s.failStart(ctx, l, err)
+		return
+	}
+	if err != nil {
+		s.log.Error("run store failed", "run", lr.ID, "err", err)
+	}
+	if l.finish != nil {
+		l.finish(ctx, res, err)
+	}
+	hold.flush()
+}
+
+func (s *Service) failStart(ctx context.Context, l launch, cause error) {
+	if l.failStart != nil {
+		l.failStart(ctx, cause)
+		return
+	}
+	s.log.Warn("run could not start", "run", l.run.ID, "err", cause)
+}
+
+// terminalHold publishes a run's events as they come but holds its
+// terminal event back until flush: the assistant message is final before
+// any client learns the run ended (so a GET right after run_interrupted
+// sees the message interrupted, with its content).
+type terminalHold struct {
+	pub Publisher
+	lr  *LiveRun
+	mu  sync.Mutex
+	ev  *runtime.Event
+}
+
+func (h *terminalHold) emit(ev runtime.Event) {
+	if ev.Type.Terminal() {
+		h.mu.Lock()
+		h.ev = &ev
+		h.mu.Unlock()
+		return
+	}
+	h.pub.RunEvent(h.lr, ev)
+}
+
+func (h *terminalHold) flush() {
+	h.mu.Lock()
+	ev := h.ev
+	h.ev = nil
+	h.mu.Unlock()
+	if ev != nil {
+		h.pub.RunEvent(h.lr, *ev)
+	}
+}
+
+// prepare loads and checks everything a chat call needs; it writes
+// nothing.
+func (s *Service) prepare(ctx context.Context, req Request) (*turn, error) {
+	if req.Strategy == "" {
+		req.Strategy = runcontrol.DefaultStrategy
+	}
+	if err := req.Strategy.Validate(); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if req.Kind == KindContinueMessage && req.FromRunID != "" {
+		rec, err := s.runs.GetRun(ctx, req.FromRunID)
+		if err != nil {
+			return nil, err
+		}
+		mid, _ := rec.Attrs["messageId"].(string)
+		if rec.ChatID == "" || mid == "" {
+			return nil, conflict("run %s is not a chat run", rec.ID)
+		}
+		req.ChatID, req.MessageID = rec.ChatID, mid
+	}
+	chat, err := s.chats.GetChat(ctx, req.ChatID)
+	if err != nil {
+		return nil, err
+	}
+	grec, err := s.chats.GetGraph(ctx, chat.GraphID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, conflict("the chat's graph %s was deleted", chat.GraphID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	g, err := LoadGraph(grec)
+	if err != nil {
+		return nil, err
+	}
+	t := &turn{req: req, chat: chat, graph: g}
+	now := time.Now().UTC()
+	newAssistant := func(parent *Message) {
+		t.assistant = &Message{ID: NewID("m_"), ParentID: parent.ID, Role: RoleAssistant,
+			Status: StatusPending, AgentNodeID: parent.AgentNodeID, CreatedAt: now}
+	}
+	newUser := func(parentID, content, agent string, tools []string) {
+		t.user = &Message{ID: NewID("m_"), ParentID: parentID, Role: RoleUser, Content: content,
+			Status: StatusCompleted, AgentNodeID: agent, UserTools: tools, CreatedAt: now}
+		t.newUser = true
+		newAssistant(t.user)
+	}
+	var target *Message
+	if req.MessageID != "" {
+		if target, err = s.chats.GetMessage(ctx, chat.ID, req.MessageID); err != nil {
+			return nil, err
+		}
+	}
+	switch req.Kind {
+	case KindStreamChat, KindStreamAgentChat:
+		parent := chat.ActiveLeafID
+		if req.ParentID != nil && *req.ParentID != "" {
+			if _, err := s.chats.GetMessage(ctx, chat.ID, *req.ParentID); err != nil {
+				return nil, err
+			}
+			parent = *req.ParentID
+		}
+		if req.Kind == KindStreamAgentChat {
+			n := findNode(g, req.AgentNodeID)
+			if n == nil || n.Type != nodes.TypeAgent {
+				return nil, invalid("agentNodeId %q is not an agent node of graph %s", req.AgentNodeID, g.ID)
+			}
+			t.entries = []string{req.AgentNodeID}
+		}
+		newUser(parent, req.Content, req.AgentNodeID, req.UserTools)
+	case KindEditUserMessage:
+		if target.Role != RoleUser {
+			return nil, invalid("message %s is not a user message", target.ID)
+		}
+		tools := req.UserTools
+		if tools == nil {
+			tools = target.UserTools
+		}
+		newUser(target.ParentID, req.Content, target.AgentNodeID, tools)
+		if target.AgentNodeID != "" {
+			t.entries = []string{target.AgentNodeID}
+		}
+	case KindRetryMessage:
+		user := target
+		if target.Role == RoleAssistant {
+			if user, err = s.chats.GetMessage(ctx, chat.ID, target.ParentID); err != nil {
+				return nil, conflict("message %s has no user message to answer again", target.ID)
+			}
+		}
+		if user.Role != RoleUser {
+			return nil, invalid("message %s answers no user message", target.ID)
+		}
+		t.user = user
+		newAssistant(user)
+		if user.AgentNodeID != "" {
+			t.entries = []string{user.AgentNodeID}
+		}
+	case KindContinueMessage:
+		if target.Role != RoleAssistant || target.RunID == "" {
+			return nil, invalid("message %s is not an assistant message written by a run", target.ID)
+		}
+		if req.FromRunID != "" && req.FromRunID != target.RunID {
+			return nil, conflict("run %s was already continued by run %s", req.FromRunID, target.RunID)
+		}
+		// The run record decides (the message follows it, and is final
+		// only once its run's terminal event is published).
+		rec, err := s.runs.GetRun(ctx, target.RunID)
+		if errors.Is(err, runtime.ErrRunNotFound) || err == nil && rec.Status == runtime.RunPending {
+			return nil, conflict("message %s is %s: its run %s has not started", target.ID, target.Status, target.RunID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !Continuable(rec.Status) {
+			return nil, conflict("run %s is %s: only an interrupted, cancelled or failed run can be continued", rec.ID, rec.Status)
+		}
+		t.parentRun, t.assistant, t.entries = rec, target, rec.EntryNodeIDs
+		if err := t.answers(req.Resume); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, invalid("unknown chat call %q", req.Kind)
+	}
+	if err := s.preflight(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// answers maps a continue's resume value onto the parent run's pending
+// interrupts: an object keyed by their ids answers several, anything else
+// answers the only one.
+func (t *turn) answers(v any) error {
+	if v == nil {
+		return nil
+	}
+	pending := t.parentRun.Interrupts
+	if m, ok := v.(map[string]any); ok && len(pending) > 1 {
+		vals := map[string]any{}
+		for _, in := range pending {
+			if x, ok := m[in.ID]; ok {
+				vals[in.ID] = x
+			}
+		}
+		if len(vals) == len(m) {
+			t.values = vals
+			return nil
+		}
+	}
+	if len(pending) > 1 {
+		ids := make([]string, len(pending))
+		for i, in := range pending {
+			ids[i] = in.ID
+		}
+		return &Error{Code: CodeInvalid, Message: "the run has several pending interrupts: resume with an object keyed by interrupt id",
+			Details: map[string]any{"interruptIds": ids}}
+	}
+	if len(pending) == 1 {
+		t.value = v
+	}
+	return nil
+}
+
+func findNode(g *runtime.Graph, id string) *runtime.Node {
+	for i := range g.Nodes {
+		if g.Nodes[i].ID == id {
+			return &g.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// preflight compiles the graph and asks the kernel whether the part the
+// run would touch can run, so a call that cannot start is refused with
+// the diagnostics instead of a run that fails at once.
+func (s *Service) preflight(t *turn) error {
+	p, err := s.engine.Compile(t.graph)
+	if err != nil {
+		return err
+	}
+	t.plan = p
+	ds := p.CheckEntries(t.entries)
+	if len(ds) == 0 {
+		return nil
+	}
+	if len(t.entries) == 0 && len(ds) == 1 && ds[0].Code == runtime.CodeUnknownEntry {
+		return &Error{Code: CodeInvalidGraph, Message: "the graph has no chat_start node to run from",
+			Details: runtime.Diagnostics{{Severity: runtime.SeverityError, Code: runtime.CodeUnknownEntry, Path: "nodes",
+				Message: "add a chat_start node (or send stream_agent_chat to an agent)"}}}
+	}
+	if len(ds) == 1 && ds[0].Code == runtime.CodeUnknownEntry {
+		return invalid("%s", ds[0].Message)
+	}
+	return &Error{Code: CodeInvalidGraph, Message: "the part of the graph this run needs is invalid", Details: ds}
+}
+
+// reservation is the run record a turn writes with its messages: status
+// pending until the engine's creation of the run fills it.
+func (s *Service) reservation(t *turn, runID string) *runtime.RunRecord {
+	now := time.Now().UTC()
+	rec := &runtime.RunRecord{ID: runID, RootID: runID, ChatID: t.chat.ID, GraphID: t.graph.ID, PlanVersion: t.graph.PlanVersion,
+		Kind: string(t.req.Kind), Attrs: t.attrs(), EntryNodeIDs: t.entries, Status: runtime.RunPending, CreatedAt: now, UpdatedAt: now}
+	if t.parentRun != nil {
+		rec.ParentID, rec.RootID = t.parentRun.ID, t.parentRun.RootID
+	}
+	return rec
+}
+
+// attrs are the run's attributes (run_started data.attrs).
+func (t *turn) attrs() map[string]any {
+	a := map[string]any{"messageId": t.assistant.ID}
+	if t.req.ClientRequestID != "" {
+		a["clientRequestId"] = t.req.ClientRequestID
+	}
+	if t.req.Kind == KindContinueMessage {
+		a["trigger"] = string(KindContinueMessage)
+	} else {
+		a["userMessageId"] = t.user.ID
+	}
+	return a
+}
+
+// writeTurn persists the turn's messages (or claims the continued one)
+// with the reservation of its run, in one transaction, before the run id
+// is revealed.
+func (s *Service) writeTurn(ctx context.Context, t *turn, runID string) error {
+	w := Turn{ChatID: t.chat.ID, Run: s.reservation(t, runID)}
+	if t.req.Kind == KindContinueMessage {
+		w.Claim = &Claim{MessageID: t.assistant.ID, FromRunID: t.assistant.RunID}
+		if err := s.chats.BeginTurn(ctx, w); err != nil {
+			return err
+		}
+		t.assistant.RunID, t.assistant.Status, t.assistant.Error = runID, StatusPending, ""
+		return nil
+	}
+	t.assistant.RunID, t.assistant.TurnRunID = runID, runID
+	w.ActiveLeafID = t.assistant.ID
+	w.Messages = []*Message{t.assistant}
+	if t.newUser {
+		t.user.RunID, t.user.TurnRunID = runID, runID
+		w.Messages = []*Message{t.user, t.assistant}
+	}
+	return s.chats.BeginTurn(ctx, w)
+}
+
+// execTurn executes (or, for a continue, resumes) the turn's run.
+func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runtime.EventSink) (*runtime.RunResult, error) {
+	if t.req.Kind != KindContinueMessage {
+		t.assistant.Status = StatusRunning
+		_ = s.chats.FinishMessage(ctx, t.assistant)
+	}
+	services := &nodes.Services{Scope: chatscope.New(t.graph, t.entries)}
+	if t.req.Kind == KindContinueMessage {
+		return s.engine.Resume(ctx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: runID, Graph: t.graph,
+			Kind: string(KindContinueMessage), Value: t.value, Values: t.values, Attrs: t.attrs(), Services: services, Sink: sink})
+	}
+	in, err := s.turnInput(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	return s.engine.Invoke(ctx, runtime.RunRequest{RunID: runID, ChatID: t.chat.ID, Plan: t.plan, Graph: t.graph,
+		EntryNodeIDs: t.entries, Input: in, Kind: string(t.req.Kind), Attrs: t.attrs(), Services: services, Sink: sink})
+}
+
+// turnInput builds the run input: the branch before the turn's user
+// message (oldest first), its content and the user's tools.
+func (s *Service) turnInput(ctx context.Context, t *turn) (any, error) {
+	msgs, err := s.chats.Messages(ctx, t.chat.ID)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*Message, len(msgs))
+	for _, m := range msgs {
+		byID[m.ID] = m
+	}
+	var hist []nodes.Message
+	for id, hops := t.user.ParentID, 0; id != "" && hops <= len(msgs); hops++ {
+		m := byID[id]
+		if m == nil {
+			break
+		}
+		if m.Role == RoleUser || (m.Role == RoleAssistant && m.Content != "") {
+			hist = append(hist, nodes.Message{Role: string(m.Role), Content: m.Content})
+		}
+		id = m.ParentID
+	}
+	slices.Reverse(hist)
+	return nodes.ChatInput{History: hist, Content: t.user.Content, UserTools: t.user.UserTools}.Value(), nil
+}
+
+// rollback deletes the messages and runs of the turns a rollback undid,
+// and re-parents this turn's user message onto what remains.
+func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
+	msgs, err := s.chats.Messages(ctx, t.chat.ID)
+	if err != nil {
+		s.log.Error("rollback: reading messages", "chat", t.chat.ID, "err", err)
+		return
+	}
+	undo := map[string]bool{}
+	for _, v := range victims {
+		undo[v] = true
+	}
+	byID := map[string]*Message{}
+	var del []string
+	gone := map[string]bool{}
+	for _, m := range msgs {
+		byID[m.ID] = m
+		if m.TurnRunID != "" && undo[m.TurnRunID] {
+			del = append(del, m.ID)
+			gone[m.ID] = true
+		}
+	}
+	if t.newUser {
+		p := t.user.ParentID
+		for hops := 0; gone[p] && hops <= len(msgs); hops++ {
+			p = byID[p].ParentID
+		}
+		if p != t.user.ParentID {
+			t.user.ParentID = p
+			if err := s.chats.UpdateMessage(ctx, t.user); err != nil {
+				s.log.Error("rollback: re-parenting", "message", t.user.ID, "err", err)
+			}
+		}
+	}
+	if err := s.chats.DeleteMessages(ctx, t.chat.ID, del, t.assistant.ID); err != nil {
+		s.log.Error("rollback: deleting messages", "chat", t.chat.ID, "err", err)
+	}
+	if ins, ok := s.runs.(runtime.Inspector); ok {
+		for _, v := range victims {
+			if err := ins.DeleteRun(ctx, v); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
+				s.log.Warn("rollback: deleting run", "run", v, "err", err)
+			}
+		}
+	}
+	s.log.Info("rolled back", "chat", t.chat.ID, "runs", victims, "messages", len(del))
+}
+
+// finishMessage writes the assistant message's final status and content
+// (unless a continue has taken the message over meanwhile).
+func (s *Service) finishMessage(ctx context.Context, m *Message, g *runtime.Graph, entries []string, res *runtime.RunResult, err error) {
+	if m == nil || m.ID == "" {
+		return
+	}
+	switch {
+	case res == nil:
+		m.Status, m.Error = StatusFailed, "the run's store failed"
+	default:
+		m.Status, m.Error = StatusOf(res.Status), ""
+		switch res.Status {
+		case runtime.RunFailed:
+			m.Error = errText(res.Err, "the run failed")
+		case runtime.RunCancelled:
+			code := runcontrol.Code(res.Err)
+			if code == "" {
+				code = "cancelled"
+			}
+			m.Error = code
+		}
+		if text, ok := answer(res, g, entries); ok {
+			m.Content = text
+		}
+	}
+	if err != nil && m.Error == "" {
+		m.Error = "the run's store failed"
+	}
+	if uerr := s.chats.FinishMessage(ctx, m); uerr != nil && !errors.Is(uerr, ErrNotFound) && !errors.Is(uerr, ErrConflict) {
+		s.log.Error("writing the assistant message", "message", m.ID, "err", uerr)
+	}
+}
+
+func errText(err error, def string) string {
+	if err == nil {
+		return def
+	}
+	var ne *runtime.NodeError
+	if errors.As(err, &ne) {
+		return fmt.Sprintf("node %s failed (%s): %v", ne.NodeID, ne.Code, ne.Err)
+	}
+	return err.Error()
+}
+
+// answer is the assistant text of a run: the chat_output nodes' messages
+// (in graph order, joined by blank lines), else the entry agent's answer.
+func answer(res *runtime.RunResult, g *runtime.Graph, entries []string) (string, bool) {
+	var parts []string
+	for _, n := range g.Nodes {
+		if n.Type != nodes.TypeChatOutput {
+			continue
+		}
+		if out, ok := res.Output(n.ID); ok {
+			parts = append(parts, nodes.AsMessage(out).Content)
+		}
+	}
+	if len(parts) > 0 {
+		return strings.Join(parts, "\n\n"), true
+	}
+	for _, id := range entries {
+		if n := findNode(g, id); n != nil && n.Type == nodes.TypeAgent {
+			if out, ok := res.Output(id); ok {
+				return nodes.AsMessage(out).Content, true
+			}
+		}
+	}
+	return "", false
+}
+
+// failRun ends a run that could not start (the engine refused it, the
+// chat queue failed, or its process died before it began) the way every
+// run ends: a run record (over its reservation) and a log of run_started
+// then run_failed, so its subscribers are never left waiting, and a
+// failed message. lr is nil when the run is not live here.
+func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRecord, cause error) {
+	// The message a client may read: never an internal error's text.
+	msg, code := "internal error", "start_failed"
+	var ge *runtime.GraphError
+	var ce *Error
+	switch {
+	case errors.As(cause, &ge):
+		code, msg = string(CodeInvalidGraph), ge.Error()
+	case errors.As(cause, &ce):
+		msg = ce.Message
+	case errors.Is(cause, errLost):
+		code, msg = "lost", cause.Error()
+	case errors.Is(cause, runtime.ErrUnknownEntry), errors.Is(cause, runtime.ErrRunNotResumable),
+		errors.Is(cause, runtime.ErrInterruptNotFound), errors.Is(cause, runtime.ErrRunNotFound),
+		errors.Is(cause, ErrNotFound):
+		msg = cause.Error()
+	}
+	s.log.Warn("run could not start", "run", base.ID, "chat", base.ChatID, "err", cause)
+	now := time.Now().UTC()
+	rec := *base
+	rec.Status, rec.Error, rec.LastSeq, rec.CreatedAt, rec.UpdatedAt = runtime.RunFailed, msg, 2, now, now
+	mid, _ := rec.Attrs["messageId"].(string)
+	started := &runtime.RunStartedData{Kind: rec.Kind, GraphID: rec.GraphID, PlanVersion: rec.PlanVersion,
+		EntryNodeIDs: orEmpty(rec.EntryNodeIDs), ActiveNodeIDs: []string{}, ParentRunID: rec.ParentID, Resumed: rec.ParentID != "",
+		Attrs: map[string]any{"messageId": mid}}
+	evs := []runtime.Event{
+		{Seq: 1, RunID: rec.ID, ChatID: rec.ChatID, Type: runtime.EventRunStarted, Time: now, Data: started},
+		{Seq: 2, RunID: rec.ID, ChatID: rec.ChatID, Type: runtime.EventRunFailed, Time: now,
+			Data: &runtime.RunFailedData{Error: msg, Code: code}},
+	}
+	if err := s.runs.CreateRun(ctx, &rec); err != nil {
+		// Someone else settled or started it: leave it to them.
+		s.log.Warn("recording a run that could not start", "run", rec.ID, "err", err)
+		return
+	}
+	if err := s.runs.AppendEvents(ctx, rec.ID, rec.Token, evs); err != nil {
+		s.log.Error("logging a run that could not start", "run", rec.ID, "err", err)
+	}
+	if mid != "" && rec.ChatID != "" {
+		m, err := s.chats.GetMessage(ctx, rec.ChatID, mid)
+		if err == nil && m.RunID == rec.ID {
+			m.Status, m.Error = StatusFailed, msg
+			_ = s.chats.FinishMessage(ctx, m)
+		}
+	}
+	if lr != nil {
+		for _, ev := range evs {
+			s.pub.RunEvent(lr, ev)
+		}
+	}
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
