@@ -132,7 +132,8 @@ func wrap(err error, format string, args ...any) error {
 
 // queries are the store's statements with the schema filled in.
 type queries struct {
-	createRun, getRun, updateRun, fence, exists       string
+	createRun, reserveRun, getRun, updateRun, fence   string
+	exists                                            string
 	saveCheckpoint, checkpoints, appendEvents, events string
 	lockRuns                                          string
 	claim, leaseState, renew, release, expired        string
@@ -171,6 +172,10 @@ func newQueries(ident string) queries {
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 ` + overReservation),
+		reserveRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+ON CONFLICT (id) DO NOTHING`),
 		getRun: r.Replace(`SELECT ` + runCols + ` FROM {s}.runs WHERE id = $1`),
 		updateRun: r.Replace(`UPDATE {s}.runs SET parent_id = $1, root_id = $2, chat_id = $3, graph_id = $4,
 	plan_version = $5, kind = $6, attrs = $7, entry_node_ids = $8, input = $9, options = $10, status = $11,
