@@ -43,7 +43,8 @@ type WriteBatch struct {
 	Release *Lease
 	// Create, when set, first inserts the run record with Lease as its
 	// first lease (Lease.Token = Create.Token): a batched run's creation
-	// joins the group commit. Only a BatchFinisher is handed it.
+	// joins the group commit. As CreateRun, it replaces a pending record
+	// and is ErrRunExists over any other. Only a BatchFinisher is handed it.
 	Create *RunRecord
 	Lease  *Lease
 }
@@ -57,7 +58,9 @@ type BatchFinisher interface {
 }
 
 // RunStarter is implemented by stores that create a run record and claim
-// its lease in one write (instead of CreateRun then ClaimRun).
+// its lease in one write (instead of CreateRun then ClaimRun). Like
+// CreateRun, CreateClaimed replaces a pending record (a reservation) and
+// fails with ErrRunExists over any other.
 type RunStarter interface {
 	CreateClaimed(ctx context.Context, r *RunRecord, owner string, ttl time.Duration) (Lease, error)
 }

@@ -147,7 +147,11 @@ type Checkpoint struct {
 // argument); a store rejects it with ErrFenced when the run's record holds
 // a newer one. Implementations are safe for concurrent use.
 type Store interface {
-	// CreateRun inserts a new record; ErrRunExists if the id is taken.
+	// CreateRun inserts a new record. A record in status RunPending is a
+	// reservation of its id (written, for example, in one transaction with
+	// an application's own rows before the run starts): CreateRun replaces
+	// it, every field and the lease (with none). Any other record with the
+	// id is ErrRunExists.
 	CreateRun(ctx context.Context, r *RunRecord) error
 	// GetRun returns a copy of the record; ErrRunNotFound if absent.
 	GetRun(ctx context.Context, id string) (*RunRecord, error)

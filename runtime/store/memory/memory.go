@@ -47,11 +47,13 @@ var (
 	_ runtime.EffectLedger = (*Store)(nil)
 )
 
-// CreateRun implements runtime.Store.
+// CreateRun implements runtime.Store. A pending record is a reservation:
+// CreateRun replaces it whole (with no lease); any other record with the
+// id is ErrRunExists.
 func (s *Store) CreateRun(_ context.Context, r *runtime.RunRecord) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.runs[r.ID]; ok {
+	if e, ok := s.runs[r.ID]; ok && e.rec.Status != runtime.RunPending {
 		return fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
 	}
 	s.runs[r.ID] = &entry{rec: *r, cps: map[string]*runtime.Checkpoint{}}

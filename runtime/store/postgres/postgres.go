@@ -132,7 +132,8 @@ func wrap(err error, format string, args ...any) error {
 
 // queries are the store's statements with the schema filled in.
 type queries struct {
-	createRun, getRun, updateRun, fence, exists       string
+	createRun, reserveRun, getRun, updateRun, fence   string
+	exists                                            string
 	saveCheckpoint, checkpoints, appendEvents, events string
 	lockRuns                                          string
 	claim, leaseState, renew, release, expired        string
@@ -147,10 +148,31 @@ const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, 
 const cpCols = `node_id, status, plan_version, inputs_hash, effect, output, summary, error, error_code, error_trace,
 	skip_reason, interrupt, resumes, attempt, attempt_id, replayed, started_at, updated_at, next_attempt_at, token`
 
+// overReservation ends the insert that creates a run: a pending record
+// with the id is a reservation, replaced whole (every column, the lease
+// with none); any other record stays and the insert changes no row
+// (ErrRunExists). Two creations racing over one reservation serialise on
+// its row: the second sees the first's status and changes nothing. A
+// reservation has no checkpoints or events (nothing writes a run before
+// it is created), so there are none to replace.
+const overReservation = `ON CONFLICT (id) DO UPDATE SET
+	parent_id = EXCLUDED.parent_id, root_id = EXCLUDED.root_id, chat_id = EXCLUDED.chat_id,
+	graph_id = EXCLUDED.graph_id, plan_version = EXCLUDED.plan_version, kind = EXCLUDED.kind,
+	attrs = EXCLUDED.attrs, entry_node_ids = EXCLUDED.entry_node_ids, input = EXCLUDED.input,
+	options = EXCLUDED.options, status = EXCLUDED.status, error = EXCLUDED.error,
+	interrupts = EXCLUDED.interrupts, answers = EXCLUDED.answers, last_seq = EXCLUDED.last_seq,
+	token = EXCLUDED.token, lease_owner = EXCLUDED.lease_owner, lease_expires_at = EXCLUDED.lease_expires_at,
+	created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at
+WHERE runs.status = 'pending'`
+
 func newQueries(ident string) queries {
 	r := strings.NewReplacer("{s}", ident)
 	return queries{
 		createRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+` + overReservation),
+		reserveRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 ON CONFLICT (id) DO NOTHING`),

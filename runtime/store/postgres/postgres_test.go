@@ -210,3 +210,49 @@ func BenchmarkAppendEvent(b *testing.B) { storetest.BenchAppendEvent(b, open) }
 func BenchmarkSaveCheckpoint(b *testing.B) { storetest.BenchSaveCheckpoint(b, open) }
 
 func BenchmarkWriteBatch(b *testing.B) { storetest.BenchWriteBatch(b, open) }
+
+// TestReserveRun: another store's transaction writes its own rows and a
+// run's reservation together; ReserveRun refuses an id that exists
+// (pending or not) and a record that is not pending, and the refusal
+// rolls the transaction back; the creation of the run then replaces the
+// reservation.
+func TestReserveRun(t *testing.T) {
+	t.Parallel()
+	st := openSchema(t, newSchema(t))
+	ctx := t.Context()
+	notes := st.Table("notes")
+	_, err := st.Pool().Exec(ctx, `CREATE TABLE `+notes+` (id text PRIMARY KEY, run_id text NOT NULL)`)
+	require.NoError(t, err)
+	reserve := func(noteID string, rec *runtime.RunRecord) error {
+		return pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+notes+` (id, run_id) VALUES ($1, $2)`, noteID, rec.ID); err != nil {
+				return err
+			}
+			return st.ReserveRun(ctx, tx, rec)
+		})
+	}
+	count := func() (n int) {
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM `+notes).Scan(&n))
+		return n
+	}
+	pending := func(id string) *runtime.RunRecord {
+		return &runtime.RunRecord{ID: id, RootID: id, GraphID: "g", Status: runtime.RunPending}
+	}
+
+	require.NoError(t, reserve("n1", pending("r1")))
+	got, err := st.GetRun(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunPending, got.Status)
+	require.Equal(t, 1, count())
+
+	require.ErrorIs(t, reserve("n2", pending("r1")), runtime.ErrRunExists, "a reservation is taken too")
+	require.Equal(t, 1, count(), "the refused transaction wrote nothing")
+	require.ErrorContains(t, reserve("n3", &runtime.RunRecord{ID: "r3", Status: runtime.RunRunning}), "a reservation is")
+	_, err = st.GetRun(ctx, "r3")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+
+	require.NoError(t, st.CreateRun(ctx, &runtime.RunRecord{ID: "r1", RootID: "r1", GraphID: "g", Status: runtime.RunRunning}),
+		"creating the run replaces its reservation")
+	require.ErrorIs(t, reserve("n4", pending("r1")), runtime.ErrRunExists)
+	require.Equal(t, `"`+st.Schema()+`".runs`, st.Table("runs"))
+}

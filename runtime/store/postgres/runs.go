@@ -42,7 +42,8 @@ func scanRun(row pgx.Row) (*runtime.RunRecord, error) {
 	return &r, nil
 }
 
-// CreateRun implements runtime.Store.
+// CreateRun implements runtime.Store. It replaces a pending record with
+// the id (a reservation, see ReserveRun); any other is ErrRunExists.
 func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 	args, err := runArgs(r)
 	if err != nil {

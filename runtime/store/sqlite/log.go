@@ -36,7 +36,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 
 // txQueries are the statements run inside write transactions; Open
 // prepares them (see stmts.in).
-var txQueries = []string{fenceQuery, saveCheckpointQuery, advanceQuery, insertEventQuery, putEffectQuery, getEffectQuery}
+var txQueries = []string{fenceQuery, saveCheckpointQuery, advanceQuery, insertEventQuery, putEffectQuery, getEffectQuery,
+	reserveRunQuery}
 
 // wrap prefixes err with the operation unless it is one of the sentinels
 // callers branch on, whose messages already say what happened.

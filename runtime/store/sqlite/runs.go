@@ -55,7 +55,24 @@ func scanRun(row scanner) (*runtime.RunRecord, error) {
 	return &r, nil
 }
 
-// CreateRun implements runtime.Store.
+// overReservation ends the inserts that create a run: a pending record
+// with the id is a reservation, replaced whole (every column: the lease
+// too — the insert's or none); any other record stays and the insert
+// changes no row (ErrRunExists). A reservation has no checkpoints or
+// events (nothing writes a run before it is created), so there are none
+// to replace.
+const overReservation = `ON CONFLICT (id) DO UPDATE SET
+	parent_id = excluded.parent_id, root_id = excluded.root_id, chat_id = excluded.chat_id,
+	graph_id = excluded.graph_id, plan_version = excluded.plan_version, kind = excluded.kind,
+	attrs = excluded.attrs, entry_node_ids = excluded.entry_node_ids, input = excluded.input,
+	options = excluded.options, status = excluded.status, error = excluded.error,
+	interrupts = excluded.interrupts, answers = excluded.answers, last_seq = excluded.last_seq,
+	token = excluded.token, lease_owner = excluded.lease_owner, lease_expires_at = excluded.lease_expires_at,
+	created_at = excluded.created_at, updated_at = excluded.updated_at
+WHERE runs.status = 'pending'`
+
+// CreateRun implements runtime.Store. It replaces a pending record with
+// the id (a reservation, see ReserveRun); any other is ErrRunExists.
 func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 	args, err := runArgs(r)
 	if err != nil {
@@ -66,7 +83,7 @@ func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 	res, err := s.ws.exec(ctx, `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO NOTHING`, args...)
+`+overReservation, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
 	}
@@ -129,7 +146,8 @@ func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord)
 }
 
 // CreateClaimed implements runtime.RunStarter: the record and its first
-// lease (token r.Token+1) in one insert.
+// lease (token r.Token+1) in one insert, which replaces a pending record
+// with the id (a reservation) as CreateRun does.
 func (s *Store) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
 	l := runtime.Lease{RunID: r.ID, Owner: owner, Token: r.Token + 1, ExpiresAt: fromMicros(micros(s.now().Add(ttl)))}
 	if err := s.createClaimed(ctx, nil, r, l); err != nil {
@@ -166,7 +184,7 @@ const createClaimedQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, g
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token,
 	lease_owner, lease_expires_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO NOTHING`
+` + overReservation
 
 const fenceQuery = `SELECT token, last_seq FROM runs WHERE id = ?`
 

@@ -65,6 +65,7 @@ type Store struct {
 	ws, rs *stmts
 	log    *slog.Logger
 	now    func() time.Time
+	busy   time.Duration // Config.BusyTimeout
 
 	closeOnce sync.Once
 	closeErr  error
@@ -103,7 +104,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if readConns <= 0 {
 		readConns = 4
 	}
-	s := &Store{path: cfg.Path, log: cfg.Logger, now: cfg.Now}
+	s := &Store{path: cfg.Path, log: cfg.Logger, now: cfg.Now, busy: busy}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -1,0 +1,408 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"chatgraph/chat"
+	"chatgraph/runtime"
+)
+
+// Store is the in-process chat.Store (lost on exit), beside the run store
+// it was opened with. Safe for concurrent use.
+type Store struct {
+	runs runtime.Store
+
+	mu       sync.RWMutex
+	graphs   map[string]*chat.Graph
+	versions map[string]int64 // last planVersion of every id ever used
+	history  map[string]map[int64]*chat.Graph
+	chats    map[string]*memChat
+	now      func() time.Time
+}
+
+type memChat struct {
+	chat  chat.Chat
+	msgs  []*chat.Message
+	index map[string]*chat.Message
+}
+
+var _ chat.Store = (*Store)(nil)
+
+// New returns an empty store whose turns reserve their runs in runs (not
+// nil; usually a runtime/store/memory store, but any runtime.Store does).
+func New(runs runtime.Store) *Store {
+	return &Store{runs: runs, graphs: map[string]*chat.Graph{}, versions: map[string]int64{},
+		history: map[string]map[int64]*chat.Graph{}, chats: map[string]*memChat{}, now: time.Now}
+}
+
+func copyGraph(g *chat.Graph) *chat.Graph {
+	c := *g
+	c.Body = append([]byte(nil), g.Body...)
+	return &c
+}
+
+func copyMsg(m *chat.Message) *chat.Message {
+	c := *m
+	c.UserTools = slices.Clone(m.UserTools)
+	return &c
+}
+
+// CreateGraph implements chat.Store.
+func (s *Store) CreateGraph(_ context.Context, g *chat.Graph) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.graphs[g.ID]; ok {
+		return fmt.Errorf("%w: graph %s exists", chat.ErrConflict, g.ID)
+	}
+	now := s.now().UTC()
+	g.PlanVersion = s.versions[g.ID] + 1
+	g.CreatedAt, g.UpdatedAt = now, now
+	s.versions[g.ID] = g.PlanVersion
+	s.graphs[g.ID] = copyGraph(g)
+	s.keep(g)
+	return nil
+}
+
+func (s *Store) keep(g *chat.Graph) {
+	if s.history[g.ID] == nil {
+		s.history[g.ID] = map[int64]*chat.Graph{}
+	}
+	s.history[g.ID][g.PlanVersion] = copyGraph(g)
+}
+
+// GetGraphVersion implements chat.Store.
+func (s *Store) GetGraphVersion(_ context.Context, id string, version int64) (*chat.Graph, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.history[id][version]
+	if !ok {
+		return nil, fmt.Errorf("%w: graph %s version %d", chat.ErrNotFound, id, version)
+	}
+	return copyGraph(g), nil
+}
+
+// GetGraph implements chat.Store.
+func (s *Store) GetGraph(_ context.Context, id string) (*chat.Graph, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	g, ok := s.graphs[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: graph %s", chat.ErrNotFound, id)
+	}
+	return copyGraph(g), nil
+}
+
+// ListGraphs implements chat.Store.
+func (s *Store) ListGraphs(_ context.Context) ([]*chat.Graph, error) {
+	s.mu.RLock()
+	out := make([]*chat.Graph, 0, len(s.graphs))
+	for _, g := range s.graphs {
+		out = append(out, copyGraph(g))
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
+			return out[i].UpdatedAt.After(out[j].UpdatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// UpdateGraph implements chat.Store.
+func (s *Store) UpdateGraph(_ context.Context, g *chat.Graph, ifVersion int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.graphs[g.ID]
+	if !ok {
+		return fmt.Errorf("%w: graph %s", chat.ErrNotFound, g.ID)
+	}
+	if ifVersion > 0 && old.PlanVersion != ifVersion {
+		return fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chat.ErrConflict, g.ID, old.PlanVersion, ifVersion)
+	}
+	g.PlanVersion = old.PlanVersion + 1
+	g.CreatedAt, g.UpdatedAt = old.CreatedAt, s.now().UTC()
+	s.versions[g.ID] = g.PlanVersion
+	s.graphs[g.ID] = copyGraph(g)
+	s.keep(g)
+	return nil
+}
+
+// DeleteGraph implements chat.Store.
+func (s *Store) DeleteGraph(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.graphs[id]; !ok {
+		return fmt.Errorf("%w: graph %s", chat.ErrNotFound, id)
+	}
+	delete(s.graphs, id)
+	return nil
+}
+
+// CreateChat implements chat.Store.
+func (s *Store) CreateChat(_ context.Context, c *chat.Chat) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.chats[c.ID]; ok {
+		return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
+	}
+	now := s.now().UTC()
+	c.CreatedAt, c.UpdatedAt = now, now
+	s.chats[c.ID] = &memChat{chat: *c, index: map[string]*chat.Message{}}
+	return nil
+}
+
+func (s *Store) chat(id string) (*memChat, error) {
+	c, ok := s.chats[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
+	}
+	return c, nil
+}
+
+// GetChat implements chat.Store.
+func (s *Store) GetChat(_ context.Context, id string) (*chat.Chat, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, err := s.chat(id)
+	if err != nil {
+		return nil, err
+	}
+	cc := c.chat
+	return &cc, nil
+}
+
+// ListChats implements chat.Store.
+func (s *Store) ListChats(_ context.Context, graphID string) ([]*chat.Chat, error) {
+	s.mu.RLock()
+	var out []*chat.Chat
+	for _, c := range s.chats {
+		if graphID == "" || c.chat.GraphID == graphID {
+			cc := c.chat
+			out = append(out, &cc)
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// DeleteChat implements chat.Store.
+func (s *Store) DeleteChat(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.chat(id); err != nil {
+		return err
+	}
+	delete(s.chats, id)
+	return nil
+}
+
+// BeginTurn implements chat.Store. Under the store's lock it checks the
+// whole turn, reserves the run (runs.CreateRun of the pending record,
+// after checking the id is free: CreateRun would replace another
+// reservation) and only then applies the messages, so a refused turn
+// leaves nothing. Writers of the run store other than this chat store
+// are not under the lock: one creating the same run id between the check
+// and the reservation is not detected — in one process, run ids are
+// unique and only a turn reserves them.
+func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
+	if err := checkRun(t.Run); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.chat(t.ChatID)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, m := range t.Messages {
+		if _, ok := c.index[m.ID]; ok || seen[m.ID] {
+			return fmt.Errorf("%w: message %s exists", chat.ErrConflict, m.ID)
+		}
+		seen[m.ID] = true
+	}
+	var claimed *chat.Message
+	if t.Claim != nil {
+		m, ok := c.index[t.Claim.MessageID]
+		if !ok {
+			return fmt.Errorf("%w: message %s", chat.ErrNotFound, t.Claim.MessageID)
+		}
+		if m.RunID != t.Claim.FromRunID {
+			return fmt.Errorf("%w: message %s belongs to run %s, not %s", chat.ErrConflict, m.ID, m.RunID, t.Claim.FromRunID)
+		}
+		claimed = m
+	}
+	switch _, err := s.runs.GetRun(ctx, t.Run.ID); {
+	case err == nil:
+		return runTaken(t.Run.ID)
+	case !errors.Is(err, runtime.ErrRunNotFound):
+		return fmt.Errorf("chat memory store: reserve run %s: %w", t.Run.ID, err)
+	}
+	if err := s.runs.CreateRun(ctx, t.Run); errors.Is(err, runtime.ErrRunExists) {
+		return runTaken(t.Run.ID)
+	} else if err != nil {
+		return fmt.Errorf("chat memory store: reserve run %s: %w", t.Run.ID, err)
+	}
+
+	now := s.now().UTC()
+	for _, m := range t.Messages {
+		m.ChatID = t.ChatID
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = now
+		}
+		m.UpdatedAt = now
+		cm := copyMsg(m)
+		c.msgs = append(c.msgs, cm)
+		c.index[m.ID] = cm
+	}
+	if claimed != nil {
+		claimed.RunID, claimed.Status, claimed.Error, claimed.UpdatedAt = t.Run.ID, chat.StatusPending, "", now
+	}
+	if t.ActiveLeafID != "" {
+		c.chat.ActiveLeafID = t.ActiveLeafID
+	}
+	c.chat.UpdatedAt = now
+	return nil
+}
+
+// checkRun refuses a turn without a reservation.
+func checkRun(r *runtime.RunRecord) error {
+	if r == nil {
+		return errors.New("chat memory store: a turn needs its run's reservation (Turn.Run)")
+	}
+	if r.Status != runtime.RunPending {
+		return fmt.Errorf("chat memory store: reservation of run %s is %q, not %q", r.ID, r.Status, runtime.RunPending)
+	}
+	return nil
+}
+
+func runTaken(id string) error {
+	return fmt.Errorf("%w: run %s: %w", chat.ErrConflict, id, runtime.ErrRunExists)
+}
+
+// UpdateMessage implements chat.Store.
+func (s *Store) UpdateMessage(_ context.Context, m *chat.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, err := s.message(m.ChatID, m.ID)
+	if err != nil {
+		return err
+	}
+	old.Content, old.Status, old.RunID, old.Error, old.ParentID = m.Content, m.Status, m.RunID, m.Error, m.ParentID
+	old.UpdatedAt = s.now().UTC()
+	m.UpdatedAt = old.UpdatedAt
+	return nil
+}
+
+// FinishMessage implements chat.Store.
+func (s *Store) FinishMessage(_ context.Context, m *chat.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, err := s.message(m.ChatID, m.ID)
+	if err != nil {
+		return err
+	}
+	if old.RunID != m.RunID {
+		return fmt.Errorf("%w: message %s belongs to run %s, not %s", chat.ErrConflict, m.ID, old.RunID, m.RunID)
+	}
+	old.Content, old.Status, old.Error = m.Content, m.Status, m.Error
+	old.UpdatedAt = s.now().UTC()
+	m.UpdatedAt = old.UpdatedAt
+	return nil
+}
+
+// message returns the stored message (under s.mu).
+func (s *Store) message(chatID, id string) (*chat.Message, error) {
+	c, err := s.chat(chatID)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := c.index[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: message %s", chat.ErrNotFound, id)
+	}
+	return m, nil
+}
+
+// GetMessage implements chat.Store.
+func (s *Store) GetMessage(_ context.Context, chatID, id string) (*chat.Message, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	m, err := s.message(chatID, id)
+	if err != nil {
+		return nil, err
+	}
+	return copyMsg(m), nil
+}
+
+// Messages implements chat.Store.
+func (s *Store) Messages(_ context.Context, chatID string) ([]*chat.Message, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, err := s.chat(chatID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*chat.Message, len(c.msgs))
+	for i, m := range c.msgs {
+		out[i] = copyMsg(m)
+	}
+	return out, nil
+}
+
+// DeleteMessages implements chat.Store.
+func (s *Store) DeleteMessages(_ context.Context, chatID string, ids []string, activeLeafID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.chat(chatID)
+	if err != nil {
+		return err
+	}
+	del := map[string]bool{}
+	for _, id := range ids {
+		del[id] = true
+		delete(c.index, id)
+	}
+	c.msgs = slices.DeleteFunc(c.msgs, func(m *chat.Message) bool { return del[m.ID] })
+	if activeLeafID != "" {
+		c.chat.ActiveLeafID = activeLeafID
+	}
+	c.chat.UpdatedAt = s.now().UTC()
+	return nil
+}
+
+// SetActiveLeaf implements chat.Store.
+func (s *Store) SetActiveLeaf(_ context.Context, chatID, msgID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.chat(chatID)
+	if err != nil {
+		return err
+	}
+	if _, ok := c.index[msgID]; !ok && msgID != "" {
+		return fmt.Errorf("%w: message %s", chat.ErrNotFound, msgID)
+	}
+	c.chat.ActiveLeafID = msgID
+	c.chat.UpdatedAt = s.now().UTC()
+	return nil
+}
+
+// Ping implements chat.Store: the memory store is always reachable.
+func (s *Store) Ping(context.Context) error { return nil }
+
+// Close implements chat.Store. It holds nothing and leaves the run store
+// open.
+func (s *Store) Close() error { return nil }

@@ -1,0 +1,563 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/chat"
+	"chatgraph/runtime"
+)
+
+// Open returns a fresh, empty chat store and the run store it was opened
+// with (same database), and registers their cleanup with t.Cleanup.
+type Open func(t *testing.T) (chat.Store, runtime.Store)
+
+// Option tunes Run.
+type Option func(*suite)
+
+// Durable tells the suite how to open a second chat store, with its own
+// run store, on the database cs and runs use — what another process, or
+// the same process after a restart, would see. reopen must leave cs and
+// runs usable and register the new stores' cleanup. It enables the
+// restart test and races between two instances; without it the races
+// run goroutines on one instance.
+func Durable(reopen func(t *testing.T, cs chat.Store, runs runtime.Store) (chat.Store, runtime.Store)) Option {
+	return func(s *suite) { s.reopen = reopen }
+}
+
+type suite struct {
+	open   Open
+	reopen func(t *testing.T, cs chat.Store, runs runtime.Store) (chat.Store, runtime.Store)
+}
+
+// Run runs the conformance suite against the stores open returns.
+// Subtests are parallel.
+func Run(t *testing.T, open Open, opts ...Option) {
+	s := &suite{open: open}
+	for _, o := range opts {
+		o(s)
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"Graphs", s.testGraphs},
+		{"ChatsAndMessageTrees", s.testChats},
+		{"BeginTurnWritesMessagesAndReservation", s.testBeginTurn},
+		{"BeginTurnRefusedWritesNothing", s.testBeginTurnAtomic},
+		{"BeginTurnClaim", s.testClaim},
+		{"ClaimRace", s.testClaimRace},
+		{"FinishMessageComparesRun", s.testFinishMessage},
+		{"UpdateMessage", s.testUpdateMessage},
+		{"CloseKeepsRunStore", s.testClose},
+		{"ReopenKeepsData", s.testReopen},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+// second returns another pair of stores on the same database when the
+// stores are durable, else the same ones.
+func (s *suite) second(t *testing.T, cs chat.Store, runs runtime.Store) (chat.Store, runtime.Store) {
+	if s.reopen == nil {
+		return cs, runs
+	}
+	return s.reopen(t, cs, runs)
+}
+
+// reservation is a run's pending record as a chat call writes it.
+func reservation(id, chatID string) *runtime.RunRecord {
+	now := time.Now()
+	return &runtime.RunRecord{ID: id, RootID: id, ChatID: chatID, GraphID: "g1", PlanVersion: 2, Kind: "stream_chat",
+		Attrs: map[string]any{"messageId": "a-" + id}, EntryNodeIDs: []string{"start"}, Input: map[string]any{"text": "hi"},
+		Status: runtime.RunPending, CreatedAt: now, UpdatedAt: now}
+}
+
+func newChat(t *testing.T, cs chat.Store, id string) {
+	t.Helper()
+	require.NoError(t, cs.CreateChat(t.Context(), &chat.Chat{ID: id, GraphID: "g1"}))
+}
+
+// turn begins a turn of chatID writing a user message and its pending
+// answer (ids u-<run>, a-<run>) under run runID, the answer becoming the
+// active leaf.
+func turn(t *testing.T, cs chat.Store, chatID, parentID, runID string) (*chat.Message, *chat.Message) {
+	t.Helper()
+	u := &chat.Message{ID: "u-" + runID, ParentID: parentID, Role: chat.RoleUser, Content: "hi", RunID: runID,
+		TurnRunID: runID, Status: chat.StatusCompleted}
+	a := &chat.Message{ID: "a-" + runID, ParentID: u.ID, Role: chat.RoleAssistant, RunID: runID, TurnRunID: runID,
+		Status: chat.StatusPending}
+	require.NoError(t, cs.BeginTurn(t.Context(), chat.Turn{ChatID: chatID, ActiveLeafID: a.ID,
+		Messages: []*chat.Message{u, a}, Run: reservation(runID, chatID)}))
+	return u, a
+}
+
+func getMessage(t *testing.T, cs chat.Store, chatID, id string) *chat.Message {
+	t.Helper()
+	m, err := cs.GetMessage(t.Context(), chatID, id)
+	require.NoError(t, err)
+	return m
+}
+
+func messageIDs(t *testing.T, cs chat.Store, chatID string) []string {
+	t.Helper()
+	msgs, err := cs.Messages(t.Context(), chatID)
+	require.NoError(t, err)
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+func requireNoRun(t *testing.T, runs runtime.Store, id string) {
+	t.Helper()
+	_, err := runs.GetRun(t.Context(), id)
+	require.ErrorIs(t, err, runtime.ErrRunNotFound, "run %s was not reserved", id)
+}
+
+func (s *suite) testGraphs(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	g := &chat.Graph{ID: "g1", Name: "one", Body: json.RawMessage(`{"id":"g1","nodes":[]}`)}
+	require.NoError(t, cs.CreateGraph(ctx, g))
+	require.EqualValues(t, 1, g.PlanVersion)
+	require.False(t, g.CreatedAt.IsZero())
+	require.ErrorIs(t, cs.CreateGraph(ctx, &chat.Graph{ID: "g1", Body: json.RawMessage(`{}`)}), chat.ErrConflict)
+	got, err := cs.GetGraph(ctx, "g1")
+	require.NoError(t, err)
+	require.Equal(t, "one", got.Name)
+	require.JSONEq(t, `{"id":"g1","nodes":[]}`, string(got.Body))
+
+	g2 := &chat.Graph{ID: "g1", Name: "two", Body: json.RawMessage(`{"x":2}`)}
+	require.NoError(t, cs.UpdateGraph(ctx, g2, 0))
+	require.EqualValues(t, 2, g2.PlanVersion)
+	require.ErrorIs(t, cs.UpdateGraph(ctx, &chat.Graph{ID: "g1", Body: json.RawMessage(`{}`)}, 1), chat.ErrConflict)
+	require.NoError(t, cs.UpdateGraph(ctx, &chat.Graph{ID: "g1", Name: "three", Body: json.RawMessage(`{}`)}, 2))
+	got, err = cs.GetGraph(ctx, "g1")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, got.PlanVersion)
+	require.Equal(t, "three", got.Name)
+
+	v1, err := cs.GetGraphVersion(ctx, "g1", 1)
+	require.NoError(t, err)
+	require.Equal(t, "one", v1.Name)
+	require.JSONEq(t, `{"id":"g1","nodes":[]}`, string(v1.Body))
+	_, err = cs.GetGraphVersion(ctx, "g1", 9)
+	require.ErrorIs(t, err, chat.ErrNotFound)
+
+	require.ErrorIs(t, cs.UpdateGraph(ctx, &chat.Graph{ID: "nope", Body: json.RawMessage(`{}`)}, 0), chat.ErrNotFound)
+	_, err = cs.GetGraph(ctx, "nope")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+
+	require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: "g2", Body: json.RawMessage(`{}`)}))
+	list, err := cs.ListGraphs(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, "g2", list[0].ID, "most recently updated first")
+
+	require.NoError(t, cs.DeleteGraph(ctx, "g1"))
+	require.ErrorIs(t, cs.DeleteGraph(ctx, "g1"), chat.ErrNotFound)
+	_, err = cs.GetGraph(ctx, "g1")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	_, err = cs.GetGraphVersion(ctx, "g1", 3)
+	require.NoError(t, err, "old versions outlive a delete")
+	// A re-created id continues its versions: cached plans never apply.
+	g3 := &chat.Graph{ID: "g1", Body: json.RawMessage(`{}`)}
+	require.NoError(t, cs.CreateGraph(ctx, g3))
+	require.EqualValues(t, 4, g3.PlanVersion)
+}
+
+func (s *suite) testChats(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	c := &chat.Chat{ID: "c1", GraphID: "g1", Title: "first"}
+	require.NoError(t, cs.CreateChat(ctx, c))
+	require.ErrorIs(t, cs.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1"}), chat.ErrConflict)
+	require.False(t, c.CreatedAt.IsZero())
+
+	u1, a1 := turn(t, cs, "c1", "", "r1")
+	got, err := cs.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, a1.ID, got.ActiveLeafID)
+	require.Equal(t, "first", got.Title)
+
+	// A sibling answer (retry) never overwrites.
+	a2 := &chat.Message{ID: "a2", ParentID: u1.ID, Role: chat.RoleAssistant, RunID: "r9", TurnRunID: "r9", Status: chat.StatusPending}
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: "a2", Messages: []*chat.Message{a2},
+		Run: reservation("r9", "c1")}))
+	require.Equal(t, []string{u1.ID, a1.ID, "a2"}, messageIDs(t, cs, "c1"), "creation order")
+
+	require.NoError(t, cs.SetActiveLeaf(ctx, "c1", a1.ID))
+	got, err = cs.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, a1.ID, got.ActiveLeafID)
+	require.ErrorIs(t, cs.SetActiveLeaf(ctx, "c1", "zz"), chat.ErrNotFound)
+	require.ErrorIs(t, cs.SetActiveLeaf(ctx, "nope", a1.ID), chat.ErrNotFound)
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{"a2"}, a1.ID))
+	require.Equal(t, []string{u1.ID, a1.ID}, messageIDs(t, cs, "c1"))
+	_, err = cs.GetMessage(ctx, "c1", "a2")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c2", GraphID: "g2"}))
+	list, err := cs.ListChats(ctx, "g1")
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	list, err = cs.ListChats(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+
+	require.NoError(t, cs.DeleteChat(ctx, "c1"))
+	require.ErrorIs(t, cs.DeleteChat(ctx, "c1"), chat.ErrNotFound)
+	_, err = cs.GetChat(ctx, "c1")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	_, err = cs.Messages(ctx, "c1")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	_, err = cs.GetMessage(ctx, "c1", u1.ID)
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	// A chat re-created with the id starts empty.
+	newChat(t, cs, "c1")
+	require.Empty(t, messageIDs(t, cs, "c1"))
+	require.NoError(t, cs.Ping(ctx))
+}
+
+// testBeginTurn: a turn's messages and its run's reservation are both
+// there afterwards; the engine's creation of the run then replaces the
+// reservation.
+func (s *suite) testBeginTurn(t *testing.T) {
+	cs, runs := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	created := time.Date(2026, 11, 22, 10, 30, 0, 0, time.UTC)
+	u := &chat.Message{ID: "u1", Role: chat.RoleUser, Content: "hello", RunID: "r1", TurnRunID: "r1",
+		Status: chat.StatusCompleted, UserTools: []string{"calculator", "search"}, CreatedAt: created}
+	a := &chat.Message{ID: "a1", ParentID: "u1", Role: chat.RoleAssistant, RunID: "r1", TurnRunID: "r1",
+		Status: chat.StatusPending, AgentNodeID: "agent-1"}
+	res := reservation("r1", "c1")
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: "a1", Messages: []*chat.Message{u, a}, Run: res}))
+	require.Equal(t, "c1", a.ChatID)
+	require.False(t, a.CreatedAt.IsZero())
+
+	got := getMessage(t, cs, "c1", "u1")
+	require.Equal(t, chat.RoleUser, got.Role)
+	require.Equal(t, "hello", got.Content)
+	require.Equal(t, []string{"calculator", "search"}, got.UserTools)
+	require.Equal(t, chat.StatusCompleted, got.Status)
+	require.True(t, created.Equal(got.CreatedAt), "a given CreatedAt is kept: %s", got.CreatedAt)
+	got = getMessage(t, cs, "c1", "a1")
+	require.Equal(t, "c1", got.ChatID)
+	require.Equal(t, "u1", got.ParentID)
+	require.Equal(t, chat.RoleAssistant, got.Role)
+	require.Equal(t, "r1", got.RunID)
+	require.Equal(t, "r1", got.TurnRunID)
+	require.Equal(t, "agent-1", got.AgentNodeID)
+	require.Equal(t, chat.StatusPending, got.Status)
+	require.Empty(t, got.UserTools)
+	c, err := cs.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, "a1", c.ActiveLeafID)
+
+	rec, err := runs.GetRun(ctx, "r1")
+	require.NoError(t, err, "the reservation is in the run store")
+	require.Equal(t, runtime.RunPending, rec.Status)
+	require.Equal(t, "c1", rec.ChatID)
+	require.Equal(t, "g1", rec.GraphID)
+	require.EqualValues(t, 2, rec.PlanVersion)
+	require.Equal(t, "a-r1", rec.Attrs["messageId"])
+
+	// The engine creates the run over its reservation.
+	run := *res
+	run.Status = runtime.RunRunning
+	require.NoError(t, runs.CreateRun(ctx, &run))
+	rec, err = runs.GetRun(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunRunning, rec.Status)
+
+	// A turn with no new message (a bare reservation) and one leaving the
+	// active leaf alone.
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Run: reservation("r2", "c1")}))
+	c, err = cs.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, "a1", c.ActiveLeafID)
+	_, err = runs.GetRun(ctx, "r2")
+	require.NoError(t, err)
+}
+
+// testBeginTurnAtomic: every way a turn is refused leaves nothing of it —
+// no message, no claim, no reservation, the chat's active leaf as it was.
+func (s *suite) testBeginTurnAtomic(t *testing.T) {
+	cs, runs := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	_, a1 := turn(t, cs, "c1", "", "r1")
+	require.NoError(t, runs.CreateRun(ctx, &runtime.RunRecord{ID: "taken", RootID: "taken", GraphID: "g1", Status: runtime.RunRunning}))
+	before := messageIDs(t, cs, "c1")
+
+	msgs := func(ids ...string) []*chat.Message {
+		out := make([]*chat.Message, len(ids))
+		for i, id := range ids {
+			out[i] = &chat.Message{ID: id, ParentID: a1.ID, Role: chat.RoleUser, Content: "x", Status: chat.StatusCompleted}
+		}
+		return out
+	}
+	running := reservation("x-running", "c1")
+	running.Status = runtime.RunRunning
+	for _, tc := range []struct {
+		name string
+		turn chat.Turn
+		is   []error // errors.Is targets; none: any error
+	}{
+		{"run id taken by a run", chat.Turn{ChatID: "c1", ActiveLeafID: "x1", Messages: msgs("x1", "x2"),
+			Run: reservation("taken", "c1")}, []error{chat.ErrConflict, runtime.ErrRunExists}},
+		{"run id taken by a reservation", chat.Turn{ChatID: "c1", ActiveLeafID: "x1", Messages: msgs("x1"),
+			Run: reservation("r1", "c1")}, []error{chat.ErrConflict, runtime.ErrRunExists}},
+		{"message id taken", chat.Turn{ChatID: "c1", ActiveLeafID: "x1", Messages: msgs("x1", a1.ID),
+			Run: reservation("x-msg", "c1")}, []error{chat.ErrConflict}},
+		{"message id twice", chat.Turn{ChatID: "c1", ActiveLeafID: "x1", Messages: msgs("x1", "x1"),
+			Run: reservation("x-twice", "c1")}, []error{chat.ErrConflict}},
+		{"claim lost", chat.Turn{ChatID: "c1", ActiveLeafID: "x1", Messages: msgs("x1"),
+			Claim: &chat.Claim{MessageID: a1.ID, FromRunID: "r0"}, Run: reservation("x-claim", "c1")}, []error{chat.ErrConflict}},
+		{"claimed message absent", chat.Turn{ChatID: "c1", ActiveLeafID: "x1", Messages: msgs("x1"),
+			Claim: &chat.Claim{MessageID: "zz", FromRunID: "r1"}, Run: reservation("x-absent", "c1")}, []error{chat.ErrNotFound}},
+		{"claim and run id taken", chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a1.ID, FromRunID: "r1"},
+			Run: reservation("taken", "c1")}, []error{chat.ErrConflict, runtime.ErrRunExists}},
+		{"chat absent", chat.Turn{ChatID: "nope", Messages: msgs("x1"), Run: reservation("x-chat", "nope")},
+			[]error{chat.ErrNotFound}},
+		{"no reservation", chat.Turn{ChatID: "c1", Messages: msgs("x1")}, nil},
+		{"reservation not pending", chat.Turn{ChatID: "c1", Messages: msgs("x1"), Run: running}, nil},
+	} {
+		err := cs.BeginTurn(ctx, tc.turn)
+		require.Error(t, err, tc.name)
+		for _, target := range tc.is {
+			require.ErrorIs(t, err, target, tc.name)
+		}
+		require.Equal(t, before, messageIDs(t, cs, "c1"), "%s: no message written", tc.name)
+		m := getMessage(t, cs, "c1", a1.ID)
+		require.Equal(t, "r1", m.RunID, "%s: no claim", tc.name)
+		require.Equal(t, chat.StatusPending, m.Status, "%s: no claim", tc.name)
+		c, err := cs.GetChat(ctx, "c1")
+		require.NoError(t, err)
+		require.Equal(t, a1.ID, c.ActiveLeafID, "%s: active leaf unchanged", tc.name)
+		if tc.turn.Run != nil && tc.turn.Run.ID != "taken" && tc.turn.Run.ID != "r1" {
+			requireNoRun(t, runs, tc.turn.Run.ID)
+		}
+	}
+	rec, err := runs.GetRun(ctx, "taken")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunRunning, rec.Status, "the run holding the id is untouched")
+}
+
+// testClaim: a continue takes an assistant message over from the run that
+// wrote it: pending again, no error, under the new run, whose
+// reservation the same transaction writes.
+func (s *suite) testClaim(t *testing.T) {
+	cs, runs := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	_, a1 := turn(t, cs, "c1", "", "r1")
+	a1.Content, a1.Status, a1.Error = "half an answer", chat.StatusInterrupted, "waiting for approval"
+	require.NoError(t, cs.FinishMessage(ctx, a1))
+
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a1.ID, FromRunID: "r1"},
+		Run: reservation("r2", "c1")}))
+	m := getMessage(t, cs, "c1", a1.ID)
+	require.Equal(t, "r2", m.RunID)
+	require.Equal(t, chat.StatusPending, m.Status)
+	require.Empty(t, m.Error)
+	require.Equal(t, "half an answer", m.Content, "the content stays for the continue to extend")
+	require.Equal(t, "r1", m.TurnRunID, "the turn that created it does not change")
+	rec, err := runs.GetRun(ctx, "r2")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunPending, rec.Status)
+
+	// From the old run again: lost.
+	err = cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a1.ID, FromRunID: "r1"}, Run: reservation("r3", "c1")})
+	require.ErrorIs(t, err, chat.ErrConflict)
+	requireNoRun(t, runs, "r3")
+	// Absent chat or message.
+	err = cs.BeginTurn(ctx, chat.Turn{ChatID: "nope", Claim: &chat.Claim{MessageID: a1.ID, FromRunID: "r2"}, Run: reservation("r4", "nope")})
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	err = cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: "zz", FromRunID: "r2"}, Run: reservation("r4", "c1")})
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	requireNoRun(t, runs, "r4")
+
+	// A claim with new messages (an edit that continues) writes both.
+	x := &chat.Message{ID: "x1", ParentID: a1.ID, Role: chat.RoleUser, Content: "go on", Status: chat.StatusCompleted}
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: "x1", Messages: []*chat.Message{x},
+		Claim: &chat.Claim{MessageID: a1.ID, FromRunID: "r2"}, Run: reservation("r5", "c1")}))
+	require.Equal(t, "r5", getMessage(t, cs, "c1", a1.ID).RunID)
+	require.Equal(t, "go on", getMessage(t, cs, "c1", "x1").Content)
+}
+
+// testClaimRace: continues racing from one run — over two instances when
+// the stores are durable — exactly one wins, five times; the losers
+// reserve nothing.
+func (s *suite) testClaimRace(t *testing.T) {
+	cs, runs := s.open(t)
+	cs2, runs2 := s.second(t, cs, runs)
+	stores := []chat.Store{cs, cs2}
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	_, a1 := turn(t, cs, "c1", "", "r0")
+	from := "r0"
+	for round := range 5 {
+		const n = 6
+		start := make(chan struct{})
+		var errs [n]error
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				errs[i] = stores[i%2].BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a1.ID, FromRunID: from},
+					Run: reservation(fmt.Sprintf("r%d-%d", round+1, i), "c1")})
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			if err == nil {
+				require.Equal(t, -1, winner, "round %d: claims %d and %d both won", round, winner, i)
+				winner = i
+				continue
+			}
+			require.ErrorIs(t, err, chat.ErrConflict, "round %d", round)
+		}
+		require.NotEqual(t, -1, winner, "round %d: no claim won", round)
+		won := fmt.Sprintf("r%d-%d", round+1, winner)
+		m := getMessage(t, cs2, "c1", a1.ID)
+		require.Equal(t, won, m.RunID, "round %d", round)
+		require.Equal(t, chat.StatusPending, m.Status)
+		for i := range n {
+			id := fmt.Sprintf("r%d-%d", round+1, i)
+			if i == winner {
+				_, err := runs2.GetRun(ctx, id)
+				require.NoError(t, err, "round %d: the winner's reservation", round)
+				continue
+			}
+			requireNoRun(t, runs, id)
+		}
+		from = won
+	}
+}
+
+// testFinishMessage: a run settles its message only while the message is
+// still its own.
+func (s *suite) testFinishMessage(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	u1, a1 := turn(t, cs, "c1", "", "r1")
+
+	fin := &chat.Message{ID: a1.ID, ChatID: "c1", RunID: "r1", Content: "the answer", Status: chat.StatusFailed,
+		Error: "model timed out", ParentID: "ignored"}
+	require.NoError(t, cs.FinishMessage(ctx, fin))
+	require.False(t, fin.UpdatedAt.IsZero())
+	m := getMessage(t, cs, "c1", a1.ID)
+	require.Equal(t, "the answer", m.Content)
+	require.Equal(t, chat.StatusFailed, m.Status)
+	require.Equal(t, "model timed out", m.Error)
+	require.Equal(t, u1.ID, m.ParentID, "FinishMessage writes content, status and error only")
+	require.Equal(t, "r1", m.RunID)
+
+	// Another run's result is refused.
+	other := &chat.Message{ID: a1.ID, ChatID: "c1", RunID: "r0", Content: "stale", Status: chat.StatusCompleted}
+	require.ErrorIs(t, cs.FinishMessage(ctx, other), chat.ErrConflict)
+	require.Equal(t, "the answer", getMessage(t, cs, "c1", a1.ID).Content)
+
+	// After a continue took the message over, the old run is refused and
+	// the new one settles it.
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a1.ID, FromRunID: "r1"},
+		Run: reservation("r2", "c1")}))
+	late := &chat.Message{ID: a1.ID, ChatID: "c1", RunID: "r1", Content: "late", Status: chat.StatusCancelled}
+	require.ErrorIs(t, cs.FinishMessage(ctx, late), chat.ErrConflict)
+	m = getMessage(t, cs, "c1", a1.ID)
+	require.Equal(t, chat.StatusPending, m.Status)
+	require.Equal(t, "the answer", m.Content)
+	require.NoError(t, cs.FinishMessage(ctx, &chat.Message{ID: a1.ID, ChatID: "c1", RunID: "r2", Content: "the whole answer",
+		Status: chat.StatusCompleted}))
+	m = getMessage(t, cs, "c1", a1.ID)
+	require.Equal(t, chat.StatusCompleted, m.Status)
+	require.Equal(t, "the whole answer", m.Content)
+	require.Empty(t, m.Error)
+
+	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: "zz", ChatID: "c1", RunID: "r2"}), chat.ErrNotFound)
+	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: a1.ID, ChatID: "nope", RunID: "r2"}), chat.ErrNotFound)
+}
+
+func (s *suite) testUpdateMessage(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	u1, a1 := turn(t, cs, "c1", "", "r1")
+	up := &chat.Message{ID: a1.ID, ChatID: "c1", ParentID: "elsewhere", Content: "echo: hi", Status: chat.StatusInterrupted,
+		RunID: "r7", Error: "paused", Role: chat.RoleUser, TurnRunID: "r9", AgentNodeID: "other"}
+	require.NoError(t, cs.UpdateMessage(ctx, up))
+	require.False(t, up.UpdatedAt.IsZero())
+	m := getMessage(t, cs, "c1", a1.ID)
+	require.Equal(t, "elsewhere", m.ParentID)
+	require.Equal(t, "echo: hi", m.Content)
+	require.Equal(t, chat.StatusInterrupted, m.Status)
+	require.Equal(t, "r7", m.RunID)
+	require.Equal(t, "paused", m.Error)
+	require.Equal(t, chat.RoleAssistant, m.Role, "the role is not UpdateMessage's")
+	require.Equal(t, "r1", m.TurnRunID, "the turn run id never changes")
+	require.Empty(t, m.AgentNodeID, "the agent is not UpdateMessage's")
+	require.Equal(t, []string{u1.ID, a1.ID}, messageIDs(t, cs, "c1"), "an update keeps the order")
+	require.ErrorIs(t, cs.UpdateMessage(ctx, &chat.Message{ID: "zz", ChatID: "c1"}), chat.ErrNotFound)
+	require.ErrorIs(t, cs.UpdateMessage(ctx, &chat.Message{ID: a1.ID, ChatID: "nope"}), chat.ErrNotFound)
+}
+
+// testClose: closing a chat store leaves its run store open.
+func (s *suite) testClose(t *testing.T) {
+	cs, runs := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	turn(t, cs, "c1", "", "r1")
+	require.NoError(t, cs.Close())
+	require.NoError(t, cs.Close(), "Close twice")
+	rec, err := runs.GetRun(ctx, "r1")
+	require.NoError(t, err)
+	run := *rec
+	run.Status = runtime.RunRunning
+	require.NoError(t, runs.CreateRun(ctx, &run), "the run store still writes")
+}
+
+// testReopen: a durable store's data survives a restart.
+func (s *suite) testReopen(t *testing.T) {
+	if s.reopen == nil {
+		t.Skip("the store is not durable")
+	}
+	cs, runs := s.open(t)
+	ctx := t.Context()
+	require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: "g1", Name: "one", Body: json.RawMessage(`{"nodes":[]}`)}))
+	newChat(t, cs, "c1")
+	_, a1 := turn(t, cs, "c1", "", "r1")
+
+	// Restart: the first process goes away before the second reads.
+	require.NoError(t, cs.Close())
+	if c, ok := runs.(io.Closer); ok {
+		require.NoError(t, c.Close())
+	}
+	cs2, runs2 := s.reopen(t, cs, runs)
+	g, err := cs2.GetGraph(ctx, "g1")
+	require.NoError(t, err)
+	require.Equal(t, "one", g.Name)
+	c, err := cs2.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, a1.ID, c.ActiveLeafID)
+	require.Equal(t, []string{"u-r1", a1.ID}, messageIDs(t, cs2, "c1"))
+	rec, err := runs2.GetRun(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunPending, rec.Status)
+}

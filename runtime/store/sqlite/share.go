@@ -1,0 +1,66 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"chatgraph/runtime"
+)
+
+// What another store keeping its tables in this file needs, so that one
+// of its transactions can also reserve a run: the writer (Update), the
+// read pool (ReadDB) and the reservation insert (ReserveRun).
+
+// Update runs fn in one IMMEDIATE transaction on the store's writer
+// connection and commits it when fn returns nil (any error rolls it back).
+// fn's writes are so serialised with every write of the store, and with
+// other processes on the file through SQLite's lock. fn must use tx only:
+// the writer has one connection, which tx holds until fn returns. When the
+// file stays busy SQLite gives up after Config.BusyTimeout; Update then
+// tries again within the same bound, so fn may run more than once and
+// must have no effect outside tx.
+func (s *Store) Update(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return retryBusy(ctx, s.busy, func() error { return s.inTx(ctx, fn) })
+}
+
+// ReadDB returns the store's pool of read-only connections (query_only),
+// for reads of the file that need no transaction with a write. It closes
+// with the store; the caller must not close it.
+func (s *Store) ReadDB() *sql.DB { return s.r }
+
+// ReserveRun inserts rec, whose Status must be runtime.RunPending, in tx
+// (a transaction of Update): a reservation of the run id, which the
+// creation of the run (CreateRun, CreateClaimed or a batch's Create)
+// later replaces. ErrRunExists if a record with the id exists, pending or
+// not. The record has no lease.
+func (s *Store) ReserveRun(ctx context.Context, tx *sql.Tx, rec *runtime.RunRecord) error {
+	if rec.Status != runtime.RunPending {
+		return fmt.Errorf("sqlite store: reserve run %s: status is %q, a reservation is %q", rec.ID, rec.Status, runtime.RunPending)
+	}
+	args, err := runArgs(rec)
+	if err != nil {
+		return fmt.Errorf("sqlite store: reserve run %s: %w", rec.ID, err)
+	}
+	args = append([]any{rec.ID}, args...)
+	args = append(args, rec.LastSeq, rec.Token)
+	st, err := s.ws.in(ctx, tx, reserveRunQuery)
+	if err != nil {
+		return fmt.Errorf("sqlite store: reserve run %s: %w", rec.ID, err)
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite store: reserve run %s: %w", rec.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return fmt.Errorf("%w: %s", runtime.ErrRunExists, rec.ID)
+	}
+	return nil
+}
+
+const reserveRunQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING`
