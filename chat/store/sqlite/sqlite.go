@@ -1,0 +1,494 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"chatgraph/chat"
+	"chatgraph/runtime"
+	rsqlite "chatgraph/runtime/store/sqlite"
+)
+
+// Store is a chat.Store in the SQLite file of a run store. Every write is
+// a transaction on the run store's single writer connection (so writes of
+// runs and chats are serialised in the process, and with other processes
+// by SQLite's lock) and runs at the run store's synchronous level; reads
+// use the run store's read pool. Safe for concurrent use.
+type Store struct {
+	runs *rsqlite.Store
+	r    *sql.DB // runs' read pool
+}
+
+var _ chat.Store = (*Store)(nil)
+
+// Open opens the chat store in the file of runs and applies any missing
+// chat schema migrations. The chat store uses runs' connections and opens
+// none of its own: runs must stay open while it is used, and closing the
+// chat store leaves runs open.
+func Open(ctx context.Context, runs *rsqlite.Store) (*Store, error) {
+	if runs == nil {
+		return nil, errors.New("chat sqlite store: a run store is required")
+	}
+	s := &Store{runs: runs, r: runs.ReadDB()}
+	if err := s.migrate(ctx); err != nil {
+		return nil, fmt.Errorf("chat sqlite store: open %s: %w", runs.Path(), err)
+	}
+	return s, nil
+}
+
+// update runs fn in a transaction on the run store's writer (see
+// rsqlite.Store.Update) and prefixes its errors with op, except the
+// sentinels callers branch on.
+func (s *Store) update(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	err := s.runs.Update(ctx, fn)
+	if err == nil || errors.Is(err, chat.ErrNotFound) || errors.Is(err, chat.ErrConflict) {
+		return err
+	}
+	return fmt.Errorf("chat sqlite store: %s: %w", op, err)
+}
+
+// ts is t's representation in the file: nanoseconds since the Unix epoch.
+func ts(t time.Time) int64 { return t.UnixNano() }
+
+func fromTS(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+type scanner interface{ Scan(...any) error }
+
+// affected is nil when res changed a row, else sentinel with what.
+func affected(res sql.Result, sentinel error, what string) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s", sentinel, what)
+	}
+	return nil
+}
+
+// --- graphs ---------------------------------------------------------------
+
+// CreateGraph implements chat.Store.
+func (s *Store) CreateGraph(ctx context.Context, g *chat.Graph) error {
+	return s.update(ctx, "create graph "+g.ID, func(tx *sql.Tx) error {
+		var version int64
+		var deleted bool
+		err := tx.QueryRowContext(ctx, `SELECT plan_version, deleted FROM graphs WHERE id = ?`, g.ID).Scan(&version, &deleted)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		case !deleted:
+			return fmt.Errorf("%w: graph %s exists", chat.ErrConflict, g.ID)
+		}
+		t := now()
+		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, t, t
+		_, err = tx.ExecContext(ctx, `INSERT INTO graphs (id, name, plan_version, body, deleted, created_at, updated_at)
+	VALUES (?, ?, ?, ?, 0, ?, ?)
+	ON CONFLICT(id) DO UPDATE SET name = excluded.name, plan_version = excluded.plan_version, body = excluded.body,
+		deleted = 0, created_at = excluded.created_at, updated_at = excluded.updated_at`,
+			g.ID, g.Name, g.PlanVersion, []byte(g.Body), ts(t), ts(t))
+		if err != nil {
+			return err
+		}
+		return keepVersion(ctx, tx, g)
+	})
+}
+
+func keepVersion(ctx context.Context, tx *sql.Tx, g *chat.Graph) error {
+	_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO graph_versions (id, plan_version, name, body, created_at) VALUES (?, ?, ?, ?, ?)`,
+		g.ID, g.PlanVersion, g.Name, []byte(g.Body), ts(g.UpdatedAt))
+	return err
+}
+
+const graphCols = `id, name, plan_version, body, created_at, updated_at`
+
+func scanGraph(row scanner) (*chat.Graph, error) {
+	var g chat.Graph
+	var body []byte
+	var c, u int64
+	if err := row.Scan(&g.ID, &g.Name, &g.PlanVersion, &body, &c, &u); err != nil {
+		return nil, err
+	}
+	g.Body, g.CreatedAt, g.UpdatedAt = json.RawMessage(body), fromTS(c), fromTS(u)
+	return &g, nil
+}
+
+// GetGraphVersion implements chat.Store.
+func (s *Store) GetGraphVersion(ctx context.Context, id string, version int64) (*chat.Graph, error) {
+	g, err := scanGraph(s.r.QueryRowContext(ctx,
+		`SELECT id, name, plan_version, body, created_at, created_at FROM graph_versions WHERE id = ? AND plan_version = ?`, id, version))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: graph %s version %d", chat.ErrNotFound, id, version)
+	}
+	return g, err
+}
+
+// GetGraph implements chat.Store.
+func (s *Store) GetGraph(ctx context.Context, id string) (*chat.Graph, error) {
+	g, err := scanGraph(s.r.QueryRowContext(ctx, `SELECT `+graphCols+` FROM graphs WHERE id = ? AND deleted = 0`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: graph %s", chat.ErrNotFound, id)
+	}
+	return g, err
+}
+
+// ListGraphs implements chat.Store.
+func (s *Store) ListGraphs(ctx context.Context) ([]*chat.Graph, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+graphCols+` FROM graphs WHERE deleted = 0 ORDER BY updated_at DESC, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*chat.Graph{}
+	for rows.Next() {
+		g, err := scanGraph(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// UpdateGraph implements chat.Store.
+func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64) error {
+	return s.update(ctx, "update graph "+g.ID, func(tx *sql.Tx) error {
+		var version, created int64
+		err := tx.QueryRowContext(ctx, `SELECT plan_version, created_at FROM graphs WHERE id = ? AND deleted = 0`, g.ID).Scan(&version, &created)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: graph %s", chat.ErrNotFound, g.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if ifVersion > 0 && version != ifVersion {
+			return fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chat.ErrConflict, g.ID, version, ifVersion)
+		}
+		t := now()
+		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, fromTS(created), t
+		if _, err := tx.ExecContext(ctx, `UPDATE graphs SET name = ?, plan_version = ?, body = ?, updated_at = ? WHERE id = ?`,
+			g.Name, g.PlanVersion, []byte(g.Body), ts(t), g.ID); err != nil {
+			return err
+		}
+		return keepVersion(ctx, tx, g)
+	})
+}
+
+// DeleteGraph implements chat.Store.
+func (s *Store) DeleteGraph(ctx context.Context, id string) error {
+	return s.update(ctx, "delete graph "+id, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE graphs SET deleted = 1, body = x'', updated_at = ? WHERE id = ? AND deleted = 0`, ts(now()), id)
+		if err != nil {
+			return err
+		}
+		return affected(res, chat.ErrNotFound, "graph "+id)
+	})
+}
+
+// --- chats ----------------------------------------------------------------
+
+// CreateChat implements chat.Store.
+func (s *Store) CreateChat(ctx context.Context, c *chat.Chat) error {
+	return s.update(ctx, "create chat "+c.ID, func(tx *sql.Tx) error {
+		t := now()
+		c.CreatedAt, c.UpdatedAt = t, t
+		res, err := tx.ExecContext(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, created_at, updated_at)
+	VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+			c.ID, c.GraphID, c.Title, c.ActiveLeafID, ts(t), ts(t))
+		if err != nil {
+			return err
+		}
+		return affected(res, chat.ErrConflict, "chat "+c.ID+" exists")
+	})
+}
+
+const chatCols = `id, graph_id, title, active_leaf_id, created_at, updated_at`
+
+func scanChat(row scanner) (*chat.Chat, error) {
+	var c chat.Chat
+	var cr, up int64
+	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &cr, &up); err != nil {
+		return nil, err
+	}
+	c.CreatedAt, c.UpdatedAt = fromTS(cr), fromTS(up)
+	return &c, nil
+}
+
+// GetChat implements chat.Store.
+func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
+	c, err := scanChat(s.r.QueryRowContext(ctx, `SELECT `+chatCols+` FROM chats WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
+	}
+	return c, err
+}
+
+// ListChats implements chat.Store.
+func (s *Store) ListChats(ctx context.Context, graphID string) ([]*chat.Chat, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+chatCols+` FROM chats WHERE (? = '' OR graph_id = ?) ORDER BY created_at DESC, id`, graphID, graphID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*chat.Chat{}
+	for rows.Next() {
+		c, err := scanChat(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// DeleteChat implements chat.Store.
+func (s *Store) DeleteChat(ctx context.Context, id string) error {
+	return s.update(ctx, "delete chat "+id, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM chats WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if err := affected(res, chat.ErrNotFound, "chat "+id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM messages WHERE chat_id = ?`, id)
+		return err
+	})
+}
+
+// touchChat dates the chat's change and sets its active leaf when
+// activeLeafID is not empty; ErrNotFound if the chat is absent.
+func touchChat(ctx context.Context, tx *sql.Tx, chatID, activeLeafID string, t time.Time) error {
+	res, err := tx.ExecContext(ctx, `UPDATE chats SET updated_at = ?,
+	active_leaf_id = CASE WHEN ? = '' THEN active_leaf_id ELSE ? END WHERE id = ?`,
+		ts(t), activeLeafID, activeLeafID, chatID)
+	if err != nil {
+		return err
+	}
+	return affected(res, chat.ErrNotFound, "chat "+chatID)
+}
+
+// --- messages -------------------------------------------------------------
+
+func tools(ts []string) (string, error) {
+	if len(ts) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(ts)
+	return string(b), err
+}
+
+// BeginTurn implements chat.Store in one IMMEDIATE transaction on the run
+// store's writer: the chat's update, the messages' inserts, the claim
+// (an UPDATE conditional on the message's run id) and the reservation
+// of the run in the runs table. Any refusal rolls all of it back.
+func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
+	if t.Run == nil {
+		return errors.New("chat sqlite store: a turn needs its run's reservation (Turn.Run)")
+	}
+	return s.update(ctx, "begin turn in chat "+t.ChatID, func(tx *sql.Tx) error {
+		now := now()
+		if err := touchChat(ctx, tx, t.ChatID, t.ActiveLeafID, now); err != nil {
+			return err
+		}
+		for _, m := range t.Messages {
+			m.ChatID = t.ChatID
+			if m.CreatedAt.IsZero() {
+				m.CreatedAt = now
+			}
+			m.UpdatedAt = now
+			ut, err := tools(m.UserTools)
+			if err != nil {
+				return fmt.Errorf("message %s: user tools: %w", m.ID, err)
+			}
+			res, err := tx.ExecContext(ctx, `INSERT INTO messages (chat_id, id, parent_id, role, content, run_id, status,
+	turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, id) DO NOTHING`,
+				t.ChatID, m.ID, m.ParentID, string(m.Role), m.Content, m.RunID, string(m.Status), m.TurnRunID, m.AgentNodeID,
+				ut, m.Error, ts(m.CreatedAt), ts(now))
+			if err != nil {
+				return err
+			}
+			if err := affected(res, chat.ErrConflict, "message "+m.ID+" exists"); err != nil {
+				return err
+			}
+		}
+		if c := t.Claim; c != nil {
+			res, err := tx.ExecContext(ctx, `UPDATE messages SET run_id = ?, status = ?, error = '', updated_at = ?
+WHERE chat_id = ? AND id = ? AND run_id = ?`, t.Run.ID, string(chat.StatusPending), ts(now), t.ChatID, c.MessageID, c.FromRunID)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				return lost(ctx, tx, t.ChatID, c.MessageID, c.FromRunID)
+			}
+		}
+		if err := s.runs.ReserveRun(ctx, tx, t.Run); errors.Is(err, runtime.ErrRunExists) {
+			return fmt.Errorf("%w: run %s: %w", chat.ErrConflict, t.Run.ID, runtime.ErrRunExists)
+		} else if err != nil {
+			return err
+		}
+		return nil
+	})
+}
+
+// lost says why a write conditional on a message's run id changed
+// nothing: ErrNotFound when the message is absent, else ErrConflict.
+func lost(ctx context.Context, tx *sql.Tx, chatID, msgID, runID string) error {
+	var cur string
+	err := tx.QueryRowContext(ctx, `SELECT run_id FROM messages WHERE chat_id = ? AND id = ?`, chatID, msgID).Scan(&cur)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: message %s", chat.ErrNotFound, msgID)
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: message %s belongs to run %s, not %s", chat.ErrConflict, msgID, cur, runID)
+}
+
+// UpdateMessage implements chat.Store.
+func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
+	return s.update(ctx, "update message "+m.ID, func(tx *sql.Tx) error {
+		t := now()
+		res, err := tx.ExecContext(ctx, `UPDATE messages SET parent_id = ?, content = ?, status = ?, run_id = ?, error = ?, updated_at = ?
+WHERE chat_id = ? AND id = ?`, m.ParentID, m.Content, string(m.Status), m.RunID, m.Error, ts(t), m.ChatID, m.ID)
+		if err != nil {
+			return err
+		}
+		m.UpdatedAt = t
+		return affected(res, chat.ErrNotFound, "message "+m.ID)
+	})
+}
+
+// FinishMessage implements chat.Store: one UPDATE conditional on the
+// message's run id.
+func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
+	return s.update(ctx, "finish message "+m.ID, func(tx *sql.Tx) error {
+		t := now()
+		res, err := tx.ExecContext(ctx, `UPDATE messages SET content = ?, status = ?, error = ?, updated_at = ?
+WHERE chat_id = ? AND id = ? AND run_id = ?`, m.Content, string(m.Status), m.Error, ts(t), m.ChatID, m.ID, m.RunID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return lost(ctx, tx, m.ChatID, m.ID, m.RunID)
+		}
+		m.UpdatedAt = t
+		return nil
+	})
+}
+
+const msgCols = `chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
+
+func scanMsg(row scanner) (*chat.Message, error) {
+	var (
+		m            chat.Message
+		role, status string
+		ut           string
+		c, u         int64
+	)
+	if err := row.Scan(&m.ChatID, &m.ID, &m.ParentID, &role, &m.Content, &m.RunID, &status, &m.TurnRunID, &m.AgentNodeID,
+		&ut, &m.Error, &c, &u); err != nil {
+		return nil, err
+	}
+	m.Role, m.Status = chat.Role(role), chat.Status(status)
+	if ut != "" {
+		if err := json.Unmarshal([]byte(ut), &m.UserTools); err != nil {
+			return nil, fmt.Errorf("message %s: user tools: %w", m.ID, err)
+		}
+	}
+	m.CreatedAt, m.UpdatedAt = fromTS(c), fromTS(u)
+	return &m, nil
+}
+
+// GetMessage implements chat.Store.
+func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Message, error) {
+	m, err := scanMsg(s.r.QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND id = ?`, chatID, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err := s.GetChat(ctx, chatID); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: message %s", chat.ErrNotFound, id)
+	}
+	return m, err
+}
+
+// Messages implements chat.Store.
+func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? ORDER BY seq`, chatID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*chat.Message{}
+	for rows.Next() {
+		m, err := scanMsg(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		if _, err := s.GetChat(ctx, chatID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// DeleteMessages implements chat.Store.
+func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
+	return s.update(ctx, "delete messages of chat "+chatID, func(tx *sql.Tx) error {
+		if err := touchChat(ctx, tx, chatID, activeLeafID, now()); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE chat_id = ? AND id = ?`, chatID, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SetActiveLeaf implements chat.Store.
+func (s *Store) SetActiveLeaf(ctx context.Context, chatID, msgID string) error {
+	return s.update(ctx, "set active leaf of chat "+chatID, func(tx *sql.Tx) error {
+		if msgID != "" {
+			var one int
+			err := tx.QueryRowContext(ctx, `SELECT 1 FROM messages WHERE chat_id = ? AND id = ?`, chatID, msgID).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w: message %s", chat.ErrNotFound, msgID)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE chats SET active_leaf_id = ?, updated_at = ? WHERE id = ?`, msgID, ts(now()), chatID)
+		if err != nil {
+			return err
+		}
+		return affected(res, chat.ErrNotFound, "chat "+chatID)
+	})
+}
+
+// Ping implements chat.Store: it reaches the file through the read pool.
+func (s *Store) Ping(ctx context.Context) error { return s.r.PingContext(ctx) }
+
+// Close implements chat.Store. The chat store has no connection of its
+// own, so there is nothing to release: the run store's stay open.
+func (s *Store) Close() error { return nil }

@@ -1,0 +1,111 @@
+package sqlite_test
+
+import (
+	"database/sql"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"chatgraph/chat"
+	"chatgraph/chat/store/sqlite"
+	"chatgraph/chat/store/storetest"
+	"chatgraph/runtime"
+	rsqlite "chatgraph/runtime/store/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// openAt opens a run store on path and a chat store in it, closed (chat
+// store first) when the test ends.
+func openAt(tb testing.TB, path string) (*sqlite.Store, *rsqlite.Store) {
+	tb.Helper()
+	runs, err := rsqlite.Open(tb.Context(), rsqlite.Config{Path: path})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, runs.Close()) })
+	cs, err := sqlite.Open(tb.Context(), runs)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, cs.Close()) })
+	return cs, runs
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) (chat.Store, runtime.Store) {
+		return openAt(t, filepath.Join(t.TempDir(), "chatgraph.db"))
+	}, storetest.Durable(func(t *testing.T, _ chat.Store, runs runtime.Store) (chat.Store, runtime.Store) {
+		return openAt(t, runs.(*rsqlite.Store).Path())
+	}))
+}
+
+func TestOpenNeedsRunStore(t *testing.T) {
+	t.Parallel()
+	_, err := sqlite.Open(t.Context(), nil)
+	require.ErrorContains(t, err, "run store is required")
+}
+
+// TestOneFile: the chat tables live in the run store's file, written at
+// its synchronous level (FULL), with their own migration record.
+func TestOneFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "chatgraph.db")
+	_, runs := openAt(t, path)
+	var level int
+	require.NoError(t, runs.Update(t.Context(), func(tx *sql.Tx) error {
+		return tx.QueryRowContext(t.Context(), `PRAGMA synchronous`).Scan(&level)
+	}))
+	require.Equal(t, 2, level, "FULL")
+	tables := map[string]bool{}
+	rows, err := runs.ReadDB().QueryContext(t.Context(), `SELECT name FROM sqlite_schema WHERE type = 'table'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		tables[name] = true
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+	for _, name := range []string{"runs", "checkpoints", "events", "effects", "schema_migrations",
+		"graphs", "graph_versions", "chats", "messages", "chat_schema_migrations"} {
+		require.True(t, tables[name], "table %s in %v", name, tables)
+	}
+}
+
+func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "m.db")
+	// Several processes (here: pairs of stores) opening a new file at once.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			runs, err := rsqlite.Open(t.Context(), rsqlite.Config{Path: path})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer runs.Close()
+			_, errs[i] = sqlite.Open(t.Context(), runs)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	_, runs := openAt(t, path) // and again, later
+	ctx := t.Context()
+	var n, version int
+	require.NoError(t, runs.ReadDB().QueryRowContext(ctx, `SELECT count(*), max(version) FROM chat_schema_migrations`).Scan(&n, &version))
+	require.Equal(t, sqlite.SchemaVersion(), n, "one row per migration")
+	require.Equal(t, sqlite.SchemaVersion(), version)
+
+	// A file from a newer build is refused, not damaged.
+	require.NoError(t, runs.Update(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO chat_schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)`,
+			sqlite.SchemaVersion()+1)
+		return err
+	}))
+	_, err := sqlite.Open(ctx, runs)
+	require.ErrorContains(t, err, "newer than this build")
+}
