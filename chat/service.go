@@ -153,6 +153,16 @@ func (nopPublisher) RunOpened(*LiveRun, int64)        {}
 func (nopPublisher) RunEvent(*LiveRun, runtime.Event) {}
 func (nopPublisher) RunClosed(*LiveRun)               {}
 
+// SetPublisher replaces the publisher. Call it before Start and before
+// the first chat call (the transport does, when it is built on the
+// service).
+func (s *Service) SetPublisher(p Publisher) {
+	if p == nil {
+		p = nopPublisher{}
+	}
+	s.pub = p
+}
+
 // Store returns the chat store.
 func (s *Service) Store() Store { return s.chats }
 

@@ -59,11 +59,14 @@ type Ticket struct {
 	ChatID        string `json:"chatId"`
 }
 
-// NewID returns a fresh id with a type prefix ("r_", "m_", "c_", "g_").
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID returns prefix + 20 random base32 characters (100 bits); the
+// prefixes in use are "r_" runs, "m_" messages, "c_" chats, "g_" graphs.
 func NewID(prefix string) string {
-	var b [10]byte
+	var b [13]byte
 	_, _ = rand.Read(b[:])
-	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	return prefix + idEncoding.EncodeToString(b[:])[:20]
 }
 
 // turn is a prepared chat call: what to write and what to run.
@@ -739,7 +742,7 @@ func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRec
 	s.log.Warn("run could not start", "run", base.ID, "chat", base.ChatID, "err", cause)
 	now := time.Now().UTC()
 	rec := *base
-	rec.Status, rec.Error, rec.LastSeq, rec.CreatedAt, rec.UpdatedAt = runtime.RunFailed, msg, 2, now, now
+	rec.Status, rec.Error, rec.LastSeq, rec.CreatedAt, rec.UpdatedAt = runtime.RunFailed, msg, 0, now, now
 	mid, _ := rec.Attrs["messageId"].(string)
 	started := &runtime.RunStartedData{Kind: rec.Kind, GraphID: rec.GraphID, PlanVersion: rec.PlanVersion,
 		EntryNodeIDs: orEmpty(rec.EntryNodeIDs), ActiveNodeIDs: []string{}, ParentRunID: rec.ParentID, Resumed: rec.ParentID != "",

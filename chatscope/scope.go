@@ -4,21 +4,22 @@ import (
 	"encoding/json"
 	"sort"
 
+	"chatgraph/nodes"
 	"chatgraph/runtime"
 )
 
-// Node type names and the data field the policy reads. They are the
-// names package nodes registers (a test there checks they agree).
+// The node types and data field the policy reads are declared once, by
+// package nodes.
 const (
-	AgentType             = "agent"
-	ChatStartType         = "chat_start"
-	IncludeUserToolsField = "includeUserTools"
+	AgentType             = nodes.TypeAgent
+	ChatStartType         = nodes.TypeChatStart
+	IncludeUserToolsField = nodes.FieldIncludeUserTools
 )
 
 // Input modes, as agents report them in node_started.
 const (
-	ModeChatHistory = "chat_history"
-	ModeFlowPayload = "flow_payload"
+	ModeChatHistory = nodes.InputChatHistory
+	ModeFlowPayload = nodes.InputFlowPayload
 )
 
 // Scope is the policy of one run. It is immutable and safe for

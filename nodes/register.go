@@ -23,6 +23,10 @@ const (
 	TypeFlaky      = "flaky"
 )
 
+// FieldIncludeUserTools is the chat_start data field that says whether
+// the entry agents downstream get the user's tools (default true).
+const FieldIncludeUserTools = "includeUserTools"
+
 // Port names.
 const (
 	PortMessage = "message"

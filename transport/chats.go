@@ -1,15 +1,15 @@
 package transport
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"chatgraph/runcontrol"
-	"chatgraph/transport/chatstore"
+	"chatgraph/chat"
 )
 
 // messageJSON is a message on the wire.
@@ -34,9 +34,9 @@ func nullable(s string) *string {
 	return &s
 }
 
-func toMessageJSON(m *chatstore.Message) messageJSON {
-	return messageJSON{ID: m.ID, ParentID: nullable(m.ParentID), Role: m.Role, Content: m.Content, RunID: nullable(m.RunID),
-		Status: m.Status, AgentNodeID: m.AgentNodeID, UserTools: m.UserTools, Error: m.Error,
+func toMessageJSON(m *chat.Message) messageJSON {
+	return messageJSON{ID: m.ID, ParentID: nullable(m.ParentID), Role: string(m.Role), Content: m.Content, RunID: nullable(m.RunID),
+		Status: string(m.Status), AgentNodeID: m.AgentNodeID, UserTools: m.UserTools, Error: m.Error,
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
 }
 
@@ -52,7 +52,7 @@ type chatJSON struct {
 	UpdatedAt    time.Time     `json:"updatedAt"`
 }
 
-func toChatJSON(c *chatstore.Chat, msgs []*chatstore.Message) chatJSON {
+func toChatJSON(c *chat.Chat, msgs []*chat.Message) chatJSON {
 	out := chatJSON{ID: c.ID, GraphID: c.GraphID, Title: c.Title, ActiveLeafID: nullable(c.ActiveLeafID),
 		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt}
 	if msgs != nil {
@@ -81,9 +81,9 @@ func (s *Server) createChat(c echo.Context) error {
 	}
 	id := b.ID
 	if id == "" {
-		id = newID("c_")
+		id = chat.NewID("c_")
 	}
-	chat := &chatstore.Chat{ID: id, GraphID: b.GraphID, Title: b.Title}
+	chat := &chat.Chat{ID: id, GraphID: b.GraphID, Title: b.Title}
 	if err := s.chats.CreateChat(ctx, chat); err != nil {
 		return err
 	}
@@ -189,55 +189,28 @@ type editBody struct {
 	OnDisconnect      string   `json:"onDisconnect" validate:"omitempty,oneof=continue cancel"`
 }
 
+// Each chat route reads its body into the command's fields (the body
+// types above say what each call accepts) and runs it through the command
+// table.
+
 func (s *Server) streamChat(c echo.Context) error {
-	var b sendBody
-	if err := s.decodeJSON(c, &b); err != nil {
-		return err
-	}
-	return s.chatCall(c, chatRequest{Kind: KindStreamChat, ChatID: c.Param("id"), Content: b.Content, ParentID: b.ParentID,
-		UserTools: b.UserTools, ClientRequestID: b.ClientRequestID, Strategy: runcontrol.Strategy(b.MultitaskStrategy)}, b.OnDisconnect)
+	return s.httpCommand(c, &clientFrame{Type: string(chat.KindStreamChat), ChatID: c.Param("id")})
 }
 
 func (s *Server) streamAgentChat(c echo.Context) error {
-	var b agentSendBody
-	if err := s.decodeJSON(c, &b); err != nil {
-		return err
-	}
-	return s.chatCall(c, chatRequest{Kind: KindStreamAgentChat, ChatID: c.Param("id"), AgentNodeID: b.AgentNodeID,
-		Content: b.Content, ParentID: b.ParentID, UserTools: b.UserTools, ClientRequestID: b.ClientRequestID,
-		Strategy: runcontrol.Strategy(b.MultitaskStrategy)}, b.OnDisconnect)
+	return s.httpCommand(c, &clientFrame{Type: string(chat.KindStreamAgentChat), ChatID: c.Param("id")})
 }
 
 func (s *Server) continueMessage(c echo.Context) error {
-	var b continueBody
-	if err := s.decodeJSON(c, &b); err != nil {
-		return err
-	}
-	v := b.Resume
-	if v == nil {
-		v = b.Value
-	}
-	return s.chatCall(c, chatRequest{Kind: KindContinueMessage, ChatID: c.Param("id"), MessageID: c.Param("mid"),
-		Resume: v, ClientRequestID: b.ClientRequestID, Strategy: runcontrol.Strategy(b.MultitaskStrategy)}, b.OnDisconnect)
+	return s.httpCommand(c, &clientFrame{Type: string(chat.KindContinueMessage), ChatID: c.Param("id"), MessageID: c.Param("mid")})
 }
 
 func (s *Server) retryMessage(c echo.Context) error {
-	var b retryBody
-	if err := s.decodeJSON(c, &b); err != nil {
-		return err
-	}
-	return s.chatCall(c, chatRequest{Kind: KindRetryMessage, ChatID: c.Param("id"), MessageID: c.Param("mid"),
-		UserTools: b.UserTools, ClientRequestID: b.ClientRequestID, Strategy: runcontrol.Strategy(b.MultitaskStrategy)}, b.OnDisconnect)
+	return s.httpCommand(c, &clientFrame{Type: string(chat.KindRetryMessage), ChatID: c.Param("id"), MessageID: c.Param("mid")})
 }
 
 func (s *Server) editUserMessage(c echo.Context) error {
-	var b editBody
-	if err := s.decodeJSON(c, &b); err != nil {
-		return err
-	}
-	return s.chatCall(c, chatRequest{Kind: KindEditUserMessage, ChatID: c.Param("id"), MessageID: c.Param("mid"),
-		Content: b.Content, UserTools: b.UserTools, ClientRequestID: b.ClientRequestID,
-		Strategy: runcontrol.Strategy(b.MultitaskStrategy)}, b.OnDisconnect)
+	return s.httpCommand(c, &clientFrame{Type: string(chat.KindEditUserMessage), ChatID: c.Param("id"), MessageID: c.Param("mid")})
 }
 
 type resumeBody struct {
@@ -250,41 +223,7 @@ type resumeBody struct {
 
 // resumeRun is continue_message for the run's assistant message.
 func (s *Server) resumeRun(c echo.Context) error {
-	var b resumeBody
-	if err := s.decodeJSON(c, &b); err != nil {
-		return err
-	}
-	v := b.Value
-	if v == nil {
-		v = b.Resume
-	}
-	return s.chatCall(c, chatRequest{Kind: KindContinueMessage, FromRunID: c.Param("id"), Resume: v,
-		ClientRequestID: b.ClientRequestID, Strategy: runcontrol.Strategy(b.MultitaskStrategy)}, b.OnDisconnect)
-}
-
-// wantsSSE reports whether the client asked for an event stream.
-func wantsSSE(c echo.Context) bool {
-	return strings.Contains(c.Request().Header.Get("Accept"), "text/event-stream")
-}
-
-// chatCall starts a chat call through the runner and answers 202 with the
-// ticket, or streams the run's events when the client accepts SSE.
-func (s *Server) chatCall(c echo.Context, req chatRequest, onDisconnect string) error {
-	ticket, err := s.startChatRun(c.Request().Context(), req)
-	if err != nil {
-		return err
-	}
-	if !wantsSSE(c) {
-		return c.JSON(http.StatusAccepted, ticket)
-	}
-	h := c.Response().Header()
-	h.Set("X-Run-Id", ticket.RunID)
-	h.Set("X-Message-Id", ticket.MessageID)
-	err = s.serveSSE(c, ticket.RunID, 0)
-	if onDisconnect == "cancel" && c.Request().Context().Err() != nil {
-		s.cancelScope(runcontrol.RunScope(ticket.RunID))
-	}
-	return err
+	return s.httpCommand(c, &clientFrame{Type: "resume", RunID: c.Param("id")})
 }
 
 type cancelChatBody struct {
@@ -294,98 +233,81 @@ type cancelChatBody struct {
 // cancelChat cancels what runs (or will run) in the chat, or in one
 // request of it.
 func (s *Server) cancelChat(c echo.Context) error {
-	var b cancelChatBody
-	if err := s.decodeJSON(c, &b); err != nil {
-		return err
-	}
-	ctx := c.Request().Context()
-	if _, err := s.chats.GetChat(ctx, c.Param("id")); err != nil {
-		return err
-	}
-	var res *cancelResult
-	var err error
-	if b.ClientRequestID != "" {
-		res, err = s.cancelScope(runcontrol.RequestScope(b.ClientRequestID))
-	} else {
-		res, err = s.cancelChatRuns(ctx, c.Param("id"))
-	}
+	return s.httpCommand(c, &clientFrame{Type: "cancel", ChatID: c.Param("id")})
+}
+
+// cancelRun cancels one run. A finished run answers 409 with its status.
+func (s *Server) cancelRun(c echo.Context) error {
+	return s.httpCommand(c, &clientFrame{Type: "cancel", RunID: c.Param("id")})
+}
+
+// routeFields are the fields a route takes from its path, never from the
+// body.
+type routeFields struct{ typ, chatID, messageID, runID string }
+
+// httpCommand reads the request body into f's fields (the route's own
+// fields win), runs the command, and answers 202 with the ticket or the
+// cancel outcome — or, for a chat call whose client accepts SSE, streams
+// the run's events.
+func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
+	b, err := readBody(c)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusAccepted, res)
-}
-
-// cancelChatRuns cancels what runs in a chat — bound runs (executing or
-// queued) and runs waiting for a human (interrupted: the wait ends, their
-// messages become cancelled). When nothing of either kind exists the
-// intent is kept for the chat's next run.
-func (s *Server) cancelChatRuns(ctx context.Context, chatID string) (*cancelResult, error) {
-	waiting := s.waitingRuns(ctx, chatID)
-	if len(waiting) > 0 {
-		if active, err := s.ctl.Active(ctx, runcontrol.ChatScope(chatID)); err == nil && len(active) == 0 {
-			return &cancelResult{Status: runcontrol.StatusCancelled, RunIDs: s.cancelWaiting(ctx, waiting)}, nil
-		}
+	if len(bytes.TrimSpace(b)) == 0 {
+		b = []byte("{}")
 	}
-	res, err := s.cancelScope(runcontrol.ChatScope(chatID))
+	route := routeFields{f.Type, f.ChatID, f.MessageID, f.RunID}
+	if err := unmarshalStrictShape(b, (*httpBody)(f)); err != nil {
+		return err
+	}
+	f.Type, f.ChatID, f.MessageID, f.RunID = route.typ, route.chatID, route.messageID, route.runID
+	res, _, err := s.exec(c.Request().Context(), f)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if res.Status == runcontrol.StatusCancelled {
-		res.RunIDs = append(res.RunIDs, s.cancelWaiting(ctx, waiting)...)
+	if res.cancel != nil {
+		return c.JSON(http.StatusAccepted, res.cancel)
 	}
-	return res, nil
+	ticket := res.ticket
+	if !wantsSSE(c) {
+		return c.JSON(http.StatusAccepted, ticket)
+	}
+	h := c.Response().Header()
+	h.Set("X-Run-Id", ticket.RunID)
+	h.Set("X-Message-Id", ticket.MessageID)
+	err = s.serveSSE(c, ticket.RunID, 0)
+	if f.OnDisconnect == "cancel" && c.Request().Context().Err() != nil {
+		s.cancelRunQuietly(ticket.RunID)
+	}
+	return err
 }
 
-// waitingRuns returns the assistant messages of a chat whose run waits
-// for a human (interrupted).
-func (s *Server) waitingRuns(ctx context.Context, chatID string) []*chatstore.Message {
-	msgs, err := s.chats.Messages(ctx, chatID)
-	if err != nil {
-		return nil
+// httpBody is a clientFrame as an HTTP body: only the fields a body may
+// carry are read (ids come from the route).
+type httpBody clientFrame
+
+func (b *httpBody) UnmarshalJSON(data []byte) error {
+	var v struct {
+		ClientRequestID   string   `json:"clientRequestId"`
+		AgentNodeID       string   `json:"agentNodeId"`
+		Content           string   `json:"content"`
+		ParentID          *string  `json:"parentId"`
+		UserTools         []string `json:"userTools"`
+		MultitaskStrategy string   `json:"multitaskStrategy"`
+		OnDisconnect      string   `json:"onDisconnect"`
+		Resume            any      `json:"resume"`
+		Value             any      `json:"value"`
 	}
-	var out []*chatstore.Message
-	for _, m := range msgs {
-		if m.Role == chatstore.RoleAssistant && m.Status == chatstore.StatusInterrupted && m.RunID != "" {
-			out = append(out, m)
-		}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
 	}
-	return out
+	b.ClientRequestID, b.AgentNodeID, b.Content, b.ParentID, b.UserTools = v.ClientRequestID, v.AgentNodeID, v.Content, v.ParentID, v.UserTools
+	b.MultitaskStrategy, b.OnDisconnect, b.Resume, b.Value = v.MultitaskStrategy, v.OnDisconnect, v.Resume, v.Value
+	return nil
 }
 
-// cancelWaiting ends the human waits of interrupted runs (user cancel)
-// and marks their messages cancelled; it returns the runs it cancelled.
-func (s *Server) cancelWaiting(ctx context.Context, msgs []*chatstore.Message) []string {
-	var ids []string
-	for _, m := range msgs {
-		if _, err := s.engine.CancelInterrupted(ctx, m.RunID, runcontrol.ErrUserCancel); err != nil {
-			continue // resumed or cancelled meanwhile
-		}
-		m.Status, m.Error = chatstore.StatusCancelled, runcontrol.Code(runcontrol.ErrUserCancel)
-		if err := s.chats.UpdateMessage(ctx, m); err != nil {
-			s.log.Warn("cancel: writing the message", "message", m.ID, "err", err)
-		}
-		s.log.Info("run waiting for a human cancelled", "run", m.RunID, "chat", m.ChatID)
-		ids = append(ids, m.RunID)
-	}
-	return ids
-}
-
-// cancelResult is the answer of a cancel call.
-type cancelResult struct {
-	Status string   `json:"status"`
-	RunIDs []string `json:"runIds,omitempty"`
-}
-
-// cancelScope cancels a scope with the user cause.
-func (s *Server) cancelScope(scope runcontrol.Scope) (*cancelResult, error) {
-	res, err := s.ctl.Cancel(s.base, scope, runcontrol.ErrUserCancel)
-	if err != nil {
-		return nil, err
-	}
-	s.noteCancel(res.RunIDs)
-	out := &cancelResult{Status: res.Status, RunIDs: res.RunIDs}
-	if out.Status == runcontrol.StatusCancelled && out.RunIDs == nil {
-		out.RunIDs = []string{}
-	}
-	return out, nil
+// wantsSSE reports whether the client asked for an event stream.
+func wantsSSE(c echo.Context) bool {
+	return strings.Contains(c.Request().Header.Get("Accept"), "text/event-stream")
 }

@@ -13,7 +13,7 @@ import (
 
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
-	"chatgraph/transport/chatstore"
+	"chatgraph/chat"
 )
 
 // Error codes of the wire contract ({"error":{"code",...}}).
@@ -65,18 +65,13 @@ func conflict(format string, args ...any) *Error {
 	return newError(http.StatusConflict, CodeConflict, format, args...)
 }
 
-// Sentinels of this package that the table maps.
-var (
-	errShuttingDown = errors.New("server is shutting down")
-	errTooManyRuns  = errors.New("too many active runs")
-)
-
 // apiError is THE table mapping errors to status codes and wire codes.
 // Unknown errors are 500 internal with a generic message: the error text
 // (which may carry internals) is logged, never sent.
 func apiError(err error) *Error {
 	var (
 		e    *Error
+		ce   *chat.Error
 		ge   *runtime.GraphError
 		busy *runcontrol.BusyError
 		he   *echo.HTTPError
@@ -84,6 +79,8 @@ func apiError(err error) *Error {
 	switch {
 	case errors.As(err, &e):
 		return e
+	case errors.As(err, &ce):
+		return chatError(ce)
 	case errors.As(err, &ge):
 		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidGraph, Message: "the graph is invalid",
 			Details: diagnosticsOrEmpty(ge.Diagnostics)}
@@ -92,23 +89,34 @@ func apiError(err error) *Error {
 			Details: map[string]any{"runIds": busy.RunIDs}}
 	case errors.As(err, &he):
 		return httpError(he)
-	case errors.Is(err, chatstore.ErrNotFound), errors.Is(err, runtime.ErrRunNotFound):
+	case errors.Is(err, chat.ErrNotFound), errors.Is(err, runtime.ErrRunNotFound):
 		return notFound("%s", err.Error())
-	case errors.Is(err, chatstore.ErrConflict), errors.Is(err, runtime.ErrRunExists),
+	case errors.Is(err, chat.ErrConflict), errors.Is(err, runtime.ErrRunExists),
 		errors.Is(err, runtime.ErrRunNotResumable), errors.Is(err, runtime.ErrInterruptNotFound),
 		errors.Is(err, runcontrol.ErrAlreadyBound):
 		return conflict("%s", err.Error())
 	case errors.Is(err, runtime.ErrUnknownEntry), errors.Is(err, runcontrol.ErrInvalidStrategy),
 		errors.Is(err, runcontrol.ErrInvalidScope):
 		return badRequest("%s", err.Error())
-	case errors.Is(err, errTooManyRuns):
+	case errors.Is(err, chat.ErrTooManyRuns):
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Message: err.Error(), RetryAfter: 1}
-	case errors.Is(err, errShuttingDown), errors.Is(err, runcontrol.ErrClosed):
-		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: errShuttingDown.Error(), RetryAfter: 1}
+	case errors.Is(err, chat.ErrShuttingDown), errors.Is(err, runcontrol.ErrClosed):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: chat.ErrShuttingDown.Error(), RetryAfter: 1}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request timed out", RetryAfter: 1}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+}
+
+// chatError maps a request the chat service refused.
+func chatError(ce *chat.Error) *Error {
+	switch ce.Code {
+	case chat.CodeInvalidGraph:
+		return &Error{Status: http.StatusBadRequest, Code: CodeInvalidGraph, Message: ce.Message, Details: ce.Details}
+	case chat.CodeConflict:
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: ce.Message, Details: ce.Details}
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: ce.Message, Details: ce.Details}
 }
 
 func httpError(he *echo.HTTPError) *Error {

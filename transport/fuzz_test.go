@@ -11,7 +11,8 @@ import (
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/memory"
-	"chatgraph/transport/chatstore"
+	"chatgraph/chat"
+	chatmemory "chatgraph/chat/store/memory"
 )
 
 // FuzzDecodeClientFrame: any bytes a WebSocket client sends decode to a
@@ -48,8 +49,16 @@ func fuzzServer(t testing.TB) *Server {
 	if err := nodes.Register(reg, nodes.Deps{}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Registry: reg, Store: memory.New(), Chats: chatstore.NewMemory(),
-		Control: runcontrol.NewMemory(runcontrol.MemoryConfig{}), RateLimit: -1})
+	runs := memory.New()
+	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: runs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := chat.New(chat.Config{Engine: eng, Store: chatmemory.New(runs), Control: runcontrol.NewMemory(runcontrol.MemoryConfig{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Chat: svc, RateLimit: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"chatgraph/runtime"
-	"chatgraph/transport/chatstore"
+	"chatgraph/chat"
 )
 
 // graphBody is the request struct of a graph save, checked with
@@ -71,7 +71,7 @@ func (s *Server) checkGraph(b []byte, id string) (*graphCheck, error) {
 		id = gc.body.ID
 	}
 	if id == "" {
-		id = newID("g_")
+		id = chat.NewID("g_")
 	}
 	g.ID = id
 	gc.graph = g
@@ -157,7 +157,7 @@ func invalidGraph(ds runtime.Diagnostics) *Error {
 
 // graphJSON is a saved graph on the wire: the body as saved, with the
 // record's id, name, planVersion and timestamps, plus diagnostics on save.
-func graphJSON(g *chatstore.Graph, diags runtime.Diagnostics) map[string]any {
+func graphJSON(g *chat.Graph, diags runtime.Diagnostics) map[string]any {
 	out := map[string]any{}
 	var raw map[string]json.RawMessage
 	_ = json.Unmarshal(g.Body, &raw)
@@ -219,7 +219,7 @@ func (s *Server) createGraph(c echo.Context) error {
 	if gc.diags.HasErrors() {
 		return invalidGraph(gc.diags)
 	}
-	rec := &chatstore.Graph{ID: gc.graph.ID, Name: gc.body.Name, Body: storedBody(gc)}
+	rec := &chat.Graph{ID: gc.graph.ID, Name: gc.body.Name, Body: storedBody(gc)}
 	if err := s.chats.CreateGraph(c.Request().Context(), rec); err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (s *Server) updateGraph(c echo.Context) error {
 		}
 		ifVersion = v
 	}
-	rec := &chatstore.Graph{ID: id, Name: gc.body.Name, Body: storedBody(gc)}
+	rec := &chat.Graph{ID: id, Name: gc.body.Name, Body: storedBody(gc)}
 	if err := s.chats.UpdateGraph(c.Request().Context(), rec, ifVersion); err != nil {
 		return err
 	}
@@ -288,17 +288,6 @@ func (s *Server) deleteGraph(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// loadGraph returns a saved graph as the runtime's model, with the
-// record's id and planVersion.
-func loadGraph(rec *chatstore.Graph) (*runtime.Graph, error) {
-	var g runtime.Graph
-	if err := json.Unmarshal(rec.Body, &g); err != nil {
-		return nil, err
-	}
-	g.ID, g.Name, g.PlanVersion = rec.ID, rec.Name, rec.PlanVersion
-	return &g, nil
-}
-
 // nodeTypeJSON is one palette entry of /node-types.
 type nodeTypeJSON struct {
 	Type        string          `json:"type"`
@@ -310,7 +299,7 @@ type nodeTypeJSON struct {
 }
 
 func (s *Server) nodeTypes(c echo.Context) error {
-	ts := s.cfg.Registry.Types()
+	ts := s.engine.Registry().Types()
 	out := make([]nodeTypeJSON, 0, len(ts))
 	for _, t := range ts {
 		ports := t.Ports

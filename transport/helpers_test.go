@@ -22,8 +22,8 @@ import (
 	"chatgraph/runtime"
 	rsqlite "chatgraph/runtime/store/sqlite"
 	"chatgraph/transport"
-	"chatgraph/transport/chatstore"
-	chatsqlite "chatgraph/transport/chatstore/sqlite"
+	"chatgraph/chat"
+	chatsqlite "chatgraph/chat/store/sqlite"
 )
 
 // env is one test server and a client for it.
@@ -34,10 +34,21 @@ type env struct {
 	url   string
 	token string
 	store runtime.Store
-	chats chatstore.Store
+	chats chat.Store
 }
 
-type option func(*transport.Config)
+// transportConfig is what a test may change: the transport's config and
+// the engine's and chat service's knobs.
+type transportConfig struct {
+	transport.Config
+	Engine            runtime.Config
+	MaxRuns           int
+	Retention         time.Duration
+	RetentionInterval time.Duration
+	DrainTimeout      time.Duration
+}
+
+type option func(*transportConfig)
 
 func newEnv(t *testing.T, opts ...option) *env { return newEnvTB(t, opts...) }
 
@@ -45,19 +56,26 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	t.Helper()
 	reg := runtime.NewRegistry()
 	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
-	chats, err := chatsqlite.Open(context.Background(), chatsqlite.Config{Path: filepath.Join(t.TempDir(), "chats.db")})
-	require.NoError(t, err)
-	dir := t.TempDir()
-	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(dir, "runs.db")})
+	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
+	chats, err := chatsqlite.Open(context.Background(), st)
+	require.NoError(t, err)
 	ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
-	cfg := transport.Config{Registry: reg, Store: st, Chats: chats, Control: ctl, RateLimit: -1,
-		Heartbeat: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second}
+	cfg := transportConfig{Config: transport.Config{RateLimit: -1, Heartbeat: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond},
+		DrainTimeout: 2 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := transport.New(cfg)
+	ecfg := cfg.Engine
+	ecfg.Registry, ecfg.Store = reg, st
+	eng, err := runtime.NewEngine(ecfg)
+	require.NoError(t, err)
+	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,
+		RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
+	require.NoError(t, err)
+	cfg.Chat = svc
+	srv, err := transport.New(cfg.Config)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	e := &env{t: t, srv: srv, http: hs, url: hs.URL, token: cfg.Token, store: st, chats: chats}
@@ -315,7 +333,6 @@ func (e *env) waitMessage(chatID, id string) map[string]any {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-type transportConfig = transport.Config
 
 // waitRunDone waits until the server no longer holds the run.
 func (e *env) waitRunDone(runID string) {

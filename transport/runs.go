@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"chatgraph/runcontrol"
 	"chatgraph/runtime"
-	"chatgraph/transport/chatstore"
 )
 
 // runJSON is a run on the wire.
@@ -78,11 +75,11 @@ func (s *Server) getRun(c echo.Context) error {
 	id := c.Param("id")
 	rec, err := s.store.GetRun(ctx, id)
 	if errors.Is(err, runtime.ErrRunNotFound) {
-		if lr := s.liveRun(id); lr != nil {
-			// Accepted, waiting for its chat's turn.
-			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.chatID, MessageID: lr.messageID, Status: runtime.RunPending, Live: true})
+		if lr := s.svc.Live(id); lr != nil {
+			// Accepted, its reservation not written yet.
+			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.ChatID, MessageID: lr.MessageID, Status: runtime.RunPending, Live: true})
 		}
-		if s.bound(ctx, id) {
+		if s.svc.Bound(ctx, id) {
 			return c.JSON(http.StatusOK, runJSON{ID: id, Status: runtime.RunPending})
 		}
 	}
@@ -94,7 +91,7 @@ func (s *Server) getRun(c echo.Context) error {
 		return err
 	}
 	out := toRunJSON(rec)
-	out.Live = s.liveRun(id) != nil
+	out.Live = s.svc.Live(id) != nil
 	out.Nodes = make([]nodeStateJSON, 0, len(cps))
 	for _, cp := range cps {
 		out.Nodes = append(out.Nodes, nodeStateJSON{ID: cp.NodeID, Status: cp.Status, Attempt: cp.Attempt, AttemptID: cp.AttemptID,
@@ -106,7 +103,7 @@ func (s *Server) getRun(c echo.Context) error {
 }
 
 func (s *Server) listRuns(c echo.Context) error {
-	ins, ok := s.raw.(runtime.Inspector)
+	ins, ok := s.store.(runtime.Inspector)
 	if !ok {
 		return newError(http.StatusNotImplemented, CodeInternal, "the run store cannot list runs")
 	}
@@ -134,47 +131,3 @@ func (s *Server) listRuns(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// cancelRun cancels one run. A finished run answers 409 with its status.
-func (s *Server) cancelRun(c echo.Context) error {
-	id := c.Param("id")
-	res, err := s.cancelScope(runcontrol.RunScope(id))
-	if err != nil {
-		return err
-	}
-	if res.Status == runcontrol.StatusCancelled {
-		return c.JSON(http.StatusAccepted, res)
-	}
-	ctx := c.Request().Context()
-	rec, err := s.store.GetRun(ctx, id)
-	if err != nil {
-		return err
-	}
-	if ids := s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
-		return c.JSON(http.StatusAccepted, &cancelResult{Status: runcontrol.StatusCancelled, RunIDs: ids})
-	}
-	if rec.Status.Finished() {
-		e := conflict("run %s already ended %s", id, rec.Status)
-		e.Details = map[string]any{"status": rec.Status}
-		return e
-	}
-	e := conflict("run %s is not bound to any server process", id)
-	e.Details = map[string]any{"status": rec.Status}
-	return e
-}
-
-// cancelWaitingRun ends the human wait of an interrupted run (see
-// cancelWaiting); nil when the run is not waiting.
-func (s *Server) cancelWaitingRun(ctx context.Context, rec *runtime.RunRecord) []string {
-	if rec.Status != runtime.RunInterrupted {
-		return nil
-	}
-	mid, _ := rec.Attrs["messageId"].(string)
-	m, err := s.chats.GetMessage(ctx, rec.ChatID, mid)
-	if err != nil || m.RunID != rec.ID {
-		if _, err := s.engine.CancelInterrupted(ctx, rec.ID, runcontrol.ErrUserCancel); err != nil {
-			return nil
-		}
-		return []string{rec.ID}
-	}
-	return s.cancelWaiting(ctx, []*chatstore.Message{m})
-}

@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -18,28 +17,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"chatgraph/runcontrol"
+	"chatgraph/chat"
 	"chatgraph/runtime"
-	"chatgraph/transport/chatstore"
 )
 
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
-	// Registry holds the node types graphs may use (nodes.Register). Required.
-	Registry *runtime.Registry
-	// Store keeps runs, checkpoints and event logs. Required; the caller
-	// closes it after Shutdown.
-	Store runtime.Store
-	// Engine tunes the engine the server builds (Registry, Store and
-	// Logger are set by the server).
-	Engine runtime.Config
-	// Chats keeps graphs and chats. Required; the caller closes it.
-	Chats chatstore.Store
-	// Control binds and cancels runs. Required; Shutdown closes it.
-	Control runcontrol.Controller
-	// Queue orders the runs of each chat (double texting). Default:
-	// runcontrol.NewMemoryChatQueue(Control).
-	Queue runcontrol.ChatQueue
+	// Chat is the chat application the server serves. Required; the
+	// server starts it (Start) and shuts it down (Shutdown).
+	Chat *chat.Service
 
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// every /api/v1 call (?token= also works for GET and WebSocket).
@@ -54,10 +40,6 @@ type Config struct {
 	// negative disables); RateBurst its burst (default 2*RateLimit).
 	RateLimit float64
 	RateBurst int
-	// MaxRuns bounds the runs queued or executing in this process
-	// (default 1000); MaxRunsPerChat those of one chat (default 16).
-	MaxRuns        int
-	MaxRunsPerChat int
 	// RequestTimeout bounds non-streaming requests (default 30s).
 	RequestTimeout time.Duration
 	// Heartbeat is the SSE comment interval (default 15s).
@@ -76,20 +58,6 @@ type Config struct {
 	// PollInterval is how often a stream of a run executing in another
 	// process reads the log (default 250ms).
 	PollInterval time.Duration
-	// Retention is the age past which a background job deletes finished
-	// runs (with their checkpoints and event logs) from a store that can
-	// (runtime.Inspector); it runs at Start and every RetentionInterval.
-	// Default 720h (30 days); negative: never. Interrupted runs are kept.
-	Retention         time.Duration
-	RetentionInterval time.Duration // default 1h
-	// InterruptedRetention is how long a run interrupted for a human (and
-	// never cancelled) is kept before the same job deletes it. Default
-	// 720h; negative: kept until deleted by hand.
-	InterruptedRetention time.Duration
-	// DrainTimeout bounds how long Shutdown lets runs finish before it
-	// cancels them with cause shutdown (default 10s; the ctx of Shutdown
-	// may end it sooner).
-	DrainTimeout time.Duration
 	// Relay, when set, carries live events between server processes
 	// (transport/redisrelay); without it a process follows a run
 	// executing elsewhere by reading the event log every PollInterval.
@@ -104,40 +72,38 @@ type Config struct {
 	Metrics *prometheus.Registry
 }
 
-// Server is the HTTP, SSE and WebSocket API. Create it with New, serve
-// Handler, stop it with Shutdown. Safe for concurrent use.
+// Server is the HTTP, SSE and WebSocket API over a chat.Service: echo
+// routes, SSE, WebSocket connections, the event hub and metrics. Create
+// it with New, serve Handler, stop it with Shutdown. Safe for concurrent
+// use.
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
+	svc      *chat.Service
 	engine   *runtime.Engine
-	store    runtime.Store // measured
-	raw      runtime.Store // as given
-	chats    chatstore.Store
-	ctl      runcontrol.Controller
-	queue    runcontrol.ChatQueue
+	store    runtime.Store // the run store
+	chats    chat.Store
 	hub      *hub
 	metrics  *metrics
 	validate *validator.Validate
 	echo     *echo.Echo
 
-	// base is the parent of every run context; cancelled by Shutdown last.
+	// base is the parent of every connection; cancelled by Shutdown.
 	base       context.Context
 	cancelBase context.CancelFunc
 
 	mu       sync.Mutex
-	closing  bool
-	runs     map[string]*liveRun
-	perChat  map[string]int
 	cancelAt map[string]time.Time // run id -> when a cancel reached it
 	wsConns  map[*wsConn]struct{}
 	pingOnce sync.Once
-	runsDone sync.WaitGroup
 }
 
-// New builds a Server from cfg.
+// New builds a Server from cfg and makes it the chat service's publisher
+// (the service's runs stream through the server's hub, relay and
+// metrics): build it before the service starts.
 func New(cfg Config) (*Server, error) {
-	if cfg.Registry == nil || cfg.Store == nil || cfg.Chats == nil || cfg.Control == nil {
-		return nil, errors.New("transport: Registry, Store, Chats and Control are required")
+	if cfg.Chat == nil {
+		return nil, errors.New("transport: Chat is required")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -147,65 +113,40 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = 1 << 20
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = 720 * time.Hour
-	}
-	if cfg.InterruptedRetention == 0 {
-		cfg.InterruptedRetention = 720 * time.Hour
-	}
-	if cfg.RetentionInterval <= 0 {
-		cfg.RetentionInterval = time.Hour
-	}
 	if cfg.RateLimit == 0 {
 		cfg.RateLimit = 50
 	}
 	if cfg.RateBurst <= 0 {
 		cfg.RateBurst = int(2 * cfg.RateLimit)
 	}
-	if cfg.MaxRuns <= 0 {
-		cfg.MaxRuns = 1000
-	}
-	if cfg.MaxRunsPerChat <= 0 {
-		cfg.MaxRunsPerChat = 16
-	}
 	def(&cfg.RequestTimeout, 30*time.Second)
 	def(&cfg.Heartbeat, 15*time.Second)
 	def(&cfg.WriteTimeout, 10*time.Second)
 	def(&cfg.WSPing, 20*time.Second)
 	def(&cfg.PollInterval, 250*time.Millisecond)
-	def(&cfg.DrainTimeout, 10*time.Second)
 	if cfg.WSReadLimit <= 0 {
 		cfg.WSReadLimit = 64 << 10
 	}
 	if cfg.WSSendQueue <= 0 {
 		cfg.WSSendQueue = 256
 	}
-	if cfg.Queue == nil {
-		cfg.Queue = runcontrol.NewMemoryChatQueue(cfg.Control)
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := newMetrics(cfg.Metrics)
-	st := m.wrapStore(cfg.Store)
-	ecfg := cfg.Engine
-	ecfg.Registry, ecfg.Store = cfg.Registry, st
-	if ecfg.Logger == nil {
-		ecfg.Logger = log
-	}
-	eng, err := runtime.NewEngine(ecfg)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, log: log, engine: eng, store: st, raw: cfg.Store, chats: cfg.Chats,
-		ctl: cfg.Control, queue: cfg.Queue, hub: newHub(cfg.SubscriberQueue), metrics: m,
-		validate: newValidator(), runs: map[string]*liveRun{}, perChat: map[string]int{},
+	svc := cfg.Chat
+	s := &Server{cfg: cfg, log: log, svc: svc, engine: svc.Engine(), store: svc.Engine().Store(), chats: svc.Store(),
+		hub: newHub(cfg.SubscriberQueue), metrics: newMetrics(cfg.Metrics), validate: newValidator(),
 		cancelAt: map[string]time.Time{}, wsConns: map[*wsConn]struct{}{}}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
+	svc.SetPublisher(s)
 	s.echo = s.routes()
 	return s, nil
 }
+
+// Start starts the chat service's background work (recovery, retention)
+// and returns how many runs its first pass took over.
+func (s *Server) Start(ctx context.Context) int { return s.svc.Start(ctx) }
 
 // Engine returns the engine the server runs graphs with.
 func (s *Server) Engine() *runtime.Engine { return s.engine }
@@ -309,7 +250,7 @@ func (s *Server) readyz(c echo.Context) error {
 	} else {
 		checks["chats"] = "ok"
 	}
-	if p, isPinger := s.raw.(interface{ Ping(context.Context) error }); isPinger {
+	if p, isPinger := s.store.(interface{ Ping(context.Context) error }); isPinger {
 		if err := p.Ping(ctx); err != nil {
 			checks["runs"], ok = err.Error(), false
 		} else {
@@ -320,10 +261,7 @@ func (s *Server) readyz(c echo.Context) error {
 	} else {
 		checks["runs"] = "ok"
 	}
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
+	if s.svc.Closing() {
 		checks["server"], ok = "shutting down", false
 	}
 	status := http.StatusOK
@@ -333,32 +271,12 @@ func (s *Server) readyz(c echo.Context) error {
 	return c.JSON(status, map[string]any{"ready": ok, "checks": checks})
 }
 
-// Shutdown stops the server in order: new runs are refused, running runs
-// get until DrainTimeout (or ctx) to finish, the rest are cancelled with
-// cause shutdown (runcontrol.ErrShutdown) and awaited, WebSocket
-// connections are closed with 1001, and the run controller is closed.
-// The caller then shuts the http.Server down and closes the stores.
+// Shutdown stops the server in order: the chat service refuses new runs,
+// drains and then cancels the running ones and closes run control (see
+// chat.Service.Shutdown); then WebSocket connections are closed with
+// 1001. The caller then shuts the http.Server down and closes the stores.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	drain, cancel := context.WithTimeout(ctx, s.cfg.DrainTimeout)
-	defer cancel()
-	if !waitGroup(drain, &s.runsDone) {
-		s.mu.Lock()
-		ids := make([]string, 0, len(s.runs))
-		for id := range s.runs {
-			ids = append(ids, id)
-		}
-		s.mu.Unlock()
-		s.log.Info("shutdown: cancelling runs", "count", len(ids))
-		for _, id := range ids {
-			_, _ = s.ctl.Cancel(context.Background(), runcontrol.RunScope(id), runcontrol.ErrShutdown)
-		}
-		grace, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-		waitGroup(grace, &s.runsDone)
-		cancel2()
-	}
+	err := s.svc.Shutdown(ctx)
 	s.mu.Lock()
 	conns := make([]*wsConn, 0, len(s.wsConns))
 	for c := range s.wsConns {
@@ -369,24 +287,5 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.close(CloseShutdown, "server shutting down")
 	}
 	s.cancelBase()
-	s.engine.Close()
-	if q, ok := s.queue.(interface{ Close() error }); ok {
-		_ = q.Close()
-	}
-	if err := s.ctl.Close(); err != nil {
-		return fmt.Errorf("transport: close run control: %w", err)
-	}
-	return nil
-}
-
-// waitGroup waits for wg or ctx; it reports whether wg finished.
-func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return err
 }

@@ -10,8 +10,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"chatgraph/runcontrol"
-
 	"chatgraph/runtime"
 )
 
@@ -62,7 +60,7 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 				return err
 			}
 			rec, err := s.store.GetRun(ctx, runID)
-			if errors.Is(err, runtime.ErrRunNotFound) && s.bound(ctx, runID) {
+			if errors.Is(err, runtime.ErrRunNotFound) && s.svc.Bound(ctx, runID) {
 				// Accepted by another process, not started yet.
 				if err := wait(); err != nil {
 					return err
@@ -155,7 +153,7 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, s
 			switch {
 			case errors.Is(err, runtime.ErrRunNotFound) && (*after > 0 || n > 0):
 				return true, nil // deleted meanwhile (a rollback)
-			case errors.Is(err, runtime.ErrRunNotFound) && s.bound(ctx, runID):
+			case errors.Is(err, runtime.ErrRunNotFound) && s.svc.Bound(ctx, runID):
 			case err != nil || done:
 				return true, err
 			}
@@ -375,24 +373,14 @@ func (s *Server) runEvents(c echo.Context) error {
 	return s.serveSSE(c, runID, after)
 }
 
-// bound reports whether run control knows runID as bound (in any
-// process): a run accepted but not started yet.
-func (s *Server) bound(ctx context.Context, runID string) bool {
-	if s.liveRun(runID) != nil {
-		return true
-	}
-	ids, err := s.ctl.Active(ctx, runcontrol.RunScope(runID))
-	return err == nil && len(ids) > 0
-}
-
 // runExists answers nil for a run that is stored, executing here, or
 // bound in any process; else the store's not-found error.
 func (s *Server) runExists(ctx context.Context, runID string) error {
-	if s.liveRun(runID) != nil || s.hub.live(runID) {
+	if s.svc.Live(runID) != nil || s.hub.live(runID) {
 		return nil
 	}
 	_, err := s.store.GetRun(ctx, runID)
-	if errors.Is(err, runtime.ErrRunNotFound) && s.bound(ctx, runID) {
+	if errors.Is(err, runtime.ErrRunNotFound) && s.svc.Bound(ctx, runID) {
 		return nil
 	}
 	return err

@@ -13,7 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
-	"chatgraph/runcontrol"
+	"chatgraph/chat"
 	"chatgraph/runtime"
 )
 
@@ -136,11 +136,8 @@ func (s *Server) websocket(c echo.Context) error {
 		}
 		return newError(http.StatusBadRequest, CodeInvalidJSON, "this route needs a WebSocket upgrade (subprotocol %s)", Subprotocol)
 	}
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		return errShuttingDown
+	if s.svc.Closing() {
+		return chat.ErrShuttingDown
 	}
 	conn, err := websocket.Accept(c.Response(), r, &websocket.AcceptOptions{
 		Subprotocols: []string{Subprotocol}, OriginPatterns: s.cfg.AllowedOrigins})
@@ -235,7 +232,7 @@ func (wc *wsConn) serve() {
 	}
 	wc.mu.Unlock()
 	for _, id := range cancel {
-		_, _ = wc.s.cancelScope(runcontrol.RunScope(id))
+		wc.s.cancelRunQuietly(id)
 	}
 }
 
@@ -361,98 +358,13 @@ func (wc *wsConn) worker() {
 	}
 }
 
+// command runs one client frame: the chat service's commands through the
+// command table (answered with an ack, and for a started run a
+// subscription to its events), subscribe and unsubscribe here.
 func (wc *wsConn) command(f *clientFrame) {
 	ctx, cancel := context.WithTimeout(wc.ctx, wc.s.cfg.RequestTimeout)
 	defer cancel()
 	switch f.Type {
-	case KindStreamChat, KindStreamAgentChat, KindContinueMessage, KindRetryMessage, KindEditUserMessage:
-		req, onDisconnect, err := wc.s.chatFrame(f)
-		if err != nil {
-			wc.sendError(f.ID, err)
-			return
-		}
-		ticket, err := wc.s.startChatRun(ctx, req)
-		if err != nil {
-			wc.sendError(f.ID, err)
-			return
-		}
-		if onDisconnect == "cancel" {
-			wc.mu.Lock()
-			wc.onCancel[ticket.RunID] = true
-			wc.mu.Unlock()
-		}
-		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: ticket.RunID, MessageID: ticket.MessageID,
-			UserMessageID: ticket.UserMessageID, ChatID: ticket.ChatID})
-		wc.follow(f.ID, ticket.RunID, 0)
-	case "resume":
-		if f.RunID == "" {
-			wc.sendError(f.ID, badRequest("resume needs runId"))
-			return
-		}
-		v := f.Value
-		if v == nil {
-			v = f.Resume
-		}
-		strategy := runcontrol.Strategy(f.MultitaskStrategy)
-		if err := wc.s.validateStruct(&resumeBody{ClientRequestID: f.ClientRequestID, MultitaskStrategy: f.MultitaskStrategy}); err != nil {
-			wc.sendError(f.ID, err)
-			return
-		}
-		ticket, err := wc.s.startChatRun(ctx, chatRequest{Kind: KindContinueMessage, FromRunID: f.RunID, Resume: v,
-			ClientRequestID: orDefault(f.ClientRequestID, f.ID), Strategy: strategy})
-		if err != nil {
-			wc.sendError(f.ID, err)
-			return
-		}
-		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: ticket.RunID, MessageID: ticket.MessageID, ChatID: ticket.ChatID})
-		wc.follow(f.ID, ticket.RunID, 0)
-	case "cancel":
-		var scope runcontrol.Scope
-		switch {
-		case f.RunID != "":
-			scope = runcontrol.RunScope(f.RunID)
-		case f.ClientRequestID != "":
-			scope = runcontrol.RequestScope(f.ClientRequestID)
-		case f.ChatID != "":
-			if _, err := wc.s.chats.GetChat(ctx, f.ChatID); err != nil {
-				wc.sendError(f.ID, err)
-				return
-			}
-			res, err := wc.s.cancelChatRuns(ctx, f.ChatID)
-			if err != nil {
-				wc.sendError(f.ID, err)
-				return
-			}
-			wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, ChatID: f.ChatID, Status: res.Status, RunIDs: res.RunIDs})
-			return
-		default:
-			wc.sendError(f.ID, badRequest("cancel needs chatId, runId or clientRequestId"))
-			return
-		}
-		res, err := wc.s.cancelScope(scope)
-		if err != nil {
-			wc.sendError(f.ID, err)
-			return
-		}
-		if res.Status == runcontrol.StatusNotFound {
-			rec, err := wc.s.store.GetRun(ctx, f.RunID)
-			if err == nil {
-				if ids := wc.s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
-					wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID, Status: runcontrol.StatusCancelled, RunIDs: ids})
-					return
-				}
-			}
-			switch {
-			case err != nil:
-				wc.sendError(f.ID, err)
-			case rec.Status.Finished():
-				wc.sendError(f.ID, conflict("run %s already ended %s", rec.ID, rec.Status))
-			default:
-				wc.sendError(f.ID, conflict("run %s is not bound to any server process", rec.ID))
-			}
-			return
-		}
-		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID, ChatID: f.ChatID, Status: res.Status, RunIDs: res.RunIDs})
 	case "subscribe":
 		if f.RunID == "" {
 			wc.sendError(f.ID, badRequest("subscribe needs runId"))
@@ -468,6 +380,7 @@ func (wc *wsConn) command(f *clientFrame) {
 		}
 		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID})
 		wc.follow(f.ID, f.RunID, f.AfterSeq)
+		return
 	case "unsubscribe":
 		wc.mu.Lock()
 		if stop := wc.subs[f.RunID]; stop != nil {
@@ -476,55 +389,31 @@ func (wc *wsConn) command(f *clientFrame) {
 		}
 		wc.mu.Unlock()
 		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID})
-	default:
+		return
+	}
+	if f.Type != "cancel" && f.ClientRequestID == "" {
+		// A frame's id is its client request id unless it names one.
+		f.ClientRequestID = f.ID
+	}
+	res, known, err := wc.s.exec(ctx, f)
+	switch {
+	case !known:
 		wc.sendError(f.ID, badRequest("unknown frame type %q", f.Type))
-	}
-}
-
-func orDefault(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
-}
-
-// chatFrame turns a chat call frame into the runner's request, validated
-// as the HTTP body of the same call is. The frame's id is its
-// clientRequestId unless it names one.
-func (s *Server) chatFrame(f *clientFrame) (chatRequest, string, error) {
-	crid := orDefault(f.ClientRequestID, f.ID)
-	var body any
-	req := chatRequest{Kind: f.Type, ChatID: f.ChatID, MessageID: f.MessageID, Content: f.Content, ParentID: f.ParentID,
-		AgentNodeID: f.AgentNodeID, UserTools: f.UserTools, ClientRequestID: crid, Strategy: runcontrol.Strategy(f.MultitaskStrategy)}
-	switch f.Type {
-	case KindStreamChat:
-		body = &sendBody{Content: f.Content, ParentID: f.ParentID, ClientRequestID: crid, UserTools: f.UserTools,
-			MultitaskStrategy: f.MultitaskStrategy, OnDisconnect: f.OnDisconnect}
-	case KindStreamAgentChat:
-		body = &agentSendBody{AgentNodeID: f.AgentNodeID, Content: f.Content, ParentID: f.ParentID, ClientRequestID: crid,
-			UserTools: f.UserTools, MultitaskStrategy: f.MultitaskStrategy, OnDisconnect: f.OnDisconnect}
-	case KindContinueMessage:
-		req.Resume = f.Resume
-		if req.Resume == nil {
-			req.Resume = f.Value
+	case err != nil:
+		wc.sendError(f.ID, err)
+	case res.cancel != nil:
+		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID, ChatID: f.ChatID, Status: res.cancel.Status, RunIDs: res.cancel.RunIDs})
+	default:
+		t := res.ticket
+		if f.OnDisconnect == "cancel" {
+			wc.mu.Lock()
+			wc.onCancel[t.RunID] = true
+			wc.mu.Unlock()
 		}
-		body = &continueBody{ClientRequestID: crid, MultitaskStrategy: f.MultitaskStrategy, OnDisconnect: f.OnDisconnect}
-	case KindRetryMessage:
-		body = &retryBody{ClientRequestID: crid, UserTools: f.UserTools, MultitaskStrategy: f.MultitaskStrategy, OnDisconnect: f.OnDisconnect}
-	case KindEditUserMessage:
-		body = &editBody{Content: f.Content, ClientRequestID: crid, UserTools: f.UserTools, MultitaskStrategy: f.MultitaskStrategy,
-			OnDisconnect: f.OnDisconnect}
+		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: t.RunID, MessageID: t.MessageID,
+			UserMessageID: t.UserMessageID, ChatID: t.ChatID})
+		wc.follow(f.ID, t.RunID, 0)
 	}
-	if err := s.validateStruct(body); err != nil {
-		return req, "", err
-	}
-	if f.ChatID == "" {
-		return req, "", badRequest("%s needs chatId", f.Type)
-	}
-	if f.Type != KindStreamChat && f.Type != KindStreamAgentChat && f.MessageID == "" {
-		return req, "", badRequest("%s needs messageId", f.Type)
-	}
-	return req, f.OnDisconnect, nil
 }
 
 // follow starts (or restarts) forwarding runID's events after seq.

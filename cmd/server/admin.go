@@ -1,6 +1,7 @@
 package main
 
 import (
+	"chatgraph/chat"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"chatgraph/runtime"
-	"chatgraph/transport"
 )
 
 // takeFlag removes --name VALUE or --name=VALUE from args and returns its
@@ -194,8 +194,7 @@ func runsResume(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer closeRedis()
-	srv, err := transport.New(transport.Config{Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue,
-		Token: c.token, DrainTimeout: c.drainTimeout, Logger: log})
+	srv, err := newServer(c, st, reg, ctl, queue, nil, log)
 	if err != nil {
 		_ = ctl.Close()
 		return err
@@ -253,7 +252,7 @@ func gcCmd(ctx context.Context, env Env, args []string) error {
 		if err != nil || wage <= 0 {
 			return fmt.Errorf("gc: --interrupted-older-than must be a positive duration like 720h")
 		}
-		m, err := transport.DeleteInterruptedBefore(ctx, in, time.Now().Add(-wage))
+		m, err := chat.DeleteInterruptedBefore(ctx, in, time.Now().Add(-wage))
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -25,8 +24,6 @@ import (
 	rcredis "chatgraph/runcontrol/redis"
 	"chatgraph/runtime"
 	"chatgraph/transport"
-	"chatgraph/transport/chatstore"
-	chatsqlite "chatgraph/transport/chatstore/sqlite"
 	"chatgraph/transport/redisrelay"
 )
 
@@ -170,37 +167,6 @@ func splitList(s string) []string {
 	return out
 }
 
-// stores are the two stores a server uses, and how to close them.
-type stores struct {
-	runs  runtime.Store
-	chats chatstore.Store
-	close func()
-}
-
-// openStores opens the run store and the chat store: SQLite files under
-// the state dir, or Postgres with --database-url.
-func openStores(ctx context.Context, c *config, log *slog.Logger) (*stores, error) {
-	if c.databaseURL != "" {
-		return openPostgres(ctx, c, log)
-	}
-	if err := os.MkdirAll(c.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
-	}
-	runs, closeRuns, err := openRunStore(ctx, c, log)
-	if err != nil {
-		return nil, err
-	}
-	chats, err := chatsqlite.Open(ctx, chatsqlite.Config{Path: filepath.Join(c.stateDir, "chats.db")})
-	if err != nil {
-		closeRuns()
-		return nil, err
-	}
-	return &stores{runs: runs, chats: chats, close: func() {
-		_ = chats.Close()
-		closeRuns()
-	}}, nil
-}
-
 // registry builds the node type registry with the built-in types, the
 // offline echo model and, when configured, an OpenAI-compatible provider.
 // With a run store that keeps effects (runs), agents record their tool
@@ -311,18 +277,7 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer closeRelay()
-	switch runtime.Durability(c.durability) {
-	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit:
-	default:
-		return fmt.Errorf("--durability %q: want sync, batched or exit", c.durability)
-	}
-	srv, err := transport.New(transport.Config{
-		Engine:   runtime.Config{Durability: runtime.Durability(c.durability)},
-		Registry: reg, Store: st.runs, Chats: st.chats, Control: ctl, Queue: queue, Relay: relay,
-		Token: c.token, AllowedOrigins: splitList(c.allowedOrigins), BodyLimit: c.bodyLimit,
-		RateLimit: c.rateLimit, DrainTimeout: c.drainTimeout, Retention: c.retention,
-		InterruptedRetention: c.interruptedRetention, UI: webUI(), Logger: log,
-	})
+	srv, err := newServer(c, st, reg, ctl, queue, relay, log)
 	if err != nil {
 		_ = ctl.Close()
 		return err

@@ -20,13 +20,23 @@ const module = "chatgraph"
 // top-level packages its non-test code may import.
 var allowed = map[string][]string{
 	"runtime":    {},
-	"chatscope":  {"runtime"},
+	"chatscope":  {"runtime", "nodes"},
 	"runcontrol": {},
-	"nodes":      {"runtime", "chatscope"},
-	"transport":  {"runtime", "chatscope", "runcontrol", "nodes", "internal", "web"},
-	"cmd":        {"runtime", "chatscope", "runcontrol", "nodes", "transport", "internal", "web"},
+	"nodes":      {"runtime"},
+	"chat":       {"runtime", "chatscope", "runcontrol", "nodes"},
+	"transport":  {"runtime", "runcontrol", "chat", "internal", "web"},
+	"cmd":        {"runtime", "chatscope", "runcontrol", "nodes", "chat", "transport", "internal", "web"},
 	"internal":   {"runtime"},
 	"web":        {},
+}
+
+// forbidden lists, per package path prefix, import path prefixes its
+// non-test code may not use although the top-level rule allows them: the
+// transport reaches stores only through the chat service and the engine
+// (cmd/server picks the implementations).
+var forbidden = map[string][]string{
+	"transport/": {module + "/runtime/store/", module + "/chat/store/"},
+	"chat/":      {module + "/runtime/store/", module + "/chat/store/"},
 }
 
 func repoRoot(t *testing.T) string {
@@ -81,6 +91,14 @@ func TestImportDirection(t *testing.T) {
 			path, _ := strconv.Unquote(imp.Path.Value)
 			if path != module && !strings.HasPrefix(path, module+"/") {
 				continue
+			}
+			for prefix, bans := range forbidden {
+				if !strings.HasPrefix(f.rel, prefix) || strings.HasPrefix(f.rel, "chat/store/") {
+					continue
+				}
+				for _, ban := range bans {
+					require.False(t, strings.HasPrefix(path, ban), "%s imports %s: %s may not use a store implementation", f.rel, path, prefix)
+				}
 			}
 			target := strings.SplitN(strings.TrimPrefix(path, module+"/"), "/", 2)[0]
 			if target == top {

@@ -11,26 +11,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"chatgraph/transport/chatstore"
+	"chatgraph/chat"
+	"chatgraph/runtime"
+	rpostgres "chatgraph/runtime/store/postgres"
 )
 
-// Config configures Open.
-type Config struct {
-	// URL is the connection string (required).
-	URL string
-	// Schema holds the tables; created when missing (default "public").
-	Schema string
-	// MaxConns bounds the pool (default: pgxpool's).
-	MaxConns int32
-}
-
-// Store is a chatstore.Store on Postgres. Safe for concurrent use, also
-// from several processes.
+// Store is the Postgres chat.Store: its tables live in the run store's
+// schema and use its connection pool, so a turn's messages and its run's
+// reservation commit in one transaction. Safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	runs *rpostgres.Store
 }
 
-var _ chatstore.Store = (*Store)(nil)
+var _ chat.Store = (*Store)(nil)
 
 const schemaSQL = `
 CREATE TABLE IF NOT EXISTS chat_graphs (
@@ -78,43 +72,25 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 );
 `
 
-// Open connects and creates the schema and tables when missing.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("chatstore/postgres: Config.URL is required")
+// Open creates the chat tables in the run store's schema when missing
+// (one migrator at a time across processes) and returns the store. The
+// run store must outlive it; Close leaves the pool to the run store.
+func Open(ctx context.Context, runs *rpostgres.Store) (*Store, error) {
+	if runs == nil {
+		return nil, errors.New("chat/store/postgres: a run store is required")
 	}
-	schema := cfg.Schema
-	if schema == "" {
-		schema = "public"
-	}
-	pcfg, err := pgxpool.ParseConfig(cfg.URL)
-	if err != nil {
-		return nil, fmt.Errorf("chatstore/postgres: %w", err)
-	}
-	if cfg.MaxConns > 0 {
-		pcfg.MaxConns = cfg.MaxConns
-	}
-	pcfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("chatstore/postgres: %w", err)
-	}
-	// One migrator at a time across processes.
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	pool := runs.Pool()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chatstore'))`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, schemaSQL)
 		return err
 	})
 	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("chatstore/postgres: migrate: %w", err)
+		return nil, fmt.Errorf("chat/store/postgres: migrate: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, runs: runs}, nil
 }
 
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
@@ -138,8 +114,8 @@ func body(b json.RawMessage) []byte {
 	return b
 }
 
-// CreateGraph implements chatstore.Store.
-func (s *Store) CreateGraph(ctx context.Context, g *chatstore.Graph) error {
+// CreateGraph implements chat.Store.
+func (s *Store) CreateGraph(ctx context.Context, g *chat.Graph) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var version int64
 		var deleted bool
@@ -149,7 +125,7 @@ func (s *Store) CreateGraph(ctx context.Context, g *chatstore.Graph) error {
 		case err != nil:
 			return err
 		case !deleted:
-			return fmt.Errorf("%w: graph %s exists", chatstore.ErrConflict, g.ID)
+			return fmt.Errorf("%w: graph %s exists", chat.ErrConflict, g.ID)
 		}
 		t := now()
 		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, t, t
@@ -159,7 +135,7 @@ func (s *Store) CreateGraph(ctx context.Context, g *chatstore.Graph) error {
 				deleted = false, created_at = excluded.created_at, updated_at = excluded.updated_at`,
 			g.ID, g.Name, g.PlanVersion, body(g.Body), t)
 		if isUnique(err) {
-			return fmt.Errorf("%w: graph %s exists", chatstore.ErrConflict, g.ID)
+			return fmt.Errorf("%w: graph %s exists", chat.ErrConflict, g.ID)
 		}
 		if err != nil {
 			return err
@@ -168,15 +144,15 @@ func (s *Store) CreateGraph(ctx context.Context, g *chatstore.Graph) error {
 	})
 }
 
-func keepVersion(ctx context.Context, tx pgx.Tx, g *chatstore.Graph) error {
+func keepVersion(ctx context.Context, tx pgx.Tx, g *chat.Graph) error {
 	_, err := tx.Exec(ctx, `INSERT INTO chat_graph_versions (id, plan_version, name, body, created_at) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (id, plan_version) DO UPDATE SET name = excluded.name, body = excluded.body`,
 		g.ID, g.PlanVersion, g.Name, body(g.Body), g.UpdatedAt)
 	return err
 }
 
-func scanGraph(row pgx.Row) (*chatstore.Graph, error) {
-	var g chatstore.Graph
+func scanGraph(row pgx.Row) (*chat.Graph, error) {
+	var g chat.Graph
 	var b []byte
 	if err := row.Scan(&g.ID, &g.Name, &g.PlanVersion, &b, &g.CreatedAt, &g.UpdatedAt); err != nil {
 		return nil, err
@@ -186,32 +162,32 @@ func scanGraph(row pgx.Row) (*chatstore.Graph, error) {
 	return &g, nil
 }
 
-// GetGraph implements chatstore.Store.
-func (s *Store) GetGraph(ctx context.Context, id string) (*chatstore.Graph, error) {
+// GetGraph implements chat.Store.
+func (s *Store) GetGraph(ctx context.Context, id string) (*chat.Graph, error) {
 	g, err := scanGraph(s.pool.QueryRow(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs WHERE id = $1 AND NOT deleted`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: graph %s", chatstore.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: graph %s", chat.ErrNotFound, id)
 	}
 	return g, err
 }
 
-// GetGraphVersion implements chatstore.Store.
-func (s *Store) GetGraphVersion(ctx context.Context, id string, version int64) (*chatstore.Graph, error) {
+// GetGraphVersion implements chat.Store.
+func (s *Store) GetGraphVersion(ctx context.Context, id string, version int64) (*chat.Graph, error) {
 	g, err := scanGraph(s.pool.QueryRow(ctx, `SELECT id, name, plan_version, body, created_at, created_at FROM chat_graph_versions WHERE id = $1 AND plan_version = $2`, id, version))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: graph %s version %d", chatstore.ErrNotFound, id, version)
+		return nil, fmt.Errorf("%w: graph %s version %d", chat.ErrNotFound, id, version)
 	}
 	return g, err
 }
 
-// ListGraphs implements chatstore.Store.
-func (s *Store) ListGraphs(ctx context.Context) ([]*chatstore.Graph, error) {
+// ListGraphs implements chat.Store.
+func (s *Store) ListGraphs(ctx context.Context) ([]*chat.Graph, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs WHERE NOT deleted ORDER BY updated_at DESC, id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []*chatstore.Graph{}
+	out := []*chat.Graph{}
 	for rows.Next() {
 		g, err := scanGraph(rows)
 		if err != nil {
@@ -222,20 +198,20 @@ func (s *Store) ListGraphs(ctx context.Context) ([]*chatstore.Graph, error) {
 	return out, rows.Err()
 }
 
-// UpdateGraph implements chatstore.Store.
-func (s *Store) UpdateGraph(ctx context.Context, g *chatstore.Graph, ifVersion int64) error {
+// UpdateGraph implements chat.Store.
+func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var version int64
 		var created time.Time
 		err := tx.QueryRow(ctx, `SELECT plan_version, created_at FROM chat_graphs WHERE id = $1 AND NOT deleted FOR UPDATE`, g.ID).Scan(&version, &created)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: graph %s", chatstore.ErrNotFound, g.ID)
+			return fmt.Errorf("%w: graph %s", chat.ErrNotFound, g.ID)
 		}
 		if err != nil {
 			return err
 		}
 		if ifVersion > 0 && version != ifVersion {
-			return fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chatstore.ErrConflict, g.ID, version, ifVersion)
+			return fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chat.ErrConflict, g.ID, version, ifVersion)
 		}
 		t := now()
 		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, created.UTC(), t
@@ -247,29 +223,29 @@ func (s *Store) UpdateGraph(ctx context.Context, g *chatstore.Graph, ifVersion i
 	})
 }
 
-// DeleteGraph implements chatstore.Store.
+// DeleteGraph implements chat.Store.
 func (s *Store) DeleteGraph(ctx context.Context, id string) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE chat_graphs SET deleted = true, body = NULL, updated_at = $1 WHERE id = $2 AND NOT deleted`, now(), id)
 	if err != nil {
 		return err
 	}
-	return affected(tag, chatstore.ErrNotFound, "graph "+id)
+	return affected(tag, chat.ErrNotFound, "graph "+id)
 }
 
-// CreateChat implements chatstore.Store.
-func (s *Store) CreateChat(ctx context.Context, c *chatstore.Chat) error {
+// CreateChat implements chat.Store.
+func (s *Store) CreateChat(ctx context.Context, c *chat.Chat) error {
 	t := now()
 	c.CreatedAt, c.UpdatedAt = t, t
 	_, err := s.pool.Exec(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)`,
 		c.ID, c.GraphID, c.Title, c.ActiveLeafID, t)
 	if isUnique(err) {
-		return fmt.Errorf("%w: chat %s exists", chatstore.ErrConflict, c.ID)
+		return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
 	}
 	return err
 }
 
-func scanChat(row pgx.Row) (*chatstore.Chat, error) {
-	var c chatstore.Chat
+func scanChat(row pgx.Row) (*chat.Chat, error) {
+	var c chat.Chat
 	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.CreatedAt, &c.UpdatedAt); err != nil {
 		return nil, err
 	}
@@ -277,24 +253,24 @@ func scanChat(row pgx.Row) (*chatstore.Chat, error) {
 	return &c, nil
 }
 
-// GetChat implements chatstore.Store.
-func (s *Store) GetChat(ctx context.Context, id string) (*chatstore.Chat, error) {
+// GetChat implements chat.Store.
+func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
 	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT id, graph_id, title, active_leaf_id, created_at, updated_at FROM chats WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: chat %s", chatstore.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
 	}
 	return c, err
 }
 
-// ListChats implements chatstore.Store.
-func (s *Store) ListChats(ctx context.Context, graphID string) ([]*chatstore.Chat, error) {
+// ListChats implements chat.Store.
+func (s *Store) ListChats(ctx context.Context, graphID string) ([]*chat.Chat, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, graph_id, title, active_leaf_id, created_at, updated_at FROM chats
 		WHERE ($1 = '' OR graph_id = $1) ORDER BY created_at DESC, id`, graphID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []*chatstore.Chat{}
+	out := []*chat.Chat{}
 	for rows.Next() {
 		c, err := scanChat(rows)
 		if err != nil {
@@ -305,14 +281,14 @@ func (s *Store) ListChats(ctx context.Context, graphID string) ([]*chatstore.Cha
 	return out, rows.Err()
 }
 
-// DeleteChat implements chatstore.Store.
+// DeleteChat implements chat.Store.
 func (s *Store) DeleteChat(ctx context.Context, id string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM chats WHERE id = $1`, id)
 		if err != nil {
 			return err
 		}
-		if err := affected(tag, chatstore.ErrNotFound, "chat "+id); err != nil {
+		if err := affected(tag, chat.ErrNotFound, "chat "+id); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1`, id)
@@ -326,18 +302,39 @@ func touchChat(ctx context.Context, tx pgx.Tx, chatID, activeLeafID string) erro
 	if err != nil {
 		return err
 	}
-	return affected(tag, chatstore.ErrNotFound, "chat "+chatID)
+	return affected(tag, chat.ErrNotFound, "chat "+chatID)
 }
 
-// AddMessages implements chatstore.Store.
-func (s *Store) AddMessages(ctx context.Context, chatID, activeLeafID string, msgs ...*chatstore.Message) error {
+// BeginTurn implements chat.Store: the messages (or the claim) and the
+// run's reservation in one transaction.
+func (s *Store) BeginTurn(ctx context.Context, turn chat.Turn) error {
+	if turn.Run == nil || turn.Run.Status != runtime.RunPending {
+		return errors.New("chat/store/postgres: a turn needs its run's reservation (status pending)")
+	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := touchChat(ctx, tx, chatID, activeLeafID); err != nil {
+		if err := touchChat(ctx, tx, turn.ChatID, turn.ActiveLeafID); err != nil {
 			return err
 		}
 		t := now()
-		for _, m := range msgs {
-			m.ChatID = chatID
+		if c := turn.Claim; c != nil {
+			tag, err := tx.Exec(ctx, `UPDATE chat_messages SET run_id = $1, status = $2, error = '', updated_at = $3
+				WHERE chat_id = $4 AND id = $5 AND run_id = $6`, turn.Run.ID, chat.StatusPending, t, turn.ChatID, c.MessageID, c.FromRunID)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != 1 {
+				var one int
+				if err := tx.QueryRow(ctx, `SELECT 1 FROM chat_messages WHERE chat_id = $1 AND id = $2`, turn.ChatID, c.MessageID).Scan(&one); err != nil {
+					if errors.Is(err, pgx.ErrNoRows) {
+						return fmt.Errorf("%w: message %s", chat.ErrNotFound, c.MessageID)
+					}
+					return err
+				}
+				return fmt.Errorf("%w: message %s cannot be continued from run %s", chat.ErrConflict, c.MessageID, c.FromRunID)
+			}
+		}
+		for _, m := range turn.Messages {
+			m.ChatID = turn.ChatID
 			if m.CreatedAt.IsZero() {
 				m.CreatedAt = t
 			}
@@ -349,20 +346,26 @@ func (s *Store) AddMessages(ctx context.Context, chatID, activeLeafID string, ms
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO chat_messages (chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-				chatID, m.ID, m.ParentID, m.Role, m.Content, m.RunID, m.Status, m.TurnRunID, m.AgentNodeID, tools, m.Error, m.CreatedAt, t)
+				turn.ChatID, m.ID, m.ParentID, m.Role, m.Content, m.RunID, m.Status, m.TurnRunID, m.AgentNodeID, tools, m.Error, m.CreatedAt, t)
 			if isUnique(err) {
-				return fmt.Errorf("%w: message %s exists", chatstore.ErrConflict, m.ID)
+				return fmt.Errorf("%w: message %s exists", chat.ErrConflict, m.ID)
 			}
 			if err != nil {
 				return err
 			}
 		}
+		if err := s.runs.ReserveRun(ctx, tx, turn.Run); err != nil {
+			if errors.Is(err, runtime.ErrRunExists) {
+				return fmt.Errorf("%w: %w", chat.ErrConflict, err)
+			}
+			return err
+		}
 		return nil
 	})
 }
 
-// UpdateMessage implements chatstore.Store.
-func (s *Store) UpdateMessage(ctx context.Context, m *chatstore.Message) error {
+// UpdateMessage implements chat.Store.
+func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
 	t := now()
 	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET parent_id = $1, content = $2, status = $3, run_id = $4, error = $5, updated_at = $6
 		WHERE chat_id = $7 AND id = $8`, m.ParentID, m.Content, m.Status, m.RunID, m.Error, t, m.ChatID, m.ID)
@@ -370,31 +373,32 @@ func (s *Store) UpdateMessage(ctx context.Context, m *chatstore.Message) error {
 		return err
 	}
 	m.UpdatedAt = t
-	return affected(tag, chatstore.ErrNotFound, "message "+m.ID)
+	return affected(tag, chat.ErrNotFound, "message "+m.ID)
 }
 
-// ClaimMessage implements chatstore.Store.
-func (s *Store) ClaimMessage(ctx context.Context, chatID, msgID, fromRunID, toRunID string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET run_id = $1, status = $2, error = '', updated_at = $3
-		WHERE chat_id = $4 AND id = $5 AND run_id = $6 AND status IN ($7, $8, $9)`,
-		toRunID, chatstore.StatusPending, now(), chatID, msgID, fromRunID,
-		chatstore.StatusInterrupted, chatstore.StatusCancelled, chatstore.StatusFailed)
+// FinishMessage implements chat.Store: only while the message still
+// belongs to m.RunID.
+func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
+	t := now()
+	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET content = $1, status = $2, error = $3, updated_at = $4
+		WHERE chat_id = $5 AND id = $6 AND run_id = $7`, m.Content, m.Status, m.Error, t, m.ChatID, m.ID, m.RunID)
 	if err != nil {
 		return err
 	}
 	if tag.RowsAffected() == 1 {
+		m.UpdatedAt = t
 		return nil
 	}
-	if _, err := s.GetMessage(ctx, chatID, msgID); err != nil {
+	if _, err := s.GetMessage(ctx, m.ChatID, m.ID); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: message %s cannot be continued from run %s", chatstore.ErrConflict, msgID, fromRunID)
+	return fmt.Errorf("%w: message %s no longer belongs to run %s", chat.ErrConflict, m.ID, m.RunID)
 }
 
 const msgCols = `chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
 
-func scanMsg(row pgx.Row) (*chatstore.Message, error) {
-	var m chatstore.Message
+func scanMsg(row pgx.Row) (*chat.Message, error) {
+	var m chat.Message
 	var tools []byte
 	if err := row.Scan(&m.ChatID, &m.ID, &m.ParentID, &m.Role, &m.Content, &m.RunID, &m.Status, &m.TurnRunID, &m.AgentNodeID,
 		&tools, &m.Error, &m.CreatedAt, &m.UpdatedAt); err != nil {
@@ -407,20 +411,20 @@ func scanMsg(row pgx.Row) (*chatstore.Message, error) {
 	return &m, nil
 }
 
-// GetMessage implements chatstore.Store.
-func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chatstore.Message, error) {
+// GetMessage implements chat.Store.
+func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Message, error) {
 	m, err := scanMsg(s.pool.QueryRow(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 AND id = $2`, chatID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err := s.GetChat(ctx, chatID); err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: message %s", chatstore.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: message %s", chat.ErrNotFound, id)
 	}
 	return m, err
 }
 
-// Messages implements chatstore.Store.
-func (s *Store) Messages(ctx context.Context, chatID string) ([]*chatstore.Message, error) {
+// Messages implements chat.Store.
+func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, error) {
 	if _, err := s.GetChat(ctx, chatID); err != nil {
 		return nil, err
 	}
@@ -429,7 +433,7 @@ func (s *Store) Messages(ctx context.Context, chatID string) ([]*chatstore.Messa
 		return nil, err
 	}
 	defer rows.Close()
-	out := []*chatstore.Message{}
+	out := []*chat.Message{}
 	for rows.Next() {
 		m, err := scanMsg(rows)
 		if err != nil {
@@ -440,7 +444,7 @@ func (s *Store) Messages(ctx context.Context, chatID string) ([]*chatstore.Messa
 	return out, rows.Err()
 }
 
-// DeleteMessages implements chatstore.Store.
+// DeleteMessages implements chat.Store.
 func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := touchChat(ctx, tx, chatID, activeLeafID); err != nil {
@@ -451,7 +455,7 @@ func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string,
 	})
 }
 
-// SetActiveLeaf implements chatstore.Store.
+// SetActiveLeaf implements chat.Store.
 func (s *Store) SetActiveLeaf(ctx context.Context, chatID, msgID string) error {
 	if msgID != "" {
 		if _, err := s.GetMessage(ctx, chatID, msgID); err != nil {
@@ -462,14 +466,11 @@ func (s *Store) SetActiveLeaf(ctx context.Context, chatID, msgID string) error {
 	if err != nil {
 		return err
 	}
-	return affected(tag, chatstore.ErrNotFound, "chat "+chatID)
+	return affected(tag, chat.ErrNotFound, "chat "+chatID)
 }
 
-// Ping implements chatstore.Store.
+// Ping implements chat.Store.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
-// Close implements chatstore.Store.
-func (s *Store) Close() error {
-	s.pool.Close()
-	return nil
-}
+// Close implements chat.Store. The pool belongs to the run store.
+func (s *Store) Close() error { return nil }

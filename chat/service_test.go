@@ -1,0 +1,414 @@
+package chat_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/chat"
+	chatmemory "chatgraph/chat/store/memory"
+	"chatgraph/nodes"
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+	"chatgraph/runtime/store/memory"
+)
+
+// recorder is a Publisher that keeps every event by run.
+type recorder struct {
+	mu     sync.Mutex
+	events map[string][]runtime.Event
+	closed map[string]bool
+}
+
+func newRecorder() *recorder {
+	return &recorder{events: map[string][]runtime.Event{}, closed: map[string]bool{}}
+}
+
+func (r *recorder) RunOpened(*chat.LiveRun, int64) {}
+func (r *recorder) RunEvent(run *chat.LiveRun, ev runtime.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events[run.ID] = append(r.events[run.ID], ev)
+}
+func (r *recorder) RunClosed(run *chat.LiveRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed[run.ID] = true
+}
+
+func (r *recorder) of(runID string) []runtime.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]runtime.Event(nil), r.events[runID]...)
+}
+
+// fixture is a chat service on memory stores and in-process run control.
+type fixture struct {
+	t     *testing.T
+	runs  runtime.Store
+	chats chat.Store
+	ctl   runcontrol.Controller
+	svc   *chat.Service
+	pub   *recorder
+}
+
+func newFixture(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime.Config) *fixture {
+	t.Helper()
+	reg := runtime.NewRegistry()
+	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
+	ecfg.Registry, ecfg.Store = reg, runs
+	eng, err := runtime.NewEngine(ecfg)
+	require.NoError(t, err)
+	ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
+	pub := newRecorder()
+	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, Publisher: pub, DrainTimeout: time.Second,
+		RecoveryInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	return &fixture{t: t, runs: runs, chats: chats, ctl: ctl, svc: svc, pub: pub}
+}
+
+func newMemFixture(t *testing.T) *fixture {
+	runs := memory.New()
+	return newFixture(t, runs, chatmemory.New(runs), runtime.Config{})
+}
+
+// graph saves chat_start -> agent -> chat_output (agent data given) and
+// opens a chat on it.
+func (f *fixture) chatOn(agentData string) (graphID, chatID string) {
+	f.t.Helper()
+	g := map[string]any{
+		"nodes": []map[string]any{
+			{"id": "start", "type": "chat_start", "data": map[string]any{}},
+			{"id": "helper", "type": "agent", "data": json.RawMessage(agentData)},
+			{"id": "out", "type": "chat_output", "data": map[string]any{}},
+		},
+		"edges": []map[string]any{
+			{"id": "e1", "source": "start", "sourceHandle": "message", "target": "helper", "targetHandle": "input", "data": map[string]any{"channel": "flow"}},
+			{"id": "e2", "source": "helper", "sourceHandle": "output", "target": "out", "targetHandle": "input", "data": map[string]any{"channel": "flow"}},
+		},
+	}
+	body, err := json.Marshal(g)
+	require.NoError(f.t, err)
+	graphID, chatID = chat.NewID("g_"), chat.NewID("c_")
+	ctx := context.Background()
+	require.NoError(f.t, f.chats.CreateGraph(ctx, &chat.Graph{ID: graphID, Name: "test", Body: body}))
+	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: chatID, GraphID: graphID}))
+	return graphID, chatID
+}
+
+// settled waits until message id is final and returns it.
+func (f *fixture) settled(chatID, id string) *chat.Message {
+	f.t.Helper()
+	var m *chat.Message
+	require.Eventually(f.t, func() bool {
+		var err error
+		m, err = f.chats.GetMessage(context.Background(), chatID, id)
+		require.NoError(f.t, err)
+		return m.Status.Settled()
+	}, 10*time.Second, 5*time.Millisecond, "message %s never settled", id)
+	return m
+}
+
+func (f *fixture) send(req chat.Request) *chat.Ticket {
+	f.t.Helper()
+	tk, err := f.svc.Send(context.Background(), req)
+	require.NoError(f.t, err)
+	return tk
+}
+
+func TestStreamChatAnswersAndStreams(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "hello there"})
+	m := f.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCompleted, m.Status)
+	require.Equal(t, "echo: hello there", m.Content)
+	evs := f.pub.of(tk.RunID)
+	require.Equal(t, runtime.EventRunStarted, evs[0].Type)
+	require.Equal(t, runtime.EventRunCompleted, evs[len(evs)-1].Type)
+	for i, ev := range evs {
+		require.EqualValues(t, i+1, ev.Seq, "gap-free seq")
+	}
+	user, err := f.chats.GetMessage(context.Background(), chatID, tk.UserMessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.RoleUser, user.Role)
+	require.Equal(t, user.ID, m.ParentID)
+}
+
+func TestStreamAgentChatStartsAtTheAgent(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	tk := f.send(chat.Request{Kind: chat.KindStreamAgentChat, ChatID: chatID, AgentNodeID: "helper", Content: "direct"})
+	m := f.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCompleted, m.Status)
+	require.Equal(t, "echo: direct", m.Content)
+	rec, err := f.runs.GetRun(context.Background(), tk.RunID)
+	require.NoError(t, err)
+	require.Equal(t, []string{"helper"}, rec.EntryNodeIDs)
+
+	_, err = f.svc.Send(context.Background(), chat.Request{Kind: chat.KindStreamAgentChat, ChatID: chatID, AgentNodeID: "out", Content: "x"})
+	var ce *chat.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, chat.CodeInvalid, ce.Code)
+}
+
+func TestRetryAndEditBranch(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	first := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one"})
+	f.settled(chatID, first.MessageID)
+
+	retry := f.send(chat.Request{Kind: chat.KindRetryMessage, ChatID: chatID, MessageID: first.MessageID})
+	again := f.settled(chatID, retry.MessageID)
+	require.Equal(t, "echo: one", again.Content)
+	require.Equal(t, first.UserMessageID, again.ParentID, "a retry answers the same user message in a new branch")
+	require.NotEqual(t, first.MessageID, retry.MessageID)
+
+	edit := f.send(chat.Request{Kind: chat.KindEditUserMessage, ChatID: chatID, MessageID: first.UserMessageID, Content: "two"})
+	edited := f.settled(chatID, edit.MessageID)
+	require.Equal(t, "echo: two", edited.Content)
+	orig, err := f.chats.GetMessage(context.Background(), chatID, first.UserMessageID)
+	require.NoError(t, err)
+	require.Equal(t, "one", orig.Content, "an edit never overwrites history")
+}
+
+func TestContinueAfterApproval(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	ctx := context.Background()
+	g := `{"nodes":[{"id":"start","type":"chat_start","data":{}},{"id":"ok","type":"approval","data":{}},
+		{"id":"out","type":"chat_output","data":{}}],
+		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"ok","targetHandle":"input","data":{"channel":"flow"}},
+		{"id":"e2","source":"ok","sourceHandle":"output","target":"out","targetHandle":"input","data":{"channel":"flow"}}]}`
+	require.NoError(t, f.chats.CreateGraph(ctx, &chat.Graph{ID: "g_approve", Name: "approve", Body: json.RawMessage(g)}))
+	require.NoError(t, f.chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}))
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
+	m := f.settled("c_approve", tk.MessageID)
+	require.Equal(t, chat.StatusInterrupted, m.Status)
+
+	next := f.send(chat.Request{Kind: chat.KindContinueMessage, ChatID: "c_approve", MessageID: tk.MessageID,
+		Resume: map[string]any{"approved": true}})
+	require.Equal(t, tk.MessageID, next.MessageID, "a continue writes the same assistant message")
+	done := f.settled("c_approve", tk.MessageID)
+	require.Equal(t, chat.StatusCompleted, done.Status)
+	require.Equal(t, next.RunID, done.RunID)
+
+	// The interrupted run was continued: a second continue from it loses.
+	_, err := f.svc.Send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: tk.RunID})
+	var ce *chat.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, chat.CodeConflict, ce.Code)
+}
+
+func TestCancelBeforeTheRunExists(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":50}`)
+	res, err := f.svc.Cancel(context.Background(), chat.CancelRequest{ChatID: chatID, ClientRequestID: "req-1"})
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusPending, res.Status, "the intent is kept for a run that does not exist yet")
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "never answered", ClientRequestID: "req-1"})
+	m := f.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCancelled, m.Status)
+	for _, ev := range f.pub.of(tk.RunID) {
+		require.NotEqual(t, runtime.EventNodeStarted, ev.Type, "no node starts after a cancel that came first")
+	}
+}
+
+func TestCancelFinishedRunIsAConflict(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "hi"})
+	f.settled(chatID, tk.MessageID)
+	<-waitClosed(t, f, tk.RunID)
+	_, err := f.svc.Cancel(context.Background(), chat.CancelRequest{RunID: tk.RunID})
+	var ce *chat.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, chat.CodeConflict, ce.Code)
+	require.Contains(t, ce.Message, "already ended completed")
+}
+
+func waitClosed(t *testing.T, f *fixture, runID string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			f.pub.mu.Lock()
+			c := f.pub.closed[runID]
+			f.pub.mu.Unlock()
+			if c {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Errorf("run %s never closed", runID)
+	}()
+	return done
+}
+
+func TestDoubleTexting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		strategy  runcontrol.Strategy
+		firstWant chat.Status
+	}{
+		{runcontrol.Enqueue, chat.StatusCompleted},
+		{runcontrol.Interrupt, chat.StatusCancelled},
+	} {
+		t.Run(string(tc.strategy), func(t *testing.T) {
+			t.Parallel()
+			f := newMemFixture(t)
+			_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":30}`)
+			first := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four"})
+			second := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "again", Strategy: tc.strategy})
+			require.Equal(t, tc.firstWant, f.settled(chatID, first.MessageID).Status)
+			require.Equal(t, chat.StatusCompleted, f.settled(chatID, second.MessageID).Status)
+		})
+	}
+	t.Run("reject", func(t *testing.T) {
+		t.Parallel()
+		f := newMemFixture(t)
+		_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":30}`)
+		first := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three"})
+		_, err := f.svc.Send(context.Background(), chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "no", Strategy: runcontrol.Reject})
+		var busy *runcontrol.BusyError
+		require.ErrorAs(t, err, &busy)
+		require.Equal(t, chat.StatusCompleted, f.settled(chatID, first.MessageID).Status)
+	})
+}
+
+// deadStore is a run store whose process died: after kill it writes and
+// renews nothing (the engine that used it goes on in memory, unseen).
+type deadStore struct {
+	*memory.Store
+	dead atomic.Bool
+}
+
+func (s *deadStore) AppendEvents(ctx context.Context, id string, token int64, evs []runtime.Event) error {
+	if s.dead.Load() {
+		return nil
+	}
+	return s.Store.AppendEvents(ctx, id, token, evs)
+}
+func (s *deadStore) SaveCheckpoint(ctx context.Context, cp *runtime.Checkpoint) error {
+	if s.dead.Load() {
+		return nil
+	}
+	return s.Store.SaveCheckpoint(ctx, cp)
+}
+func (s *deadStore) WriteBatches(ctx context.Context, b []runtime.WriteBatch) error {
+	if s.dead.Load() {
+		return nil
+	}
+	return s.Store.WriteBatches(ctx, b)
+}
+func (s *deadStore) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
+	if s.dead.Load() {
+		return nil
+	}
+	return s.Store.UpdateRun(ctx, r)
+}
+func (s *deadStore) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
+	if s.dead.Load() {
+		return l, nil
+	}
+	return s.Store.RenewLease(ctx, l, ttl)
+}
+func (s *deadStore) ReleaseLease(ctx context.Context, l runtime.Lease) error {
+	if s.dead.Load() {
+		return nil
+	}
+	return s.Store.ReleaseLease(ctx, l)
+}
+
+// deadChats drops the message writes of a dead process.
+type deadChats struct {
+	chat.Store
+	dead *atomic.Bool
+}
+
+func (s deadChats) FinishMessage(ctx context.Context, m *chat.Message) error {
+	if s.dead.Load() {
+		return nil
+	}
+	return s.Store.FinishMessage(ctx, m)
+}
+
+// A run whose process died mid-run is recovered by the next service on
+// the same stores: the same run, its log continued gap-free, its message
+// written.
+func TestRecoveryOfARunWhosProcessDied(t *testing.T) {
+	t.Parallel()
+	mem := memory.New()
+	chats := chatmemory.New(mem)
+	dead := &deadStore{Store: mem}
+	a := newFixture(t, dead, deadChats{Store: chats, dead: &dead.dead}, runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
+	require.Eventually(t, func() bool {
+		for _, ev := range a.pub.of(tk.RunID) {
+			if ev.Type == "node_delta" {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 2*time.Millisecond)
+	dead.dead.Store(true)
+
+	b := newFixture(t, mem, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
+	// b's recovery loop takes the run over once a's lease expired.
+	b.svc.Start(context.Background())
+	m := b.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCompleted, m.Status)
+	require.Equal(t, "echo: one two three four five six", m.Content)
+	require.Equal(t, tk.RunID, m.RunID, "the same run")
+	log, err := mem.Events(context.Background(), tk.RunID, 0, 0)
+	require.NoError(t, err)
+	for i, ev := range log {
+		require.EqualValues(t, i+1, ev.Seq)
+	}
+	require.Equal(t, runtime.EventRunCompleted, log[len(log)-1].Type)
+	require.NotEmpty(t, b.pub.of(tk.RunID), "the recovered run streams through the new service")
+}
+
+// A turn whose process died after writing its messages and reservation,
+// before the run began, is failed with code lost by the next start: no
+// message is left pending without a run that will finish it.
+func TestStartSettlesLostReservations(t *testing.T) {
+	t.Parallel()
+	mem := memory.New()
+	chats := chatmemory.New(mem)
+	f := newFixture(t, mem, chats, runtime.Config{})
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	user := &chat.Message{ID: "m_u", ChatID: chatID, Role: chat.RoleUser, Content: "hi", RunID: "r_lost", TurnRunID: "r_lost",
+		Status: chat.StatusCompleted, CreatedAt: now}
+	asst := &chat.Message{ID: "m_a", ChatID: chatID, ParentID: "m_u", Role: chat.RoleAssistant, RunID: "r_lost", TurnRunID: "r_lost",
+		Status: chat.StatusPending, CreatedAt: now}
+	require.NoError(t, chats.BeginTurn(ctx, chat.Turn{ChatID: chatID, ActiveLeafID: "m_a", Messages: []*chat.Message{user, asst},
+		Run: &runtime.RunRecord{ID: "r_lost", RootID: "r_lost", ChatID: chatID, Kind: "stream_chat", Status: runtime.RunPending,
+			Attrs: map[string]any{"messageId": "m_a"}, CreatedAt: now, UpdatedAt: now}}))
+	f.svc.Start(ctx)
+	m, err := chats.GetMessage(ctx, chatID, "m_a")
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusFailed, m.Status)
+	require.Contains(t, m.Error, "before the run started")
+	rec, err := mem.GetRun(ctx, "r_lost")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunFailed, rec.Status)
+	log, err := mem.Events(ctx, "r_lost", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, log, 2)
+	require.Equal(t, "lost", log[1].Data.(*runtime.RunFailedData).Code)
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"chatgraph/chat"
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+	"chatgraph/transport"
+)
+
+// newServer wires the layers: the engine on the run store, the chat
+// service on the engine and the chat store, the transport on the service.
+// relay may be nil (one process, or followers reading the log).
+func newServer(c *config, st *stores, reg *runtime.Registry, ctl runcontrol.Controller, queue runcontrol.ChatQueue,
+	relay transport.Relay, log *slog.Logger) (*transport.Server, error) {
+	switch runtime.Durability(c.durability) {
+	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit, "":
+	default:
+		return nil, fmt.Errorf("--durability %q: want sync, batched or exit", c.durability)
+	}
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
+		Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	svc, err := chat.New(chat.Config{Engine: eng, Store: st.chats, Control: ctl, Queue: queue, DrainTimeout: c.drainTimeout,
+		Retention: c.retention, InterruptedRetention: c.interruptedRetention, Logger: log})
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	return transport.New(transport.Config{Chat: svc, Relay: relay, Token: c.token, AllowedOrigins: splitList(c.allowedOrigins),
+		BodyLimit: c.bodyLimit, RateLimit: c.rateLimit, UI: webUI(), Logger: log, Metrics: metrics})
+}
