@@ -11,9 +11,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
 
+	"chatgraph/chat"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
-	"chatgraph/chat"
 )
 
 // Error codes of the wire contract ({"error":{"code",...}}).

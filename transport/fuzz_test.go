@@ -7,12 +7,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"chatgraph/chat"
+	chatmemory "chatgraph/chat/store/memory"
 	"chatgraph/nodes"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/memory"
-	"chatgraph/chat"
-	chatmemory "chatgraph/chat/store/memory"
 )
 
 // FuzzDecodeClientFrame: any bytes a WebSocket client sends decode to a

@@ -10,8 +10,8 @@ import (
 	"github.com/go-playground/validator/v10"
 	"github.com/labstack/echo/v4"
 
-	"chatgraph/runtime"
 	"chatgraph/chat"
+	"chatgraph/runtime"
 )
 
 // graphBody is the request struct of a graph save, checked with

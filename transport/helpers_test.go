@@ -17,13 +17,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/chat"
+	chatsqlite "chatgraph/chat/store/sqlite"
 	"chatgraph/nodes"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	rsqlite "chatgraph/runtime/store/sqlite"
 	"chatgraph/transport"
-	"chatgraph/chat"
-	chatsqlite "chatgraph/chat/store/sqlite"
 )
 
 // env is one test server and a client for it.
@@ -332,7 +332,6 @@ func (e *env) waitMessage(chatID, id string) map[string]any {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
 
 // waitRunDone waits until the server no longer holds the run.
 func (e *env) waitRunDone(runID string) {

@@ -130,4 +130,3 @@ func (s *Server) listRuns(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, out)
 }
-
