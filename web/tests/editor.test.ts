@@ -93,12 +93,15 @@ describe.skipIf(!haveChromium)('editor', () => {
     const a = lastAssistant(page)
     await expect.poll(() => a.getByTestId('msg-body').textContent(), { timeout: 10_000 }).toMatch(/^echo: hello/)
     const partial = (await a.getByTestId('msg-body').textContent())!
-    await expect.poll(() => page.getByTestId(`status-${agent}`).textContent()).toMatch(/running|completed/)
+    await expect.poll(() => page.getByTestId(`node-${agent}`).getAttribute('data-status')).toMatch(/running|completed/)
     await expect.poll(() => a.getAttribute('data-status'), { timeout: 15_000 }).toBe('completed')
     const final = 'echo: hello from the browser with several words to stream'
     expect(await a.getByTestId('msg-body').textContent()).toBe(final)
     expect(partial.length).toBeLessThan(final.length) // it streamed
-    for (const id of [start, agent, out]) expect(await page.getByTestId(`status-${id}`).textContent()).toBe('completed')
+    for (const id of [start, agent, out]) {
+      expect(await page.getByTestId(`node-${id}`).getAttribute('data-status')).toBe('completed')
+      expect(await page.getByTestId(`status-${id}`).textContent()).toBe('Done')
+    }
     await expect.poll(() => page.locator('.react-flow__edge.taken').count()).toBe(2)
 
     // A tool call through the linked tool.
