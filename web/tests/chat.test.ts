@@ -74,6 +74,10 @@ describe.skipIf(!haveChromium)('chat', () => {
     await expect.poll(() => body(page).textContent(), { timeout: 10_000 }).toMatch(/^echo: alpha/)
     await page.getByTestId('stop').click()
     await expect.poll(() => status(page), { timeout: 10_000 }).toBe('cancelled')
+    // Said in words; the code is in the tooltip.
+    expect(await lastAssistant(page).getByTestId('msg-error').textContent()).toBe('You stopped this answer.')
+    expect(await lastAssistant(page).getByTestId('msg-error').getAttribute('title')).toBe('user_cancel')
+    expect(await lastAssistant(page).getByTestId('msg-status').textContent()).toBe('Stopped')
     const partial = (await body(page).textContent())!
     expect(partial.length).toBeLessThan('echo: alpha beta gamma delta epsilon zeta eta theta'.length)
     await lastAssistant(page).getByRole('button', { name: 'Continue' }).click()
@@ -102,6 +106,10 @@ describe.skipIf(!haveChromium)('chat', () => {
     await expect.poll(() => status(page), { timeout: 10_000 }).toBe('completed')
     expect(await body(page).textContent()).toBe('tool calculator returned: 42')
     expect(await lastAssistant(page).getByTestId('approval-card').count()).toBe(0)
+    // The decision stays in the transcript, with the call's arguments.
+    const approved = lastAssistant(page).getByTestId('approval-record')
+    await expect.poll(() => approved.getAttribute('data-approved')).toBe('true')
+    expect(await approved.textContent()).toContain('You approved calculator({"expression":"6*7"})')
 
     await send(page, '/tool calculator {"expression":"1+1"}')
     const card2 = lastAssistant(page).getByTestId('approval-card')
@@ -110,6 +118,19 @@ describe.skipIf(!haveChromium)('chat', () => {
     await card2.getByRole('button', { name: 'Deny' }).click()
     await expect.poll(() => status(page), { timeout: 10_000 }).toBe('completed')
     expect(await body(page).textContent()).toBe('tool calculator returned: error: the user refused this call: not now')
+    const denied = lastAssistant(page).getByTestId('approval-record')
+    await expect.poll(() => denied.getAttribute('data-approved')).toBe('false')
+    expect(await denied.textContent()).toContain('You denied calculator({"expression":"1+1"}) — “not now”')
+    // The denied call keeps its arguments in the tool list too.
+    expect(await lastAssistant(page).getByTestId('tool-call').textContent()).toContain('calculator({"expression":"1+1"})')
+
+    // After a reload (nothing in memory) both decisions are still there.
+    await page.reload()
+    await expect.poll(() => page.getByTestId('approval-record').count(), { timeout: 10_000 }).toBe(2)
+    expect(await page.getByTestId('approval-record').allTextContents()).toEqual([
+      '✔ You approved calculator({"expression":"6*7"})',
+      '✘ You denied calculator({"expression":"1+1"}) — “not now”',
+    ])
     expect(errors).toEqual([])
     await ctx.close()
   })
