@@ -1,14 +1,19 @@
 import { ReactFlowProvider, useReactFlow } from '@xyflow/react'
-import { useCallback, useEffect, useMemo, useRef, useState } from 'react'
+import { useCallback, useEffect, useMemo, useRef, useState, type RefObject } from 'react'
 import { api, ApiError, call, setToken } from './api/client'
 import type { Chat, GraphInput, GraphSummary, NodeType } from './api/types'
 import { ChatPanel } from './chat/ChatPanel'
 import { useChat } from './chat/useChat'
-import { Canvas, DND_TYPE } from './editor/Canvas'
+import { Canvas, DND_TYPE, placeNew } from './editor/Canvas'
+import type { FlowEdge, FlowNode } from './editor/graph'
 import { indexTypes } from './editor/graph'
+import { suggestions, templates, type Template } from './editor/templates'
 import { useEditor } from './editor/useEditor'
 import { RunInspector } from './inspector/RunInspector'
+import { ShortcutSheet } from './ShortcutSheet'
 import { useRun, useSocketStatus } from './stream/store'
+import { useTheme } from './theme'
+import { codeText, diagnosticText, socketWords } from './wording'
 
 interface Route {
   g?: string
@@ -32,6 +37,14 @@ interface Notice {
   text: string
   kind: 'error' | 'info'
   at: number
+  /** The raw code behind the words, for the tooltip. */
+  code?: string
+}
+
+/** Is the key event's target a field a person types into? */
+function typing(t: EventTarget | null): boolean {
+  const el = t as HTMLElement | null
+  return !!el && (el.tagName === 'INPUT' || el.tagName === 'TEXTAREA' || el.tagName === 'SELECT' || el.isContentEditable)
 }
 
 function ImportDialog({ initial, onImport, onClose }: { initial: string; onImport: (g: GraphInput) => void; onClose: () => void }) {
@@ -74,11 +87,47 @@ function ImportDialog({ initial, onImport, onClose }: { initial: string; onImpor
   )
 }
 
-function Palette({ types, onAdd }: { types: NodeType[]; onAdd: (t: string) => void }) {
+function Palette({ types, onAdd, search }: { types: NodeType[]; onAdd: (t: string) => void; search: RefObject<HTMLInputElement | null> }) {
+  const [q, setQ] = useState('')
+  const needle = q.trim().toLowerCase()
+  // Names that start with the text first, then names that contain it, then descriptions.
+  const rank = (t: NodeType) => {
+    const names = [t.type, t.label ?? ''].map((x) => x.toLowerCase())
+    if (names.some((n) => n.startsWith(needle))) return 0
+    if (names.some((n) => n.includes(needle))) return 1
+    return (t.description ?? '').toLowerCase().includes(needle) ? 2 : 3
+  }
+  const shown = needle
+    ? types
+        .map((t) => ({ t, r: rank(t) }))
+        .filter((x) => x.r < 3)
+        .sort((a, b) => a.r - b.r)
+        .map((x) => x.t)
+    : types
   return (
     <div className="palette" data-testid="palette">
       <h4>Nodes</h4>
-      {types.map((t) => (
+      <input
+        ref={search}
+        className="palette-search"
+        type="search"
+        aria-label="search nodes"
+        placeholder="Search nodes  ( / )"
+        value={q}
+        onChange={(e) => setQ(e.target.value)}
+        onKeyDown={(e) => {
+          if (e.key === 'Enter' && shown[0]) {
+            onAdd(shown[0].type)
+            setQ('')
+          }
+          if (e.key === 'Escape' && q) {
+            e.stopPropagation()
+            setQ('')
+          }
+        }}
+      />
+      {shown.length === 0 && <div className="muted">No node type matches “{q}”.</div>}
+      {shown.map((t) => (
         <button
           key={t.type}
           className="palette-item"
@@ -103,7 +152,64 @@ function Palette({ types, onAdd }: { types: NodeType[]; onAdd: (t: string) => vo
           </span>
         </button>
       ))}
+      <p className="palette-hint muted">Click to add in free space, or drag onto the canvas.</p>
     </div>
+  )
+}
+
+function TemplatesMenu({ onPick }: { onPick: (t: Template) => void }) {
+  const [open, setOpen] = useState(false)
+  const ref = useRef<HTMLDivElement>(null)
+  useEffect(() => {
+    if (!open) return
+    const off = (e: PointerEvent) => {
+      if (!ref.current?.contains(e.target as Node)) setOpen(false)
+    }
+    const esc = (e: KeyboardEvent) => {
+      if (e.key === 'Escape') setOpen(false)
+    }
+    window.addEventListener('pointerdown', off)
+    window.addEventListener('keydown', esc)
+    return () => {
+      window.removeEventListener('pointerdown', off)
+      window.removeEventListener('keydown', esc)
+    }
+  }, [open])
+  return (
+    <div className="menu" ref={ref}>
+      <button onClick={() => setOpen(!open)} aria-haspopup="menu" aria-expanded={open} data-testid="templates-button">
+        Templates ▾
+      </button>
+      {open && (
+        <div className="menu-list" role="menu" data-testid="templates-menu">
+          {templates.map((t) => (
+            <button
+              key={t.id}
+              role="menuitem"
+              className="menu-item"
+              onClick={() => {
+                setOpen(false)
+                onPick(t)
+              }}
+              data-testid={`template-${t.id}`}
+            >
+              <b>{t.name}</b>
+              <span className="muted">{t.description}</span>
+            </button>
+          ))}
+        </div>
+      )}
+    </div>
+  )
+}
+
+function ThemeToggle({ mode, onCycle }: { mode: string; onCycle: () => void }) {
+  const icon = mode === 'dark' ? '☾' : mode === 'light' ? '☀' : '◐'
+  const what = mode === 'system' ? 'follows the system setting' : mode
+  return (
+    <button onClick={onCycle} title={`Theme: ${what} (click to change)`} aria-label={`theme: ${what}`} data-testid="theme-toggle" data-mode={mode}>
+      {icon}
+    </button>
   )
 }
 
@@ -111,7 +217,8 @@ function Shell() {
   const [types, setTypes] = useState<NodeType[]>([])
   const typeIndex = useMemo(() => indexTypes(types), [types])
   const ed = useEditor(typeIndex)
-  const rf = useReactFlow()
+  const rf = useReactFlow<FlowNode, FlowEdge>()
+  const { mode, theme, cycle } = useTheme()
   const [graphs, setGraphs] = useState<GraphSummary[]>([])
   const [route, setRoute] = useState<Route>(readRoute)
   const [notice, setNotice] = useState<Notice | null>(null)
@@ -121,13 +228,17 @@ function Shell() {
   const [inspectNode, setInspectNode] = useState<string | undefined>()
   const [showInspector, setShowInspector] = useState(true)
   const [needToken, setNeedToken] = useState(false)
+  const [sheet, setSheet] = useState(false)
+  const [fitRequest, setFitRequest] = useState(0)
+  const paletteSearch = useRef<HTMLInputElement>(null)
   const sockStatus = useSocketStatus()
 
-  const notify = useCallback((text: string, kind: 'error' | 'info' = 'info') => setNotice({ text, kind, at: Date.now() }), [])
+  const notify = useCallback((text: string, kind: 'error' | 'info' = 'info', code?: string) => setNotice({ text, kind, at: Date.now(), code }), [])
   const fail = useCallback(
     (e: unknown) => {
       if (e instanceof ApiError && e.status === 401) setNeedToken(true)
-      notify(e instanceof Error ? e.message : String(e), 'error')
+      if (e instanceof ApiError) notify(e.message || codeText(e.code), 'error', e.code)
+      else notify(e instanceof Error ? e.message : String(e), 'error')
     },
     [notify],
   )
@@ -135,6 +246,7 @@ function Shell() {
   const chatApi = useChat(route.c, onChatError)
   const canvasRunId = inspectRun ?? chatApi.lastRunId
   const canvasRun = useRun(canvasRunId)
+  const fitSoon = useCallback(() => setFitRequest((n) => n + 1), [])
 
   const go = useCallback((r: Route) => {
     writeRoute(r)
@@ -165,7 +277,7 @@ function Shell() {
     call(api.GET('/api/v1/graphs/{id}', { params: { path: { id: route.g } } }))
       .then((g) => {
         ed.load(g)
-        setTimeout(() => rf.fitView({ maxZoom: 1.1 }), 50)
+        fitSoon()
       })
       .catch(fail)
     loadChats(route.g)
@@ -185,15 +297,21 @@ function Shell() {
 
   const confirmDiscard = () => !ed.dirty || confirm('Discard unsaved changes?')
 
+  // Checks of the graph: Save and Validate, and the re-check after every
+  // edit once one of them ran (undo and redo included). Only the newest
+  // answer is applied.
+  const checkSeq = useRef(0)
+
   const save = useCallback(async () => {
     const g = ed.wire()
+    const seq = ++checkSeq.current
     try {
       const saved = g.id
         ? await call(api.PUT('/api/v1/graphs/{id}', { params: { path: { id: g.id } }, body: g }))
         : await call(api.POST('/api/v1/graphs', { body: g }))
       ed.saved(saved)
       loadedGraph.current = saved.id
-      ed.setDiagnostics(saved.diagnostics ?? [], g)
+      if (seq === checkSeq.current) ed.setDiagnostics(saved.diagnostics ?? [], g)
       const warns = saved.diagnostics?.length ?? 0
       notify(warns ? `Saved v${saved.planVersion} with ${warns} warning${warns > 1 ? 's' : ''}` : `Saved v${saved.planVersion}`, 'info')
       if (route.g !== saved.id) go({ g: saved.id })
@@ -202,27 +320,55 @@ function Shell() {
       return saved
     } catch (e) {
       if (e instanceof ApiError && e.diagnostics.length) {
-        ed.setDiagnostics(e.diagnostics, g)
+        if (seq === checkSeq.current) ed.setDiagnostics(e.diagnostics, g)
         const n = e.diagnostics.filter((d) => d.severity === 'error').length
-        notify(`Not saved: ${n} problem${n === 1 ? '' : 's'} (shown on the graph)`, 'error')
+        notify(`Not saved: ${n} problem${n === 1 ? '' : 's'} (shown on the graph)`, 'error', e.code)
       } else fail(e)
       return undefined
     }
   }, [ed, notify, fail, go, route.g, loadGraphs, loadChats])
 
-  const validate = useCallback(async () => {
+  const check = useCallback(
+    async (quiet: boolean) => {
+      const g = ed.wire()
+      const seq = ++checkSeq.current
+      try {
+        const r = await call(api.POST('/api/v1/graphs/validate', { body: g }))
+        if (seq !== checkSeq.current) return
+        ed.setDiagnostics(r.diagnostics, g)
+        if (!quiet) notify(r.valid ? (r.diagnostics.length ? `Valid, ${r.diagnostics.length} warning(s)` : 'Valid') : `${r.diagnostics.length} problem(s)`, r.valid ? 'info' : 'error')
+      } catch (e) {
+        if (seq !== checkSeq.current) return
+        if (e instanceof ApiError && e.diagnostics.length) {
+          ed.setDiagnostics(e.diagnostics, g)
+          if (!quiet) notify(`${e.diagnostics.length} problem(s)`, 'error', e.code)
+        } else if (!quiet) fail(e)
+      }
+    },
+    [ed, notify, fail],
+  )
+
+  // What a check looks at: the graph without positions (moving a node
+  // changes nothing a check says).
+  const structure = useMemo(() => {
     const g = ed.wire()
-    try {
-      const r = await call(api.POST('/api/v1/graphs/validate', { body: g }))
-      ed.setDiagnostics(r.diagnostics, g)
-      notify(r.valid ? (r.diagnostics.length ? `Valid, ${r.diagnostics.length} warning(s)` : 'Valid') : `${r.diagnostics.length} problem(s)`, r.valid ? 'info' : 'error')
-    } catch (e) {
-      if (e instanceof ApiError && e.diagnostics.length) {
-        ed.setDiagnostics(e.diagnostics, g)
-        notify(`${e.diagnostics.length} problem(s)`, 'error')
-      } else fail(e)
-    }
-  }, [ed, notify, fail])
+    return JSON.stringify({ ...g, nodes: g.nodes?.map((n) => ({ ...n, position: undefined })) })
+  }, [ed])
+  const checkedRef = useRef(ed.checked)
+  checkedRef.current = ed.checked
+  const checkRef = useRef(check)
+  checkRef.current = check
+  const lastStructure = useRef(structure)
+  const recheck = useRef<ReturnType<typeof setTimeout> | undefined>(undefined)
+  useEffect(() => {
+    if (structure === lastStructure.current) return
+    lastStructure.current = structure
+    if (!checkedRef.current) return
+    // A burst of edits (typing) is checked once, a moment after it ends.
+    clearTimeout(recheck.current)
+    recheck.current = setTimeout(() => void checkRef.current(true), 250)
+  }, [structure])
+  useEffect(() => () => clearTimeout(recheck.current), [])
 
   const newGraph = () => {
     if (!confirmDiscard()) return
@@ -230,6 +376,16 @@ function Shell() {
     ed.replace({ nodes: [], edges: [] }, { name: 'Untitled graph' }, { dirty: false })
     go({})
     setChats([])
+  }
+
+  const loadTemplate = (t: Template) => {
+    if (!confirmDiscard()) return
+    loadedGraph.current = undefined
+    ed.replace(structuredClone(t.graph), { name: t.name }, { dirty: true })
+    go({})
+    setChats([])
+    fitSoon()
+    notify(`${t.name}: save it (Ctrl+S), then chat with it on the right.`)
   }
 
   const openGraph = (id: string) => {
@@ -275,18 +431,12 @@ function Shell() {
     ed.setDirty(true)
   }
 
-  const addNode = (t: string) => {
-    const el = document.querySelector('.canvas')
-    const r = el?.getBoundingClientRect()
-    const center = r ? { x: r.left + r.width / 2, y: r.top + r.height / 2 } : { x: 400, y: 300 }
-    const jitter = (ed.nodes.length % 5) * 30
-    ed.addNode(t, rf.screenToFlowPosition({ x: center.x - 90 + jitter, y: center.y - 40 + jitter }))
-  }
+  const addNode = (t: string) => ed.addNode(t, placeNew(rf, ed.nodes))
 
-  const newChat = async () => {
+  const newChat = async (title?: string) => {
     if (!ed.meta.id) return undefined
     try {
-      const c = await call(api.POST('/api/v1/chats', { body: { graphId: ed.meta.id } }))
+      const c = await call(api.POST('/api/v1/chats', { body: { graphId: ed.meta.id, ...(title ? { title } : {}) } }))
       go({ g: ed.meta.id, c: c.id })
       loadChats(ed.meta.id)
       return c.id
@@ -296,28 +446,47 @@ function Shell() {
     }
   }
 
-  // Undo/redo keys (not while typing in a field).
+  // Keys. Ctrl/Cmd+S saves from anywhere, fields included; Esc closes
+  // what is open (the sheet, then the side panel); the others wait until
+  // the person is not typing in a field.
   useEffect(() => {
     const onKey = (e: KeyboardEvent) => {
-      const t = e.target as HTMLElement | null
-      if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.tagName === 'SELECT' || t.isContentEditable)) return
       const mod = e.ctrlKey || e.metaKey
-      if (!mod) return
       const k = e.key.toLowerCase()
+      if (mod && k === 's' && !e.shiftKey && !e.altKey) {
+        e.preventDefault()
+        void save()
+        return
+      }
+      if (e.key === 'Escape') {
+        if (sheet) setSheet(false)
+        else if (importing !== null) setImporting(null)
+        else ed.clearSelection()
+        return
+      }
+      if (typing(e.target)) return
+      if (e.key === '?' && !mod) {
+        e.preventDefault()
+        setSheet(true)
+        return
+      }
+      if (e.key === '/' && !mod) {
+        e.preventDefault()
+        paletteSearch.current?.focus()
+        return
+      }
+      if (!mod) return
       if (k === 'z' && !e.shiftKey) {
         e.preventDefault()
         ed.undo()
       } else if ((k === 'z' && e.shiftKey) || k === 'y') {
         e.preventDefault()
         ed.redo()
-      } else if (k === 's') {
-        e.preventDefault()
-        void save()
       }
     }
     window.addEventListener('keydown', onKey)
     return () => window.removeEventListener('keydown', onKey)
-  }, [ed, save])
+  }, [ed, save, sheet, importing])
 
   useEffect(() => {
     if (!notice) return
@@ -330,6 +499,7 @@ function Shell() {
     const s = typeIndex.tool?.dataSchema as { properties?: { name?: { enum?: unknown[] } } } | undefined
     return (s?.properties?.name?.enum ?? []).map(String)
   }, [typeIndex])
+  const tries = useMemo(() => suggestions(ed.nodes, ed.edges), [ed.nodes, ed.edges])
 
   return (
     <div className="app">
@@ -353,10 +523,11 @@ function Shell() {
         {ed.meta.planVersion !== undefined && <span className="muted">v{ed.meta.planVersion}</span>}
         {ed.dirty && <span className="dirty" title="unsaved changes">●</span>}
         <button onClick={newGraph}>New</button>
-        <button className="primary" onClick={() => void save()} data-testid="save">
+        <TemplatesMenu onPick={loadTemplate} />
+        <button className="primary" onClick={() => void save()} data-testid="save" title="Save (Ctrl+S)">
           Save
         </button>
-        <button onClick={() => void validate()}>Validate</button>
+        <button onClick={() => void check(false)}>Validate</button>
         <button onClick={() => void duplicate()} disabled={!ed.nodes.length}>
           Duplicate
         </button>
@@ -370,28 +541,29 @@ function Shell() {
         <button onClick={ed.redo} disabled={!ed.canRedo} title="Redo (Ctrl+Shift+Z)" data-testid="redo">
           Redo
         </button>
-        <button onClick={ed.layout} title="Lay the graph out left to right">
+        <button
+          onClick={() => {
+            ed.layout()
+            fitSoon()
+          }}
+          title="Lay the graph out left to right"
+        >
           Layout
         </button>
         <button onClick={() => setImporting('')}>Import</button>
         <button onClick={() => setImporting(JSON.stringify(ed.wire(), null, 2))}>Export</button>
-        <span className="sep" />
-        <span className={`sock sock-${sockStatus}`} data-testid="socket-status" title="WebSocket">
-          ● {sockStatus}
+        <span className="spacer" />
+        <ThemeToggle mode={mode} onCycle={cycle} />
+        <button onClick={() => setSheet(true)} title="Keyboard shortcuts (?)" aria-label="keyboard shortcuts" data-testid="shortcuts-button">
+          ?
+        </button>
+        <span className={`sock sock-${sockStatus}`} data-testid="socket-status" data-status={sockStatus} title={`WebSocket: ${sockStatus}`}>
+          ● {socketWords[sockStatus] ?? sockStatus}
         </span>
       </header>
       {notice && (
-        <div className={`notice notice-${notice.kind}`} data-testid="notice" onClick={() => setNotice(null)}>
+        <div className={`toast notice-${notice.kind}`} role="status" data-testid="notice" title={notice.code} onClick={() => setNotice(null)}>
           {notice.text}
-        </div>
-      )}
-      {ed.diags.graph.length > 0 && (
-        <div className="notice notice-error" data-testid="graph-diags">
-          {ed.diags.graph.map((d, i) => (
-            <div key={i}>
-              {d.path ? <code>{d.path}</code> : null} {d.message}
-            </div>
-          ))}
         </div>
       )}
       {needToken && (
@@ -409,9 +581,18 @@ function Shell() {
         </div>
       )}
       <div className="main">
-        <Palette types={types} onAdd={addNode} />
+        <Palette types={types} onAdd={addNode} search={paletteSearch} />
         <div className="center">
-          <Canvas ed={ed} types={typeIndex} run={canvasRun} onNotice={notify} />
+          {ed.diags.graph.length > 0 && (
+            <div className="notice notice-error" data-testid="graph-diags">
+              {ed.diags.graph.map((d, i) => (
+                <div key={i} title={[d.code, d.path].filter(Boolean).join(' ')}>
+                  {diagnosticText(d)}
+                </div>
+              ))}
+            </div>
+          )}
+          <Canvas ed={ed} types={typeIndex} run={canvasRun} theme={theme} fitRequest={fitRequest} onTemplate={loadTemplate} />
           <div className={`drawer ${showInspector ? 'open' : ''}`}>
             <div className="drawer-head" onClick={() => setShowInspector(!showInspector)}>
               {showInspector ? '▾' : '▸'} Run inspector
@@ -446,8 +627,11 @@ function Shell() {
           onNewChat={newChat}
           graphSaved={!!ed.meta.id}
           graphDirty={ed.dirty}
+          graphEmpty={ed.nodes.length === 0}
+          onSaveGraph={() => void save()}
           agents={agents}
           userToolNames={userToolNames}
+          suggestions={tries}
           onInspect={(id) => {
             setInspectRun(id)
             setShowInspector(true)
@@ -465,10 +649,11 @@ function Shell() {
             go({})
             setChats([])
             setImporting(null)
-            setTimeout(() => rf.fitView({ maxZoom: 1.1 }), 50)
+            fitSoon()
           }}
         />
       )}
+      {sheet && <ShortcutSheet onClose={() => setSheet(false)} />}
     </div>
   )
 }

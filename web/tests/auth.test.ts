@@ -29,7 +29,7 @@ describe.skipIf(!haveChromium)('a server with CHATGRAPH_TOKEN', () => {
     await page.locator('.notice input[type=password]').fill('s3cret')
     await page.locator('.notice input[type=password]').press('Enter')
     await page.getByTestId('palette-agent').waitFor()
-    await expect.poll(() => page.getByTestId('socket-status').textContent()).toContain('open')
+    await expect.poll(() => page.getByTestId('socket-status').getAttribute('data-status')).toBe('open')
     await expect.poll(() => page.locator('.react-flow__node').count()).toBe(4)
     await send(page, 'with a token')
     await expect.poll(() => lastAssistant(page).getByTestId('msg-body').textContent(), { timeout: 10_000 }).toBe('echo: with a token')

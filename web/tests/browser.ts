@@ -48,6 +48,27 @@ export async function newPage(b: Browser): Promise<{ ctx: BrowserContext; page: 
   return { ctx, page, errors }
 }
 
+export interface Box {
+  x: number
+  y: number
+  width: number
+  height: number
+}
+
+export function overlaps(a: Box, b: Box): boolean {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height
+}
+
+/** The on-screen boxes of the elements a locator matches. */
+export async function boxes(page: Page, selector: string): Promise<(Box & { id: string })[]> {
+  return page.locator(selector).evaluateAll((els) =>
+    els.map((e) => {
+      const r = e.getBoundingClientRect()
+      return { id: e.getAttribute('data-id') ?? e.getAttribute('data-testid') ?? '', x: r.x, y: r.y, width: r.width, height: r.height }
+    }),
+  )
+}
+
 export async function screenshot(page: Page, name: string) {
   mkdirSync(artifacts, { recursive: true })
   const file = join(artifacts, `${name}.png`)
@@ -93,7 +114,7 @@ export function basicGraph(opts: { tokenDelayMs?: number; requireApproval?: bool
 export async function open(page: Page, url: string, hash = '') {
   await page.goto(`${url}/${hash ? `#${hash}` : ''}`)
   await page.getByTestId('palette').locator('.palette-item').first().waitFor()
-  await expect.poll(() => page.getByTestId('socket-status').textContent()).toContain('open')
+  await expect.poll(() => page.getByTestId('socket-status').getAttribute('data-status')).toBe('open')
 }
 
 export async function addNode(page: Page, type: string): Promise<string> {
@@ -114,10 +135,20 @@ export async function moveNode(page: Page, id: string, dx: number, dy: number) {
   await page.mouse.up()
 }
 
-/** Drags from a source handle to a target handle, as a person draws an edge. */
-export async function connect(page: Page, source: string, sourceHandle: string, target: string, targetHandle: string) {
-  const s = page.locator(`.react-flow__handle[data-nodeid="${source}"][data-handleid="${sourceHandle}"]`)
-  const t = page.locator(`.react-flow__handle[data-nodeid="${target}"][data-handleid="${targetHandle}"]`)
+/**
+ * Drags from one handle to another, as a person draws an edge (from a
+ * node's output to an input, unless `kinds` says otherwise).
+ */
+export async function connect(
+  page: Page,
+  source: string,
+  sourceHandle: string,
+  target: string,
+  targetHandle: string,
+  kinds: { from: 'source' | 'target'; to: 'source' | 'target' } = { from: 'source', to: 'target' },
+) {
+  const s = page.locator(`.react-flow__handle[data-nodeid="${source}"][data-handleid="${sourceHandle}"].${kinds.from}`)
+  const t = page.locator(`.react-flow__handle[data-nodeid="${target}"][data-handleid="${targetHandle}"].${kinds.to}`)
   const sb = (await s.boundingBox())!
   const tb = (await t.boundingBox())!
   await page.mouse.move(sb.x + sb.width / 2, sb.y + sb.height / 2)

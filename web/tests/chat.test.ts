@@ -74,13 +74,19 @@ describe.skipIf(!haveChromium)('chat', () => {
     await expect.poll(() => body(page).textContent(), { timeout: 10_000 }).toMatch(/^echo: alpha/)
     await page.getByTestId('stop').click()
     await expect.poll(() => status(page), { timeout: 10_000 }).toBe('cancelled')
+    // Said in words; the code is in the tooltip.
+    expect(await lastAssistant(page).getByTestId('msg-error').textContent()).toBe('You stopped this answer.')
+    expect(await lastAssistant(page).getByTestId('msg-error').getAttribute('title')).toBe('user_cancel')
+    expect(await lastAssistant(page).getByTestId('msg-status').textContent()).toBe('Stopped')
     const partial = (await body(page).textContent())!
     expect(partial.length).toBeLessThan('echo: alpha beta gamma delta epsilon zeta eta theta'.length)
     await lastAssistant(page).getByRole('button', { name: 'Continue' }).click()
     await expect.poll(() => status(page), { timeout: 15_000 }).toBe('completed')
     expect(await body(page).textContent()).toBe('echo: alpha beta gamma delta epsilon zeta eta theta')
-    // The continued run replayed chat_start.
-    await expect.poll(() => page.getByTestId('status-start').textContent()).toBe('replayed')
+    // The continued run replayed chat_start: "Reused", never a raw REPLAYED.
+    await expect.poll(() => page.getByTestId('node-start').getAttribute('data-status')).toBe('replayed')
+    expect(await page.getByTestId('status-start').textContent()).toBe('Reused')
+    expect(await page.getByTestId('status-start').evaluate((e) => (e as HTMLElement).innerText)).toBe('Reused')
     expect(errors).toEqual([])
     await ctx.close()
   })
@@ -94,12 +100,16 @@ describe.skipIf(!haveChromium)('chat', () => {
     const card = lastAssistant(page).getByTestId('approval-card')
     await expect.poll(() => card.textContent(), { timeout: 10_000 }).toContain('calculator({"expression":"6*7"})')
     expect(await status(page)).toBe('interrupted')
-    await expect.poll(() => page.getByTestId('status-agent').textContent()).toBe('interrupted')
+    await expect.poll(() => page.getByTestId('node-agent').getAttribute('data-status')).toBe('interrupted')
     await screenshot(page, 'approval')
     await card.getByRole('button', { name: 'Approve' }).click()
     await expect.poll(() => status(page), { timeout: 10_000 }).toBe('completed')
     expect(await body(page).textContent()).toBe('tool calculator returned: 42')
     expect(await lastAssistant(page).getByTestId('approval-card').count()).toBe(0)
+    // The decision stays in the transcript, with the call's arguments.
+    const approved = lastAssistant(page).getByTestId('approval-record')
+    await expect.poll(() => approved.getAttribute('data-approved')).toBe('true')
+    expect(await approved.textContent()).toContain('You approved calculator({"expression":"6*7"})')
 
     await send(page, '/tool calculator {"expression":"1+1"}')
     const card2 = lastAssistant(page).getByTestId('approval-card')
@@ -108,6 +118,19 @@ describe.skipIf(!haveChromium)('chat', () => {
     await card2.getByRole('button', { name: 'Deny' }).click()
     await expect.poll(() => status(page), { timeout: 10_000 }).toBe('completed')
     expect(await body(page).textContent()).toBe('tool calculator returned: error: the user refused this call: not now')
+    const denied = lastAssistant(page).getByTestId('approval-record')
+    await expect.poll(() => denied.getAttribute('data-approved')).toBe('false')
+    expect(await denied.textContent()).toContain('You denied calculator({"expression":"1+1"}) — “not now”')
+    // The denied call keeps its arguments in the tool list too.
+    expect(await lastAssistant(page).getByTestId('tool-call').textContent()).toContain('calculator({"expression":"1+1"})')
+
+    // After a reload (nothing in memory) both decisions are still there.
+    await page.reload()
+    await expect.poll(() => page.getByTestId('approval-record').count(), { timeout: 10_000 }).toBe(2)
+    expect(await page.getByTestId('approval-record').allTextContents()).toEqual([
+      '✔ You approved calculator({"expression":"6*7"})',
+      '✘ You denied calculator({"expression":"1+1"}) — “not now”',
+    ])
     expect(errors).toEqual([])
     await ctx.close()
   })
@@ -154,7 +177,7 @@ describe.skipIf(!haveChromium)('chat', () => {
     await send(page, 'just the agent')
     await expect.poll(() => body(page).textContent(), { timeout: 10_000 }).toBe('echo: just the agent')
     await expect.poll(() => status(page)).toBe('completed')
-    await expect.poll(() => page.getByTestId('status-agent').textContent()).toBe('completed')
+    await expect.poll(() => page.getByTestId('node-agent').getAttribute('data-status')).toBe('completed')
     expect(await page.getByTestId('status-start').count()).toBe(0)
     await screenshot(page, 'branches')
     expect(errors).toEqual([])
@@ -225,9 +248,10 @@ describe.skipIf(!haveChromium)('chat', () => {
     expect(await page.getByTestId('node-wait').getAttribute('class')).toContain('status-running')
     expect(await page.getByTestId('node-flaky').getAttribute('data-status')).toBe('pending')
     await expect.poll(() => status(page), { timeout: 10_000 }).toBe('failed')
-    await expect.poll(() => page.getByTestId('status-flaky').textContent()).toBe('failed #2')
-    await expect.poll(() => page.getByTestId('status-out').textContent()).toBe('skipped')
-    expect(await page.getByTestId('status-wait').textContent()).toBe('completed')
+    await expect.poll(() => page.getByTestId('status-flaky').textContent()).toBe('Failed (try 2)')
+    expect(await page.getByTestId('node-flaky').getAttribute('data-status')).toBe('failed')
+    await expect.poll(() => page.getByTestId('node-out').getAttribute('data-status')).toBe('skipped')
+    expect(await page.getByTestId('node-wait').getAttribute('data-status')).toBe('completed')
     await page.getByTestId('timeline').locator('tr', { hasText: 'node_retrying' }).first().click()
     const detail = page.getByTestId('node-detail')
     await expect.poll(() => detail.textContent()).toContain('retries')

@@ -2,14 +2,15 @@ import type { Browser } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import {
   addNode,
+  boxes,
   close,
   connect,
   haveChromium,
   lastAssistant,
   launch,
-  moveNode,
   newPage,
   open,
+  overlaps,
   save,
   screenshot,
   selectNode,
@@ -33,15 +34,21 @@ describe.skipIf(!haveChromium)('editor', () => {
     const types = (await (await fetch(`${url}/api/v1/node-types`)).json()) as { type: string }[]
     for (const t of types) await expect.poll(() => page.getByTestId(`palette-${t.type}`).count()).toBe(1)
 
+    // A palette click puts the node in free space in view: never on
+    // another node, never under the side panel or the overlays.
     const start = await addNode(page, 'chat_start')
-    await moveNode(page, start, -380, -120)
     const agent = await addNode(page, 'agent')
-    await moveNode(page, agent, -40, -120)
     const out = await addNode(page, 'chat_output')
-    await moveNode(page, out, 320, -120)
     const tool = await addNode(page, 'tool')
-    await moveNode(page, tool, -380, 120)
     expect([start, agent, out, tool]).toEqual(['chat_start_1', 'agent_1', 'chat_output_1', 'tool_1'])
+    const cards = await boxes(page, '.react-flow__node')
+    for (let i = 0; i < cards.length; i++) for (let j = i + 1; j < cards.length; j++) expect(overlaps(cards[i], cards[j]), `${cards[i].id} on ${cards[j].id}`).toBe(false)
+    const canvas = (await page.getByTestId('canvas').boundingBox())!
+    const covers = [...(await boxes(page, '.react-flow__minimap, .react-flow__controls, .legend')), (await page.getByTestId('side-panel').boundingBox())!]
+    for (const c of cards) {
+      expect(c.x >= canvas.x && c.x + c.width <= canvas.x + canvas.width && c.y >= canvas.y && c.y + c.height <= canvas.y + canvas.height, `${c.id} in view`).toBe(true)
+      for (const o of covers) expect(overlaps(c, o), `${c.id} under an overlay`).toBe(false)
+    }
 
     // Ports are handles named after them; link handles look different.
     await expect.poll(() => page.locator(`.react-flow__handle[data-nodeid="${agent}"]`).count()).toBe(4)
@@ -52,18 +59,26 @@ describe.skipIf(!haveChromium)('editor', () => {
     await connect(page, agent, 'output', out, 'input')
     await connect(page, tool, 'tool', agent, 'tools')
     await expect.poll(() => page.locator('.react-flow__edge').count()).toBe(3)
-    // A flow port refuses a link port.
+    // A flow port refuses a link port, and says so where the pointer let go.
     await connect(page, tool, 'tool', out, 'input')
-    await expect.poll(() => page.locator('.react-flow__edge').count()).toBe(3)
+    await expect.poll(() => page.getByTestId('connect-refusal').textContent()).toBe('a link output cannot connect to a flow port')
+    const tip = (await page.getByTestId('connect-refusal').boundingBox())!
+    const target = (await page.locator(`.react-flow__handle[data-nodeid="${out}"][data-handleid="input"]`).boundingBox())!
+    expect(Math.abs(tip.y + tip.height / 2 - (target.y + target.height / 2))).toBeLessThan(30)
+    expect(await page.locator('.react-flow__edge').count()).toBe(3)
+    // An input to an input.
+    await connect(page, out, 'input', agent, 'input', { from: 'target', to: 'target' })
+    await expect.poll(() => page.getByTestId('connect-refusal').textContent()).toBe('an input cannot connect to another input')
+    expect(await page.locator('.react-flow__edge').count()).toBe(3)
 
     // The side panel edits data from the schema, with validation messages.
     await selectNode(page, tool)
-    await expect.poll(() => page.getByTestId('error-name').textContent()).toBe('required')
+    await expect.poll(() => page.getByTestId('error-name').textContent()).toBe('Name: required')
     await page.locator('#field-name').selectOption('calculator')
     await expect.poll(() => page.getByTestId('error-name').count()).toBe(0)
     await selectNode(page, agent)
     await page.locator('#field-temperature').fill('7')
-    await expect.poll(() => page.getByTestId('error-temperature').textContent()).toBe('must be at most 2')
+    await expect.poll(() => page.getByTestId('error-temperature').textContent()).toBe('Temperature: must be at most 2')
     await page.locator('#field-temperature').fill('0.5')
     await expect.poll(() => page.getByTestId('error-temperature').count()).toBe(0)
     await page.locator('#field-tokenDelayMs').fill('120')
@@ -93,12 +108,15 @@ describe.skipIf(!haveChromium)('editor', () => {
     const a = lastAssistant(page)
     await expect.poll(() => a.getByTestId('msg-body').textContent(), { timeout: 10_000 }).toMatch(/^echo: hello/)
     const partial = (await a.getByTestId('msg-body').textContent())!
-    await expect.poll(() => page.getByTestId(`status-${agent}`).textContent()).toMatch(/running|completed/)
+    await expect.poll(() => page.getByTestId(`node-${agent}`).getAttribute('data-status')).toMatch(/running|completed/)
     await expect.poll(() => a.getAttribute('data-status'), { timeout: 15_000 }).toBe('completed')
     const final = 'echo: hello from the browser with several words to stream'
     expect(await a.getByTestId('msg-body').textContent()).toBe(final)
     expect(partial.length).toBeLessThan(final.length) // it streamed
-    for (const id of [start, agent, out]) expect(await page.getByTestId(`status-${id}`).textContent()).toBe('completed')
+    for (const id of [start, agent, out]) {
+      expect(await page.getByTestId(`node-${id}`).getAttribute('data-status')).toBe('completed')
+      expect(await page.getByTestId(`status-${id}`).textContent()).toBe('Done')
+    }
     await expect.poll(() => page.locator('.react-flow__edge.taken').count()).toBe(2)
 
     // A tool call through the linked tool.

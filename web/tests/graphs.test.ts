@@ -45,7 +45,7 @@ describe.skipIf(!haveChromium)('graphs', () => {
     await save(page)
     await expect.poll(() => page.getByTestId('notice').textContent()).toContain('Not saved')
     await expect.poll(() => edgeEl(page, 'e1').getAttribute('class')).toContain('diag-error')
-    await expect.poll(() => page.getByTestId('edge-label-e1').textContent()).toContain('data.channel is required')
+    await expect.poll(() => page.getByTestId('edge-label-e1').textContent()).toContain('Channel: required')
     await expect.poll(() => page.getByTestId('edge-label-e4').textContent()).toContain('not "wire"')
     expect(await page.evaluate(() => location.hash)).toBe('') // nothing saved
 

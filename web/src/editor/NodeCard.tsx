@@ -1,6 +1,7 @@
 import { Handle, Position, type NodeProps } from '@xyflow/react'
-import { memo } from 'react'
+import { memo, useLayoutEffect, useRef } from 'react'
 import { displayStatus } from '../stream/reducer'
+import { codeText, diagnosticText, nodeStatusHelp, nodeStatusText } from '../wording'
 import { useCanvas } from './context'
 import type { FlowNode } from './graph'
 
@@ -10,6 +11,20 @@ function summary(data: Record<string, unknown>): string {
     if (v !== undefined && v !== '' && v !== null) return `${k}: ${String(v)}`.slice(0, 60)
   }
   return ''
+}
+
+/** A running node's streamed text: a fixed-height box that follows the newest words, so the card never grows over its neighbours. */
+function LiveText({ text }: { text: string }) {
+  const ref = useRef<HTMLDivElement>(null)
+  useLayoutEffect(() => {
+    const el = ref.current
+    if (el) el.scrollTop = el.scrollHeight
+  }, [text])
+  return (
+    <div className="node-live nowheel" ref={ref} data-testid="node-live">
+      {text}
+    </div>
+  )
 }
 
 /** One card for every node type: header, ports (one handle per port, named after it), status, diagnostics. */
@@ -30,15 +45,17 @@ function NodeCardImpl({ id, type, data, selected }: NodeProps<FlowNode>) {
   ]
   const sev = ds?.some((d) => d.severity === 'error') ? 'error' : ds ? 'warning' : ''
   const cls = ['node-card', st ? `status-${st}` : 'status-idle', sev && `diag-${sev}`, selected && 'selected', !t && 'unknown-type']
+  const props = (t?.dataSchema as { properties?: Record<string, { title?: string }> } | undefined)?.properties
+  const title = (f: string) => props?.[f]?.title
   return (
     <div className={cls.filter(Boolean).join(' ')} data-testid={`node-${id}`} data-status={st ?? ''} title={t?.description}>
       <div className="node-head">
         <span className="node-type">{t?.label ?? type}</span>
         <span className="node-id">{id}</span>
         {st && (
-          <span className="node-status" data-testid={`status-${id}`}>
-            {st}
-            {nv && nv.attempt > 1 ? ` #${nv.attempt}` : ''}
+          <span className="node-status" data-testid={`status-${id}`} title={`${st}${nodeStatusHelp[st] ? `: ${nodeStatusHelp[st]}` : ''}`}>
+            {nodeStatusText(st)}
+            {nv && nv.attempt > 1 ? ` (try ${nv.attempt})` : ''}
           </span>
         )}
       </div>
@@ -64,13 +81,22 @@ function NodeCardImpl({ id, type, data, selected }: NodeProps<FlowNode>) {
           </div>
         ))}
       </div>
-      {nv?.status === 'running' && nv.text && <div className="node-live">{nv.text.slice(-80)}</div>}
-      {nv?.status === 'failed' && nv.error && <div className="node-error">{nv.error}</div>}
+      {nv?.status === 'running' && nv.text && <LiveText text={nv.text} />}
+      {nv?.status === 'failed' && (nv.error || nv.errorCode) && (
+        <div className="node-error" title={nv.errorCode}>
+          {nv.error || codeText(nv.errorCode)}
+        </div>
+      )}
+      {nv?.status === 'skipped' && nv.skipReason && (
+        <div className="node-note" title={nv.skipReason}>
+          {codeText(nv.skipReason)}
+        </div>
+      )}
       {ds && (
         <ul className="node-diags" data-testid={`diag-node-${id}`}>
           {ds.map((d, i) => (
-            <li key={i} className={`diag diag-${d.severity}`}>
-              {d.message}
+            <li key={i} className={`diag diag-${d.severity}`} title={[d.code, d.path].filter(Boolean).join(' ')}>
+              {diagnosticText(d, title)}
             </li>
           ))}
         </ul>

@@ -1,5 +1,6 @@
 import { useEffect, useMemo, useState } from 'react'
 import type { Diagnostic, EdgeData, When } from '../api/types'
+import { diagnosticText, fieldLabel, fieldProblem } from '../wording'
 import { fields, parseInput, validate, type Field } from './schema'
 import type { FlowEdge, FlowNode, TypeIndex } from './graph'
 
@@ -9,6 +10,7 @@ interface NodePanelProps {
   diags?: Diagnostic[]
   onChange: (data: Record<string, unknown>, key: string) => void
   onDelete: () => void
+  onClose: () => void
 }
 
 function display(v: unknown): string {
@@ -64,7 +66,7 @@ function ExtraData({ data, known, onChange }: { data: Record<string, unknown>; k
   }, [JSON.stringify(extra)])
   return (
     <label className="field">
-      <span className="field-name">runtime options (JSON)</span>
+      <span className="field-name">Runtime options (JSON)</span>
       <textarea
         name="extra"
         rows={3}
@@ -93,7 +95,34 @@ function ExtraData({ data, known, onChange }: { data: Record<string, unknown>; k
   )
 }
 
-export function NodePanel({ node, types, diags, onChange, onDelete }: NodePanelProps) {
+function Diagnostics({ diags, title }: { diags?: Diagnostic[]; title?: (field: string) => string | undefined }) {
+  if (!diags?.length) return null
+  return (
+    <ul className="props-diags" data-testid="panel-diags">
+      {diags.map((d, i) => (
+        <li key={i} className={`diag diag-${d.severity}`} title={[d.code, d.path].filter(Boolean).join(' ')}>
+          {diagnosticText(d, title)}
+        </li>
+      ))}
+    </ul>
+  )
+}
+
+function PanelHead({ title, id, onDelete, onClose }: { title: string; id: string; onDelete: () => void; onClose: () => void }) {
+  return (
+    <div className="props-head">
+      <b>{title}</b> <code>{id}</code>
+      <button className="danger small" onClick={onDelete} title="Delete (Del)">
+        Delete
+      </button>
+      <button className="small" onClick={onClose} title="Close (Esc)" aria-label="close panel" data-testid="close-panel">
+        ✕
+      </button>
+    </div>
+  )
+}
+
+export function NodePanel({ node, types, diags, onChange, onDelete, onClose }: NodePanelProps) {
   const t = types[node.type ?? '']
   const fs = useMemo(() => fields(t?.dataSchema), [t])
   const known = useMemo(() => new Set(fs.map((f) => f.name)), [fs])
@@ -106,25 +135,20 @@ export function NodePanel({ node, types, diags, onChange, onDelete }: NodePanelP
   }
   return (
     <div className="props" data-testid="node-panel">
-      <div className="props-head">
-        <b>{t?.label ?? node.type}</b> <code>{node.id}</code>
-        <button className="danger small" onClick={onDelete} title="Delete (Del)">
-          Delete
-        </button>
-      </div>
+      <PanelHead title={t?.label ?? node.type ?? 'Node'} id={node.id} onDelete={onDelete} onClose={onClose} />
       {!t && <div className="field-error">unknown node type {node.type}</div>}
       {t?.description && <p className="props-desc">{t.description}</p>}
       {fs.map((f) => (
         <label key={f.name} className={`field field-${f.kind}`} htmlFor={`field-${f.name}`}>
-          <span className="field-name">
-            {f.name}
+          <span className="field-name" title={f.name}>
+            {fieldLabel(f.name, f.schema.title)}
             {f.required ? ' *' : ''}
           </span>
           <FieldInput f={f} value={node.data[f.name]} onChange={(v) => set(f.name, v)} />
           {f.schema.description && <span className="field-help">{f.schema.description}</span>}
           {errors[f.name] && (
             <span className="field-error" data-testid={`error-${f.name}`}>
-              {errors[f.name]}
+              {fieldProblem(fieldLabel(f.name, f.schema.title), errors[f.name])}
             </span>
           )}
         </label>
@@ -137,15 +161,11 @@ export function NodePanel({ node, types, diags, onChange, onDelete }: NodePanelP
           onChange({ ...own, ...extra }, `${node.id}.$extra`)
         }}
       />
-      {diags && (
-        <ul className="props-diags">
-          {diags.map((d, i) => (
-            <li key={i} className={`diag diag-${d.severity}`}>
-              {d.path ? <code>{d.path}</code> : null} {d.message}
-            </li>
-          ))}
-        </ul>
-      )}
+      <Diagnostics
+        // A field's own message (under the field) says it already.
+        diags={diags?.filter((d) => !errors[/\.data\.([A-Za-z0-9_]+)$/.exec(d.path ?? '')?.[1] ?? ''])}
+        title={(name) => fs.find((f) => f.name === name)?.schema.title}
+      />
     </div>
   )
 }
@@ -155,9 +175,10 @@ interface EdgePanelProps {
   diags?: Diagnostic[]
   onChange: (data: FlowEdge['data'], key: string) => void
   onDelete: () => void
+  onClose: () => void
 }
 
-export function EdgePanel({ edge, diags, onChange, onDelete }: EdgePanelProps) {
+export function EdgePanel({ edge, diags, onChange, onDelete, onClose }: EdgePanelProps) {
   const d: Partial<EdgeData> = edge.data ?? {}
   const set = (k: string, v: unknown) => {
     const next: Record<string, unknown> = { ...d }
@@ -167,17 +188,12 @@ export function EdgePanel({ edge, diags, onChange, onDelete }: EdgePanelProps) {
   }
   return (
     <div className="props" data-testid="edge-panel">
-      <div className="props-head">
-        <b>Edge</b> <code>{edge.id}</code>
-        <button className="danger small" onClick={onDelete}>
-          Delete
-        </button>
-      </div>
+      <PanelHead title="Edge" id={edge.id} onDelete={onDelete} onClose={onClose} />
       <p className="props-desc">
         {edge.source}.{edge.sourceHandle ?? '?'} → {edge.target}.{edge.targetHandle ?? '?'}
       </p>
       <label className="field">
-        <span className="field-name">channel</span>
+        <span className="field-name">Channel</span>
         <span className={`channel-badge ch-${d.channel ?? 'none'}`} data-testid="edge-channel">
           {d.channel ?? 'missing'}
         </span>
@@ -186,7 +202,7 @@ export function EdgePanel({ edge, diags, onChange, onDelete }: EdgePanelProps) {
       {d.channel !== 'link' && (
         <>
           <label className="field" htmlFor="edge-when">
-            <span className="field-name">when</span>
+            <span className="field-name">When</span>
             <select id="edge-when" name="when" value={(d.when as When | undefined) ?? 'on_success'} onChange={(e) => set('when', e.target.value === 'on_success' ? undefined : e.target.value)}>
               <option value="on_success">on_success</option>
               <option value="on_failure">on_failure</option>
@@ -194,7 +210,7 @@ export function EdgePanel({ edge, diags, onChange, onDelete }: EdgePanelProps) {
             </select>
           </label>
           <label className="field" htmlFor="edge-condition">
-            <span className="field-name">condition</span>
+            <span className="field-name">Condition</span>
             <input
               id="edge-condition"
               name="condition"
@@ -206,15 +222,7 @@ export function EdgePanel({ edge, diags, onChange, onDelete }: EdgePanelProps) {
           </label>
         </>
       )}
-      {diags && (
-        <ul className="props-diags">
-          {diags.map((x, i) => (
-            <li key={i} className={`diag diag-${x.severity}`}>
-              {x.path ? <code>{x.path}</code> : null} {x.message}
-            </li>
-          ))}
-        </ul>
-      )}
+      <Diagnostics diags={diags} />
     </div>
   )
 }

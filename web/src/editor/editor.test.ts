@@ -28,7 +28,8 @@ describe('channelFor', () => {
     expect(channelFor(types, { type: 'agent', handle: 'self' }, { type: 'agent', handle: 'tools' })).toEqual({ channel: 'link' })
   })
   it('refuses mixed channels and unknown ports', () => {
-    expect(channelFor(types, { type: 'tool', handle: 'tool' }, { type: 'agent', handle: 'input' })).toHaveProperty('error')
+    expect(channelFor(types, { type: 'tool', handle: 'tool' }, { type: 'agent', handle: 'input' })).toEqual({ error: 'a link output cannot connect to a flow port' })
+    expect(channelFor(types, { type: 'chat_start', handle: 'message' }, { type: 'agent', handle: 'tools' })).toEqual({ error: 'a flow output cannot connect to a link port' })
     expect(channelFor(types, { type: 'agent', handle: 'nope' }, { type: 'agent', handle: 'input' })).toHaveProperty('error')
   })
 })

@@ -28,7 +28,7 @@ export function channelFor(
   const tp = portOf(types, target.type, target.handle, 'in')
   if (!sp) return { error: `${source.type ?? '?'} has no output port ${source.handle ?? ''}` }
   if (!tp) return { error: `${target.type ?? '?'} has no input port ${target.handle ?? ''}` }
-  if (sp.channel !== tp.channel) return { error: `a ${sp.channel} port cannot connect to a ${tp.channel} port` }
+  if (sp.channel !== tp.channel) return { error: `a ${sp.channel} output cannot connect to a ${tp.channel} port` }
   return { channel: (sp.channel ?? 'flow') as Channel }
 }
 

@@ -1,6 +1,10 @@
-// A layered (Sugiyama-style, simplified) layout for imported graphs:
-// layers by longest path over all edges (back edges of cycles ignored),
-// then a few barycenter sweeps to order each layer.
+// A layered (Sugiyama-style, simplified) layout for imported graphs and
+// the Layout button: each connected part of the graph gets layers by
+// longest path over its edges (back edges of cycles ignored) and a few
+// barycenter sweeps to order each layer; the parts are stacked top to
+// bottom, and nodes with no edge at all go in rows under them (never in
+// the first layer, where they would push the connected nodes around and
+// make edges run backwards).
 export interface LayoutNode {
   id: string
 }
@@ -23,9 +27,63 @@ export function layeredLayout(
   const nodeGap = opts.nodeGap ?? 170
   const ids = nodes.map((n) => n.id)
   const known = new Set(ids)
+  const inner = edges.filter((e) => known.has(e.source) && known.has(e.target) && e.source !== e.target)
+
+  // Connected parts (union-find), in the order of their first node.
+  const parent = new Map(ids.map((id) => [id, id]))
+  const find = (x: string): string => {
+    while (parent.get(x) !== x) {
+      parent.set(x, parent.get(parent.get(x)!)!)
+      x = parent.get(x)!
+    }
+    return x
+  }
+  for (const e of inner) parent.set(find(e.source), find(e.target))
+  const linked = new Set(inner.flatMap((e) => [e.source, e.target]))
+  const parts = new Map<string, string[]>()
+  const lonely: string[] = []
+  for (const id of ids) {
+    if (!linked.has(id)) lonely.push(id)
+    else {
+      const r = find(id)
+      const list = parts.get(r) ?? []
+      list.push(id)
+      parts.set(r, list)
+    }
+  }
+
+  const result: Record<string, { x: number; y: number }> = {}
+  let top = 0
+  let widest = 1
+  for (const part of parts.values()) {
+    const set = new Set(part)
+    const { pos, layers, rows } = layoutPart(
+      part,
+      inner.filter((e) => set.has(e.source)),
+      layerGap,
+      nodeGap,
+    )
+    for (const [id, p] of Object.entries(pos)) result[id] = { x: p.x, y: p.y + top }
+    top += rows * nodeGap
+    widest = Math.max(widest, layers)
+  }
+  const perRow = Math.max(3, widest)
+  lonely.forEach((id, i) => {
+    result[id] = { x: (i % perRow) * layerGap, y: top + Math.floor(i / perRow) * nodeGap }
+  })
+  return result
+}
+
+/** One connected part: positions from (0, 0), its number of layers and of rows. */
+function layoutPart(
+  ids: string[],
+  edges: LayoutEdge[],
+  layerGap: number,
+  nodeGap: number,
+): { pos: Record<string, { x: number; y: number }>; layers: number; rows: number } {
   const out = new Map<string, string[]>()
   for (const id of ids) out.set(id, [])
-  for (const e of edges) if (known.has(e.source) && known.has(e.target) && e.source !== e.target) out.get(e.source)!.push(e.target)
+  for (const e of edges) out.get(e.source)!.push(e.target)
 
   // Drop back edges (DFS) so the rest is a DAG.
   const state = new Map<string, 0 | 1 | 2>()
@@ -90,7 +148,7 @@ export function layeredLayout(
     const offset = ((tallest - l.length) * nodeGap) / 2
     l.forEach((id, i) => (result[id] = { x: li * layerGap, y: offset + i * nodeGap }))
   })
-  return result
+  return { pos: result, layers: layers.length, rows: tallest }
 }
 
 /** True when positions carry no layout (missing, or most nodes stacked on one point). */

@@ -20,6 +20,12 @@ import {
 import { History } from './history'
 import { layeredLayout, needsLayout } from './layout'
 
+export interface HandleRef {
+  nodeId: string
+  id?: string | null
+  type: 'source' | 'target'
+}
+
 export interface GraphMeta {
   id?: string
   name: string
@@ -51,6 +57,9 @@ export function useEditor(types: TypeIndex) {
   const [meta, setMeta] = useState<GraphMeta>({ name: 'Untitled graph' })
   const [dirty, setDirty] = useState(false)
   const [diags, setDiagsState] = useState<DiagnosticMap>(noDiags)
+  // Set once a save or Validate has checked this document: from then on
+  // every edit is checked again (App), so what the canvas shows is never stale.
+  const [checked, setChecked] = useState(false)
   const history = useRef(new History<Doc>())
   const [ver, bump] = useState(0)
   const docRef = useRef(doc)
@@ -119,6 +128,21 @@ export function useEditor(types: TypeIndex) {
   )
 
   const isValidConnection = useCallback((c: Connection | FlowEdge) => 'channel' in connectionCheck(c), [connectionCheck])
+
+  /**
+   * Why a connection drawn from one handle to another is refused (for the
+   * message at the pointer), or undefined when it is allowed. Handles are
+   * React Flow's: type "source" is an output, "target" an input.
+   */
+  const refusal = useCallback(
+    (from: HandleRef, to: HandleRef): string | undefined => {
+      if (from.type === to.type) return from.type === 'target' ? 'an input cannot connect to another input' : 'an output cannot connect to another output'
+      const [s, t] = from.type === 'source' ? [from, to] : [to, from]
+      const r = connectionCheck({ source: s.nodeId, sourceHandle: s.id ?? null, target: t.nodeId, targetHandle: t.id ?? null })
+      return 'error' in r ? r.error : undefined
+    },
+    [connectionCheck],
+  )
 
   /** Draws an edge; its channel comes from the ports. Returns an error to show, if any. */
   const connect = useCallback(
@@ -207,6 +231,18 @@ export function useEditor(types: TypeIndex) {
 
   const layout = useCallback(() => change((d) => layoutDoc(d)), [change])
 
+  /** Unselects everything (closes the side panel); not an undo step. */
+  const clearSelection = useCallback(() => {
+    setDoc((d) =>
+      d.nodes.some((n) => n.selected) || d.edges.some((e) => e.selected)
+        ? {
+            nodes: d.nodes.map((n) => (n.selected ? { ...n, selected: false } : n)),
+            edges: d.edges.map((e) => (e.selected ? { ...e, selected: false } : e)),
+          }
+        : d,
+    )
+  }, [])
+
   /** Replaces the document (a load or an import); auto-layout when positions are missing. */
   const replace = useCallback((g: Pick<GraphInput, 'nodes' | 'edges'>, m: GraphMeta, opts: { dirty: boolean }) => {
     let next: Doc = toFlow(g)
@@ -217,6 +253,7 @@ export function useEditor(types: TypeIndex) {
     setMeta(m)
     setDirty(opts.dirty)
     setDiagsState(noDiags)
+    setChecked(false)
     bump((x) => x + 1)
   }, [])
 
@@ -226,6 +263,7 @@ export function useEditor(types: TypeIndex) {
 
   const setDiagnostics = useCallback((list: Parameters<typeof placeDiagnostics>[0], sent: GraphInput) => {
     setDiagsState(list.length ? placeDiagnostics(list, sent) : noDiags)
+    setChecked(true)
   }, [])
 
   const saved = useCallback((g: SavedGraph) => {
@@ -242,11 +280,14 @@ export function useEditor(types: TypeIndex) {
       dirty,
       setDirty,
       diags,
+      checked,
       setDiagnostics,
       onNodesChange,
       onEdgesChange,
       onNodeDragStart,
       isValidConnection,
+      refusal,
+      clearSelection,
       connect,
       addNode,
       updateNodeData,
@@ -262,7 +303,7 @@ export function useEditor(types: TypeIndex) {
       wire,
       saved,
     }),
-    [doc, ver, meta, dirty, diags, setDiagnostics, onNodesChange, onEdgesChange, onNodeDragStart, isValidConnection, connect, addNode, updateNodeData, updateEdgeData, deleteElements, undo, redo, layout, replace, load, wire, saved],
+    [doc, ver, meta, dirty, diags, checked, setDiagnostics, onNodesChange, onEdgesChange, onNodeDragStart, isValidConnection, refusal, clearSelection, connect, addNode, updateNodeData, updateEdgeData, deleteElements, undo, redo, layout, replace, load, wire, saved],
   )
 }
 

@@ -2,7 +2,8 @@ import { useEffect, useMemo, useState } from 'react'
 import { api, call } from '../api/client'
 import type { NodeState, Run } from '../api/types'
 import { displayStatus, type RunView } from '../stream/reducer'
-import { runStore, socket, useRun } from '../stream/store'
+import { runStore, socket, useRun, useRuns } from '../stream/store'
+import { codeText, nodeStatusText, runStatusText } from '../wording'
 
 interface Props {
   chatId?: string
@@ -16,6 +17,23 @@ function time(t?: string) {
   if (!t) return ''
   const d = new Date(t)
   return Number.isNaN(d.getTime()) ? t : d.toISOString().slice(11, 23)
+}
+
+/** Milliseconds from t0 to t ("+12"), for the timeline. */
+function since(t0?: string, t?: string) {
+  if (!t0 || !t) return ''
+  const d = new Date(t).getTime() - new Date(t0).getTime()
+  return Number.isFinite(d) ? `+${d}` : ''
+}
+
+/** A status badge: words, with the raw status in the tooltip. */
+function Badge({ status, node }: { status?: string; node?: boolean }) {
+  if (!status) return null
+  return (
+    <span className={`badge st-${status}`} title={status}>
+      {node ? nodeStatusText(status) : runStatusText(status)}
+    </span>
+  )
 }
 
 function json(v: unknown) {
@@ -43,7 +61,7 @@ function NodeDetail({ run, nodeId, state }: { run: RunView; nodeId: string; stat
   return (
     <div className="node-detail" data-testid="node-detail">
       <div>
-        <b>{nodeId}</b> <span className={`badge st-${displayStatus(n)}`}>{displayStatus(n)}</span> attempt {n.attempt}
+        <b>{nodeId}</b> <Badge status={displayStatus(n)} node /> attempt {n.attempt}
         {n.durationMs !== undefined && <> · {n.durationMs} ms</>}
         {state?.effect && <> · effect {state.effect}</>}
       </div>
@@ -73,20 +91,20 @@ function NodeDetail({ run, nodeId, state }: { run: RunView; nodeId: string; stat
       {(n.error || state?.error) && (
         <>
           <h4>error</h4>
-          <pre className="json error">
-            {n.errorCode ?? state?.errorCode ? `[${n.errorCode ?? state?.errorCode}] ` : ''}
+          <pre className="json error" title={n.errorCode ?? state?.errorCode}>
+            {n.errorCode ?? state?.errorCode ? `[${n.errorCode ?? state?.errorCode}] ${codeText(n.errorCode ?? state?.errorCode)}\n` : ''}
             {n.error ?? state?.error}
           </pre>
         </>
       )}
-      {n.skipReason && <div>skipped: {n.skipReason}</div>}
+      {n.skipReason && <div title={n.skipReason}>Skipped: {codeText(n.skipReason)}</div>}
       {n.retries.length > 0 && (
         <>
           <h4>retries</h4>
           <ul>
             {n.retries.map((r) => (
               <li key={r.seq}>
-                attempt {r.attempt} after {r.delayMs ?? 0} ms: {r.code ? `[${r.code}] ` : ''}
+                attempt {r.attempt} after {r.delayMs ?? 0} ms: {r.code ? <span title={codeText(r.code)}>[{r.code}] </span> : ''}
                 {r.error}
               </li>
             ))}
@@ -102,7 +120,7 @@ function NodeDetail({ run, nodeId, state }: { run: RunView; nodeId: string; stat
                 <code>
                   {c.name}({JSON.stringify(c.arguments)})
                 </code>{' '}
-                → {c.result ?? c.error ?? '…'} {c.replayed ? '(replayed)' : ''} {c.approval ? (c.approval.approved ? '✔ approved' : '✘ denied') : ''}
+                → {c.result || c.error || '…'} {c.replayed ? '(reused)' : ''} {c.approval ? (c.approval.approved ? '✔ approved' : '✘ denied') : ''}
               </li>
             ))}
           </ul>
@@ -116,6 +134,7 @@ export function RunInspector({ chatId, runId, onSelectRun, nodeId, onSelectNode 
   const [runs, setRuns] = useState<Run[]>([])
   const [detail, setDetail] = useState<Run | null>(null)
   const run = useRun(runId)
+  const live = useRuns()
 
   useEffect(() => {
     if (!chatId) {
@@ -168,7 +187,7 @@ export function RunInspector({ chatId, runId, onSelectRun, nodeId, onSelectNode 
         <ul>
           {runs.map((r) => (
             <li key={r.id} className={r.id === runId ? 'sel' : ''} onClick={() => onSelectRun(r.id)} data-testid="run-item">
-              <span className={`badge st-${r.status}`}>{r.status}</span> <code>{r.id.slice(0, 12)}</code>{' '}
+              <Badge status={live[r.id]?.lastSeq ? live[r.id].status : r.status} /> <code title={r.id}>{r.id.slice(0, 12)}</code>{' '}
               <span className="muted">
                 {String((r.attrs as Record<string, unknown> | undefined)?.trigger ?? r.kind ?? '')} {time(r.createdAt)}
               </span>
@@ -178,19 +197,18 @@ export function RunInspector({ chatId, runId, onSelectRun, nodeId, onSelectNode 
       </div>
       <div className="insp-timeline">
         <h4>
-          timeline {run ? <code>{run.runId}</code> : null} {run && <span className={`badge st-${run.status}`}>{run.status}</span>}
+          timeline {run ? <code>{run.runId}</code> : null} <Badge status={run?.status} />
         </h4>
         {run ? (
           <table data-testid="timeline">
             <thead>
               <tr>
                 <th>seq</th>
-                <th>time</th>
+                <th title="since the run started">+ms</th>
                 <th>node</th>
                 <th>type</th>
-                <th>attempt</th>
-                <th>replayed</th>
-                <th>data</th>
+                <th title="attempt">#</th>
+                <th className="ev-data">data</th>
               </tr>
             </thead>
             <tbody>
@@ -199,12 +217,20 @@ export function RunInspector({ chatId, runId, onSelectRun, nodeId, onSelectNode 
                 return (
                   <tr key={ev.seq} className={`ev-${ev.type} ${ev.nodeId && ev.nodeId === nodeId ? 'sel' : ''}`} onClick={() => ev.nodeId && onSelectNode(ev.nodeId)}>
                     <td>{ev.seq}</td>
-                    <td>{time(ev.time)}</td>
+                    <td title={time(ev.time)}>{since(run.events[0]?.time, ev.time)}</td>
                     <td>{ev.nodeId ?? (d.edgeId ? `${String(d.source)}→${String(d.target)}` : '')}</td>
-                    <td>{ev.type}</td>
+                    <td className="ev-type">
+                      {ev.type}
+                      {d.replayed === true && (
+                        <span className="badge st-replayed" title="replayed">
+                          reused
+                        </span>
+                      )}
+                    </td>
                     <td>{ev.attempt ?? ''}</td>
-                    <td>{d.replayed === true ? 'yes' : ''}</td>
-                    <td className="ev-data">{ev.type === 'node_delta' ? JSON.stringify(d.text) : d.error ? String(d.error) : ''}</td>
+                    <td className="ev-data" title={ev.type === 'node_delta' ? String(d.text ?? '') : d.error ? String(d.error) : undefined}>
+                      {ev.type === 'node_delta' ? JSON.stringify(d.text) : d.error ? String(d.error) : ''}
+                    </td>
                   </tr>
                 )
               })}
