@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,4 +180,36 @@ func BenchmarkW5FirstRun10k(b *testing.B) {
 		mustRun(b, e, p)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10000, "ns/node")
+}
+
+// BenchmarkStoreObserver: W1 on the memory store, without and with a
+// StoreObserver (an atomic add per call): what timing every store call the
+// engine makes costs.
+func BenchmarkStoreObserver(b *testing.B) {
+	for _, observed := range []bool{false, true} {
+		b.Run(fmt.Sprintf("observed=%t", observed), func(b *testing.B) {
+			var calls atomic.Int64
+			cfg := runtime.Config{Registry: benchRegistry(), Store: memory.New()}
+			if observed {
+				cfg.StoreObserver = func(string, time.Duration, error) { calls.Add(1) }
+			}
+			e, err := runtime.NewEngine(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := e.Compile(chainGraph("obs", 100))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				mustRun(b, e, p)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/node")
+			if observed {
+				b.ReportMetric(float64(calls.Load())/float64(b.N)/100, "calls/node")
+			}
+		})
+	}
 }

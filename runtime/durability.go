@@ -126,17 +126,17 @@ func latestPerNode(cps []*Checkpoint) []*Checkpoint {
 
 // applyBatches writes batches to st: in one call when it is a BatchWriter,
 // else write by write.
-func applyBatches(ctx context.Context, st Store, batches []WriteBatch) error {
-	if bf, ok := st.(BatchFinisher); ok {
-		return bf.WriteBatches(ctx, batches)
+func applyBatches(ctx context.Context, st *storeView, batches []WriteBatch) error {
+	if st.finisher != nil {
+		return st.finisher.WriteBatches(ctx, batches)
 	}
-	if bw, ok := st.(BatchWriter); ok {
+	if st.batcher != nil {
 		plain := make([]WriteBatch, len(batches))
 		for i, b := range batches {
 			b.Finish, b.Release = nil, nil
 			plain[i] = b
 		}
-		if err := bw.WriteBatches(ctx, plain); err != nil {
+		if err := st.batcher.WriteBatches(ctx, plain); err != nil {
 			return err
 		}
 	} else {
@@ -159,8 +159,8 @@ func applyBatches(ctx context.Context, st Store, batches []WriteBatch) error {
 				return err
 			}
 		}
-		if l, ok := st.(Leaser); ok && b.Release != nil {
-			_ = l.ReleaseLease(ctx, *b.Release) // an expired lease needs no release
+		if st.leaser != nil && b.Release != nil {
+			_ = st.leaser.ReleaseLease(ctx, *b.Release) // an expired lease needs no release
 		}
 	}
 	return nil
@@ -214,7 +214,7 @@ func (r *run) beforeExecute(pn *pnode) {
 
 // committer is the engine's group commit loop for batched runs.
 type committer struct {
-	st      Store
+	st      *storeView
 	in      chan commitReq
 	quit    chan struct{}
 	stopped chan struct{}

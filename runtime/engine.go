@@ -48,12 +48,17 @@ type Config struct {
 	// LeaseTTL is how long a run's lease lasts without renewal; the holder
 	// renews it every third of that (default 15s). Only with a Leaser store.
 	LeaseTTL time.Duration
+	// StoreObserver, when set, is called after every store call the engine
+	// makes, with the call's name, duration and error (see StoreObserver).
+	// Default: none, and the engine calls the store directly.
+	StoreObserver StoreObserver
 }
 
 // Engine compiles graphs and executes runs. It is safe for concurrent use.
 type Engine struct {
 	reg        *Registry
-	store      Store
+	raw        Store      // as configured: what Store returns
+	store      *storeView // what the kernel calls (nil: no store)
 	lim        Limits
 	conds      *conditions
 	plans      planCache
@@ -84,8 +89,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: condition environment: %w", err)
 	}
-	e := &Engine{reg: cfg.Registry, store: cfg.Store, lim: lim, conds: conds,
+	e := &Engine{reg: cfg.Registry, raw: cfg.Store, lim: lim, conds: conds,
 		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, log: cfg.Logger}
+	// The store's capabilities are probed here, once; the kernel uses
+	// e.store's fields and never type-asserts the store again.
+	e.store = newStoreView(cfg.Store, cfg.StoreObserver)
 	if e.maxPar <= 0 {
 		e.maxPar = 16
 	}
@@ -149,8 +157,16 @@ func (e *Engine) Close() {
 // Owner is the name this engine's leases carry.
 func (e *Engine) Owner() string { return e.owner }
 
-// Store returns the engine's store (nil when none).
-func (e *Engine) Store() Store { return e.store }
+// Store returns the engine's store as configured (nil when none): calls
+// made on it are not reported to the StoreObserver, and it has its own
+// capabilities, for callers to find by type assertion.
+func (e *Engine) Store() Store { return e.raw }
+
+// Capabilities names the optional store interfaces (Leaser, BulkClaimer,
+// Inspector, BatchWriter, BatchFinisher, RunStarter, EffectLedger) the
+// engine found on its store when it was made: the ones it uses, timed when
+// a StoreObserver is set. Empty without a store.
+func (e *Engine) Capabilities() []string { return e.store.names() }
 
 // Validate returns every diagnostic of g (errors and warnings) without
 // caching anything.

@@ -80,7 +80,7 @@ func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *Ru
 		return nil, as.err
 	}
 	var lease *Lease
-	if l, ok := e.store.(Leaser); ok {
+	if l := e.store.leaser; l != nil {
 		got := Lease{}
 		if claimed != nil {
 			// A bulk claim took only running runs, and rec was read under it.
@@ -223,10 +223,10 @@ func (l *logged) has(t EventType, node string, attempt int, data any) bool {
 // renewLease keeps the run's lease alive until stop is closed; when a
 // renewal fails the run is cancelled with ErrLeaseLost.
 func (r *run) renewLease(stop <-chan struct{}) {
-	l, ok := r.store.(Leaser)
-	if !ok || r.lease == nil {
+	if r.store == nil || r.store.leaser == nil || r.lease == nil {
 		return
 	}
+	l := r.store.leaser
 	t := time.NewTicker(r.e.leaseTTL / 3)
 	defer t.Stop()
 	for {
@@ -279,17 +279,17 @@ type RecoveryConfig struct {
 // (up to Batch) and continues it in the background. It returns how many
 // runs it started; runs another process claimed first are skipped.
 func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, error) {
-	l, ok := e.store.(Leaser)
-	if !ok {
+	if e.store == nil || e.store.leaser == nil {
 		return 0, fmt.Errorf("runtime: recovery needs a store with leases")
 	}
+	l := e.store.leaser
 	batch := cfg.Batch
 	if batch <= 0 {
 		batch = 100
 	}
 	var ids []string
 	var leases map[string]*Lease
-	if bc, ok := e.store.(BulkClaimer); ok {
+	if bc := e.store.bulk; bc != nil {
 		// One write claims the whole batch.
 		got, err := bc.ClaimExpired(ctx, e.owner, e.leaseTTL, time.Now(), batch)
 		if err != nil {

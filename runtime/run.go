@@ -28,7 +28,7 @@ type run struct {
 	p        *Plan
 	as       *activeSet
 	rec      *RunRecord
-	store    Store
+	store    *storeView // the engine's (nil: no store)
 	services any
 	maxPar   int
 
@@ -262,7 +262,7 @@ func (p *Plan) defaultEntries() []string {
 func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink) (*run, error) {
 	var lease *Lease
 	batched := rec.Options.Durability == DurabilityBatched || rec.Options.Durability == "" && e.durability == DurabilityBatched
-	if _, ok := e.store.(BatchFinisher); ok && batched {
+	if e.store != nil && e.store.finisher != nil && batched {
 		// The record and its first lease join the run's first group commit.
 		rec.Token = 1
 		lease = &Lease{RunID: rec.ID, Owner: e.owner, Token: 1, ExpiresAt: time.Now().Add(e.leaseTTL)}
@@ -274,8 +274,8 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 		r.wb.create, r.wb.lease = &created, &l
 		return r, nil
 	}
-	if rs, ok := e.store.(RunStarter); ok {
-		got, err := rs.CreateClaimed(ctx, rec, e.owner, e.leaseTTL)
+	if e.store != nil && e.store.starter != nil {
+		got, err := e.store.starter.CreateClaimed(ctx, rec, e.owner, e.leaseTTL)
 		if err != nil {
 			return nil, err
 		}
@@ -285,8 +285,8 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 		if err := e.store.CreateRun(ctx, rec); err != nil {
 			return nil, err
 		}
-		if l, ok := e.store.(Leaser); ok {
-			got, err := l.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL)
+		if e.store.leaser != nil {
+			got, err := e.store.leaser.ClaimRun(ctx, rec.ID, e.owner, e.leaseTTL)
 			if err != nil {
 				return nil, err
 			}

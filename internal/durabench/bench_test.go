@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/postgres"
@@ -41,43 +43,39 @@ func chain(n int) *runtime.Graph {
 	return g
 }
 
-// counting counts the store transactions the engine makes.
-type counting struct {
-	*sqlite.Store
-	commits atomic.Int64
+// observer is what the server gives the engine as its StoreObserver: every
+// store call the engine makes observed in a Prometheus histogram (the
+// server's store latency metric). It also counts the calls that are store
+// transactions into commits, when given.
+func observer(commits *atomic.Int64) runtime.StoreObserver {
+	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chatgraph_store_operation_duration_seconds",
+		Help: "Store call latency, by store and operation.", Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10)},
+		[]string{"store", "op"})
+	return func(op string, d time.Duration, _ error) {
+		lat.WithLabelValues("runs", op).Observe(d.Seconds())
+		switch op {
+		case "create_run", "create_claimed", "update_run", "save_checkpoint", "append_events", "write_batches",
+			"claim_run", "renew_lease", "release_lease", "claim_expired":
+			if commits != nil {
+				commits.Add(1)
+			}
+		}
+	}
 }
 
-func (c *counting) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
-	c.commits.Add(1)
-	return c.Store.WriteBatches(ctx, bs)
-}
-
-func (c *counting) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
-	c.commits.Add(1)
-	return c.Store.UpdateRun(ctx, r)
-}
-
-func (c *counting) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
-	c.commits.Add(1)
-	return c.Store.CreateClaimed(ctx, r, owner, ttl)
-}
-
-func (c *counting) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
-	c.commits.Add(1)
-	return c.Store.CreateRun(ctx, r)
-}
-
-func openSQLite(b *testing.B) *counting {
+func openSQLite(b *testing.B) *sqlite.Store {
 	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db")})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = st.Close() })
-	return &counting{Store: st}
+	return st
 }
 
-func engine(b *testing.B, st runtime.Store, mode runtime.Durability) *runtime.Engine {
-	e, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: st, Durability: mode})
+// engine builds an engine as the server does: on the store itself, with
+// a StoreObserver (so the engine sees every capability of the store).
+func engine(b *testing.B, st runtime.Store, mode runtime.Durability, commits *atomic.Int64) *runtime.Engine {
+	e, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: st, Durability: mode, StoreObserver: observer(commits)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,21 +93,21 @@ func runChain(b *testing.B, e *runtime.Engine, p *runtime.Plan) {
 }
 
 func w4(b *testing.B, mode runtime.Durability) {
-	st := openSQLite(b)
-	e := engine(b, st, mode)
+	var commits atomic.Int64
+	e := engine(b, openSQLite(b), mode, &commits)
 	p, err := e.Compile(chain(100))
 	if err != nil {
 		b.Fatal(err)
 	}
 	runChain(b, e, p) // warm up
-	st.commits.Store(0)
+	commits.Store(0)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		runChain(b, e, p)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/node")
-	b.ReportMetric(float64(st.commits.Load())/float64(b.N)/100, "commits/node")
+	b.ReportMetric(float64(commits.Load())/float64(b.N)/100, "commits/node")
 }
 
 // BenchmarkW4SQLiteSync: chain of 100, every step durable before the next.
@@ -124,13 +122,13 @@ func BenchmarkW4SQLiteExit(b *testing.B) { w4(b, runtime.DurabilityExit) }
 // BenchmarkW4SQLiteBatchedConcurrent: 50 runs of 5-node chains in flight
 // at once in batched mode; reports node checkpoints per second.
 func BenchmarkW4SQLiteBatchedConcurrent(b *testing.B) {
-	st := openSQLite(b)
-	e := engine(b, st, runtime.DurabilityBatched)
+	var commits atomic.Int64
+	e := engine(b, openSQLite(b), runtime.DurabilityBatched, &commits)
 	p, err := e.Compile(chain(5))
 	if err != nil {
 		b.Fatal(err)
 	}
-	st.commits.Store(0)
+	commits.Store(0)
 	b.ResetTimer()
 	start := time.Now()
 	work := make(chan struct{}, 64)
@@ -153,7 +151,7 @@ func BenchmarkW4SQLiteBatchedConcurrent(b *testing.B) {
 	// Each node writes a running and a terminal checkpoint.
 	b.ReportMetric(float64(b.N*5*2)/el.Seconds(), "checkpoints/s")
 	b.ReportMetric(float64(b.N)/el.Seconds(), "runs/s")
-	b.ReportMetric(float64(st.commits.Load())/float64(b.N*5), "commits/node")
+	b.ReportMetric(float64(commits.Load())/float64(b.N*5), "commits/node")
 }
 
 // BenchmarkRecovery1000: 1,000 runs whose process died mid-chain are
@@ -173,7 +171,8 @@ func BenchmarkRecovery1000(b *testing.B) {
 		// A "dead" engine: it creates the runs and gets half-way, then its
 		// writes stop (its process is gone) and its leases are short.
 		dead := &dying{Store: st, after: 5}
-		de, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: dead, Owner: "dead", LeaseTTL: 50 * time.Millisecond})
+		de, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: dead, Owner: "dead", LeaseTTL: 50 * time.Millisecond,
+			StoreObserver: observer(nil)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -192,7 +191,8 @@ func BenchmarkRecovery1000(b *testing.B) {
 		wg.Wait()
 		de.Close()
 		time.Sleep(60 * time.Millisecond) // the dead leases expire
-		fresh, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: st, Owner: "fresh"})
+		// The engine that recovers them is built as the server's is.
+		fresh, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: st, Owner: "fresh", StoreObserver: observer(nil)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -291,7 +291,7 @@ func BenchmarkW4PostgresSync(b *testing.B) {
 		}
 		_ = st.Close()
 	})
-	e := engine(b, st, runtime.DurabilitySync)
+	e := engine(b, st, runtime.DurabilitySync, nil)
 	p, err := e.Compile(chain(100))
 	if err != nil {
 		b.Fatal(err)
@@ -303,4 +303,30 @@ func BenchmarkW4PostgresSync(b *testing.B) {
 		runChain(b, e, p)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/node")
+}
+
+// The engines above see every capability of the SQLite store: the
+// recovery benchmark's dying store, which stands in for a dead process,
+// hides none either.
+func TestBenchEnginesSeeEveryCapability(t *testing.T) {
+	st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "caps.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	caps := func(s runtime.Store) []string {
+		e, err := runtime.NewEngine(runtime.Config{Registry: registry(), Store: s, StoreObserver: observer(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		return e.Capabilities()
+	}
+	want := []string{"Leaser", "BulkClaimer", "Inspector", "BatchWriter", "BatchFinisher", "RunStarter", "EffectLedger"}
+	if got := caps(st); !slices.Equal(got, want) {
+		t.Fatalf("engine on the SQLite store sees %v, want %v", got, want)
+	}
+	if got := caps(&dying{Store: st}); !slices.Equal(got, want) {
+		t.Fatalf("engine on the dying store sees %v, want %v", got, want)
+	}
 }

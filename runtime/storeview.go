@@ -1,0 +1,290 @@
+package runtime
+
+import (
+	"context"
+	"time"
+)
+
+// StoreObserver is told of every store call the engine makes, after it
+// returns: op names the call, d is how long it took and err is what it
+// returned. op is the method's name in snake_case: create_run, get_run,
+// update_run, save_checkpoint, checkpoints, append_events, events;
+// claim_run, renew_lease, release_lease, expired_runs (Leaser);
+// claim_expired (BulkClaimer); write_batches (BatchWriter and
+// BatchFinisher); create_claimed (RunStarter); list_runs, delete_run,
+// delete_finished_before (Inspector); put_effect, get_effect,
+// delete_effects (EffectLedger). The engine calls it from many goroutines
+// at once and on the path of every write: it must be safe for concurrent
+// use and fast (record into a histogram, do no I/O).
+type StoreObserver func(op string, d time.Duration, err error)
+
+func (o StoreObserver) since(op string, start time.Time, err error) {
+	o(op, time.Since(start), err)
+}
+
+// storeView is the engine's view of its store: the Store the kernel calls
+// and each optional capability of the store (nil when it lacks it), found
+// once by newStoreView so that no other code type-asserts the store. With
+// an observer every one of them is timed, and the view still has exactly
+// the capabilities of the store it was made from.
+type storeView struct {
+	Store
+	leaser    Leaser
+	bulk      BulkClaimer
+	inspector Inspector
+	batcher   BatchWriter
+	finisher  BatchFinisher
+	starter   RunStarter
+	effects   EffectLedger
+}
+
+// newStoreView probes st for every optional interface; with obs non-nil it
+// wraps st and each capability found in a timing shim. It returns nil for
+// a nil st.
+func newStoreView(st Store, obs StoreObserver) *storeView {
+	if st == nil {
+		return nil
+	}
+	v := &storeView{Store: st}
+	v.leaser, _ = st.(Leaser)
+	v.bulk, _ = st.(BulkClaimer)
+	v.inspector, _ = st.(Inspector)
+	v.batcher, _ = st.(BatchWriter)
+	v.finisher, _ = st.(BatchFinisher)
+	v.starter, _ = st.(RunStarter)
+	v.effects, _ = st.(EffectLedger)
+	if obs == nil {
+		return v
+	}
+	v.Store = timedStore{st, obs}
+	if v.leaser != nil {
+		v.leaser = timedLeaser{v.leaser, obs}
+	}
+	if v.bulk != nil {
+		v.bulk = timedBulkClaimer{v.bulk, obs}
+	}
+	if v.inspector != nil {
+		v.inspector = timedInspector{v.inspector, obs}
+	}
+	if v.batcher != nil {
+		v.batcher = timedBatchWriter{v.batcher, obs}
+	}
+	if v.finisher != nil {
+		v.finisher = timedBatchFinisher{timedBatchWriter{v.finisher, obs}}
+	}
+	if v.starter != nil {
+		v.starter = timedRunStarter{v.starter, obs}
+	}
+	if v.effects != nil {
+		v.effects = timedEffectLedger{v.effects, obs}
+	}
+	return v
+}
+
+// names lists the optional interfaces the view has, in the order of the
+// storeView fields.
+func (v *storeView) names() []string {
+	if v == nil {
+		return []string{}
+	}
+	var out []string
+	for _, c := range []struct {
+		name string
+		has  bool
+	}{
+		{"Leaser", v.leaser != nil},
+		{"BulkClaimer", v.bulk != nil},
+		{"Inspector", v.inspector != nil},
+		{"BatchWriter", v.batcher != nil},
+		{"BatchFinisher", v.finisher != nil},
+		{"RunStarter", v.starter != nil},
+		{"EffectLedger", v.effects != nil},
+	} {
+		if c.has {
+			out = append(out, c.name)
+		}
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+type timedStore struct {
+	st  Store
+	obs StoreObserver
+}
+
+func (t timedStore) CreateRun(ctx context.Context, r *RunRecord) error {
+	start := time.Now()
+	err := t.st.CreateRun(ctx, r)
+	t.obs.since("create_run", start, err)
+	return err
+}
+
+func (t timedStore) GetRun(ctx context.Context, id string) (*RunRecord, error) {
+	start := time.Now()
+	r, err := t.st.GetRun(ctx, id)
+	t.obs.since("get_run", start, err)
+	return r, err
+}
+
+func (t timedStore) UpdateRun(ctx context.Context, r *RunRecord) error {
+	start := time.Now()
+	err := t.st.UpdateRun(ctx, r)
+	t.obs.since("update_run", start, err)
+	return err
+}
+
+func (t timedStore) SaveCheckpoint(ctx context.Context, cp *Checkpoint) error {
+	start := time.Now()
+	err := t.st.SaveCheckpoint(ctx, cp)
+	t.obs.since("save_checkpoint", start, err)
+	return err
+}
+
+func (t timedStore) Checkpoints(ctx context.Context, runID string) ([]*Checkpoint, error) {
+	start := time.Now()
+	cps, err := t.st.Checkpoints(ctx, runID)
+	t.obs.since("checkpoints", start, err)
+	return cps, err
+}
+
+func (t timedStore) AppendEvents(ctx context.Context, runID string, token int64, events []Event) error {
+	start := time.Now()
+	err := t.st.AppendEvents(ctx, runID, token, events)
+	t.obs.since("append_events", start, err)
+	return err
+}
+
+func (t timedStore) Events(ctx context.Context, runID string, after int64, limit int) ([]Event, error) {
+	start := time.Now()
+	evs, err := t.st.Events(ctx, runID, after, limit)
+	t.obs.since("events", start, err)
+	return evs, err
+}
+
+type timedLeaser struct {
+	l   Leaser
+	obs StoreObserver
+}
+
+func (t timedLeaser) ClaimRun(ctx context.Context, runID, owner string, ttl time.Duration) (Lease, error) {
+	start := time.Now()
+	l, err := t.l.ClaimRun(ctx, runID, owner, ttl)
+	t.obs.since("claim_run", start, err)
+	return l, err
+}
+
+func (t timedLeaser) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
+	start := time.Now()
+	next, err := t.l.RenewLease(ctx, l, ttl)
+	t.obs.since("renew_lease", start, err)
+	return next, err
+}
+
+func (t timedLeaser) ReleaseLease(ctx context.Context, l Lease) error {
+	start := time.Now()
+	err := t.l.ReleaseLease(ctx, l)
+	t.obs.since("release_lease", start, err)
+	return err
+}
+
+func (t timedLeaser) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	start := time.Now()
+	ids, err := t.l.ExpiredRuns(ctx, now, limit)
+	t.obs.since("expired_runs", start, err)
+	return ids, err
+}
+
+type timedBulkClaimer struct {
+	b   BulkClaimer
+	obs StoreObserver
+}
+
+func (t timedBulkClaimer) ClaimExpired(ctx context.Context, owner string, ttl time.Duration, now time.Time, limit int) ([]Lease, error) {
+	start := time.Now()
+	ls, err := t.b.ClaimExpired(ctx, owner, ttl, now, limit)
+	t.obs.since("claim_expired", start, err)
+	return ls, err
+}
+
+type timedInspector struct {
+	i   Inspector
+	obs StoreObserver
+}
+
+func (t timedInspector) ListRuns(ctx context.Context, f RunFilter) ([]*RunRecord, error) {
+	start := time.Now()
+	rs, err := t.i.ListRuns(ctx, f)
+	t.obs.since("list_runs", start, err)
+	return rs, err
+}
+
+func (t timedInspector) DeleteRun(ctx context.Context, runID string) error {
+	start := time.Now()
+	err := t.i.DeleteRun(ctx, runID)
+	t.obs.since("delete_run", start, err)
+	return err
+}
+
+func (t timedInspector) DeleteFinishedBefore(ctx context.Context, before time.Time) (int, error) {
+	start := time.Now()
+	n, err := t.i.DeleteFinishedBefore(ctx, before)
+	t.obs.since("delete_finished_before", start, err)
+	return n, err
+}
+
+type timedBatchWriter struct {
+	w   BatchWriter
+	obs StoreObserver
+}
+
+func (t timedBatchWriter) WriteBatches(ctx context.Context, batches []WriteBatch) error {
+	start := time.Now()
+	err := t.w.WriteBatches(ctx, batches)
+	t.obs.since("write_batches", start, err)
+	return err
+}
+
+type timedBatchFinisher struct{ timedBatchWriter }
+
+func (timedBatchFinisher) FinishesBatches() {}
+
+type timedRunStarter struct {
+	s   RunStarter
+	obs StoreObserver
+}
+
+func (t timedRunStarter) CreateClaimed(ctx context.Context, r *RunRecord, owner string, ttl time.Duration) (Lease, error) {
+	start := time.Now()
+	l, err := t.s.CreateClaimed(ctx, r, owner, ttl)
+	t.obs.since("create_claimed", start, err)
+	return l, err
+}
+
+type timedEffectLedger struct {
+	l   EffectLedger
+	obs StoreObserver
+}
+
+func (t timedEffectLedger) PutEffect(ctx context.Context, rec EffectRecord) (EffectRecord, error) {
+	start := time.Now()
+	kept, err := t.l.PutEffect(ctx, rec)
+	t.obs.since("put_effect", start, err)
+	return kept, err
+}
+
+func (t timedEffectLedger) GetEffect(ctx context.Context, key string) (EffectRecord, bool, error) {
+	start := time.Now()
+	rec, ok, err := t.l.GetEffect(ctx, key)
+	t.obs.since("get_effect", start, err)
+	return rec, ok, err
+}
+
+func (t timedEffectLedger) DeleteEffects(ctx context.Context, rootRunID string) error {
+	start := time.Now()
+	err := t.l.DeleteEffects(ctx, rootRunID)
+	t.obs.since("delete_effects", start, err)
+	return err
+}
