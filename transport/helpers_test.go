@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/chat"
@@ -69,6 +70,10 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	}
 	ecfg := cfg.Engine
 	ecfg.Registry, ecfg.Store = reg, st
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
+	ecfg.StoreObserver = transport.StoreObserver(cfg.Metrics)
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,
