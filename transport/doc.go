@@ -1,18 +1,16 @@
-// Package transport is chatgraph's outside face: the echo HTTP API of
-// docs/api.md and docs/openapi.json, Server-Sent Events and the WebSocket
-// protocol, all over one event hub fed by the runtime's event sink.
+// Package transport is chatgraph's outside face, an adapter over
+// chat.Service: the echo HTTP API of docs/api.md and docs/openapi.json,
+// Server-Sent Events and the WebSocket protocol, one event hub fed by the
+// service's runs (the Server is its chat.Publisher), and metrics.
 //
-// Every chat action — stream_chat, stream_agent_chat, continue_message,
-// retry_message, edit_user_message, and run resume — builds one run request
-// and goes through ONE runner: it compiles the graph, scopes it
-// (chatscope), binds run control before revealing the run id (so a cancel
-// sent earlier still wins), takes the chat's turn (double-texting
-// strategy), writes the message tree and executes the run on the runtime.
-// Chats and graphs live in a chatstore (memory, SQLite, Postgres); runs,
-// checkpoints and event logs in the runtime's store.
+// HTTP routes and WebSocket frames become the same client command and go
+// through one table (commands.go) onto the service, so validation, cancel
+// fallbacks and error texts are written once. The transport reaches no
+// node type and no store implementation: cmd/server wires those.
 //
-//	srv, _ := transport.New(transport.Config{Registry: reg, Store: runs, Chats: chats, Control: ctl, Queue: queue})
-//	srv.Start(ctx)                     // recovery of runs whose process died
+//	svc, _ := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl})
+//	srv, _ := transport.New(transport.Config{Chat: svc})
+//	srv.Start(ctx)                     // the service's recovery and retention
 //	http.ListenAndServe(addr, srv.Handler())
 //	srv.Shutdown(ctx)                  // drain, then cancel with cause "shutdown"
 //
