@@ -27,6 +27,8 @@ var errLost = errors.New("lost: the server stopped before the run started")
 //     then every RecoveryInterval;
 //   - runs reserved by a turn whose process died before they began are
 //     failed with code lost (their messages too);
+//   - messages of runs whose process died after the run ended and before
+//     it wrote them are written from the run's record and checkpoints;
 //   - runs the previous process cancelled at shutdown are continued in
 //     new runs, once;
 //   - finished runs older than Retention are deleted, at once and every
@@ -45,6 +47,7 @@ func (s *Service) Start(ctx context.Context) int {
 		n += got
 	}
 	s.settleReservations(loopCtx)
+	s.settleMessages(loopCtx)
 	n += s.continueShutdownRuns(loopCtx)
 	if _, ok := s.runs.(runtime.Leaser); ok {
 		go func() {
@@ -60,6 +63,7 @@ func (s *Service) Start(ctx context.Context) int {
 					s.log.Warn("recovery pass", "err", err)
 				}
 				s.settleReservations(loopCtx)
+				s.settleMessages(loopCtx)
 			}
 		}()
 	}
@@ -88,17 +92,9 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 	var mu sync.Mutex // Prepare and Launch run in the pass; start in the run's goroutine
 	return runtime.RecoveryConfig{
 		Prepare: func(ctx context.Context, rec *runtime.RunRecord) (runtime.RecoverRequest, error) {
-			key := fmt.Sprintf("%s@%d", rec.GraphID, rec.PlanVersion)
-			g := graphs[key]
-			if g == nil {
-				grec, err := s.chats.GetGraphVersion(ctx, rec.GraphID, rec.PlanVersion)
-				if err != nil {
-					return runtime.RecoverRequest{}, err
-				}
-				if g, err = LoadGraph(grec); err != nil {
-					return runtime.RecoverRequest{}, err
-				}
-				graphs[key] = g
+			g, err := s.graphOf(ctx, rec, graphs)
+			if err != nil {
+				return runtime.RecoverRequest{}, err
 			}
 			r := &recovered{graph: g}
 			mu.Lock()
@@ -115,6 +111,24 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 			return s.launchRecovered(rec, r, start)
 		},
 	}
+}
+
+// graphOf loads the graph version rec runs, through a cache of one pass.
+func (s *Service) graphOf(ctx context.Context, rec *runtime.RunRecord, cache map[string]*runtime.Graph) (*runtime.Graph, error) {
+	key := fmt.Sprintf("%s@%d", rec.GraphID, rec.PlanVersion)
+	if g := cache[key]; g != nil {
+		return g, nil
+	}
+	grec, err := s.chats.GetGraphVersion(ctx, rec.GraphID, rec.PlanVersion)
+	if err != nil {
+		return nil, err
+	}
+	g, err := LoadGraph(grec)
+	if err != nil {
+		return nil, err
+	}
+	cache[key] = g
+	return g, nil
 }
 
 // recovered is a run the kernel claimed for recovery: its graph, and the
@@ -190,6 +204,56 @@ func (s *Service) settleReservations(ctx context.Context) int {
 		n++
 	}
 	return n
+}
+
+// settleMessages writes the answers of runs that ended while their
+// message did not: the process that ran them died between the run's end
+// and the message's write. The message is written from the run's record
+// and checkpoints, as that process would have written it. Runs bound
+// somewhere (live, about to write their message) are left to their
+// process.
+func (s *Service) settleMessages(ctx context.Context) int {
+	msgs, err := s.chats.Unsettled(ctx, 500)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("recovery: listing unsettled messages", "err", err)
+		}
+		return 0
+	}
+	graphs := map[string]*runtime.Graph{}
+	n := 0
+	for _, m := range msgs {
+		rec, err := s.runs.GetRun(ctx, m.RunID)
+		if err != nil || !rec.Status.Finished() || s.Bound(ctx, rec.ID) {
+			continue // not ended (recovery or the reservation pass has it)
+		}
+		res, err := s.resultOf(ctx, rec, graphs)
+		if err != nil {
+			s.log.Warn("recovery: reading the outcome of an ended run", "run", rec.ID, "err", err)
+			continue
+		}
+		g, _ := s.graphOf(ctx, rec, graphs)
+		s.finishMessage(ctx, m, g, rec.EntryNodeIDs, res, nil)
+		s.log.Info("recovery: wrote the message of an ended run", "run", rec.ID, "message", m.ID, "status", rec.Status)
+		n++
+	}
+	return n
+}
+
+// resultOf is the outcome of an ended run, as its process had it.
+func (s *Service) resultOf(ctx context.Context, rec *runtime.RunRecord, graphs map[string]*runtime.Graph) (*runtime.RunResult, error) {
+	g, err := s.graphOf(ctx, rec, graphs)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.engine.Result(ctx, rec, g)
+	if err != nil {
+		return nil, err
+	}
+	if ce := runcontrol.ParseCancelError(rec.Error); ce != nil && rec.Status == runtime.RunCancelled {
+		res.Err = ce
+	}
+	return res, nil
 }
 
 // continueShutdownRuns continues, in new runs, the chat runs the previous

@@ -188,6 +188,11 @@ type Store interface {
 	GetMessage(ctx context.Context, chatID, id string) (*Message, error)
 	// Messages returns every message of a chat in creation order.
 	Messages(ctx context.Context, chatID string) ([]*Message, error)
+	// Unsettled returns up to limit assistant messages still pending or
+	// running, least recently updated first: messages of runs not yet
+	// ended, or of runs whose process died after the run ended and before
+	// it wrote the message (recovery settles those).
+	Unsettled(ctx context.Context, limit int) ([]*Message, error)
 	// DeleteMessages removes messages (a rolled-back turn) and sets the
 	// active leaf when activeLeafID is not empty.
 	DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error

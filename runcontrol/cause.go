@@ -3,6 +3,7 @@ package runcontrol
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Cancel causes. A bound context is cancelled with a *CancelError whose
@@ -77,6 +78,34 @@ func (e *CancelError) Error() string {
 
 // Unwrap returns Reason.
 func (e *CancelError) Unwrap() error { return e.Reason }
+
+// ParseCancelError reads back a cause that was stored as text (a run
+// record keeps its cancel cause as Error()): the *CancelError that wrote
+// text, or nil if text is not one.
+func ParseCancelError(text string) *CancelError {
+	rest, ok := strings.CutPrefix(text, "run cancelled (")
+	if !ok {
+		return nil
+	}
+	code, rest, ok := strings.Cut(rest, " via ")
+	if !ok {
+		return nil
+	}
+	scope, detail, ok := strings.Cut(rest, "): ")
+	reason := ReasonForCode(code)
+	if !ok || reason == nil {
+		return nil
+	}
+	sc, err := ParseScope(scope)
+	if err != nil {
+		return nil
+	}
+	e := &CancelError{Reason: reason, Scope: sc}
+	if detail != reason.Error() {
+		e.Detail = detail
+	}
+	return e
+}
 
 // NewCancelError builds the cause for a cancel of scope s. A nil cause
 // means ErrUserCancel. cause must wrap one of the five reasons, or be a

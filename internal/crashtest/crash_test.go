@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envWorker) == "1" {
 		os.Exit(worker())
 	}
+	if os.Getenv(envTurnWorker) == "1" {
+		os.Exit(turnWorker())
+	}
 	os.Exit(m.Run())
 }
 

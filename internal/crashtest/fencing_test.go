@@ -22,22 +22,29 @@ func postgresURL() string {
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
 
-// openShared opens two independent stores (two connection pools, as two
-// processes would have) on one fresh schema, dropped after the test.
-func openShared(t *testing.T) (*postgres.Store, *postgres.Store) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, postgresURL())
+// freshSchema names a Postgres schema no test used, dropped after the
+// test (the stores create it). Without Postgres it skips, or fails in CI.
+func freshSchema(t *testing.T, prefix string) string {
+	conn, err := pgx.Connect(context.Background(), postgresURL())
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("postgres unreachable: %v", err)
 		}
 		t.Skipf("postgres unreachable: %v", err)
 	}
-	schema := fmt.Sprintf("fence_%d", time.Now().UnixNano())
+	schema := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
 	t.Cleanup(func() {
 		_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		_ = conn.Close(context.Background())
 	})
+	return schema
+}
+
+// openShared opens two independent stores (two connection pools, as two
+// processes would have) on one fresh schema, dropped after the test.
+func openShared(t *testing.T) (*postgres.Store, *postgres.Store) {
+	ctx := context.Background()
+	schema := freshSchema(t, "fence")
 	open := func() *postgres.Store {
 		st, err := postgres.Open(ctx, postgres.Config{URL: postgresURL(), Schema: schema})
 		require.NoError(t, err)

@@ -363,6 +363,22 @@ func (s *Store) Messages(_ context.Context, chatID string) ([]*chat.Message, err
 	return out, nil
 }
 
+// Unsettled implements chat.Store.
+func (s *Store) Unsettled(_ context.Context, limit int) ([]*chat.Message, error) {
+	s.mu.RLock()
+	var out []*chat.Message
+	for _, c := range s.chats {
+		for _, m := range c.msgs {
+			if m.Role == chat.RoleAssistant && !m.Status.Settled() {
+				out = append(out, copyMsg(m))
+			}
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *chat.Message) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
+	return out[:min(limit, len(out))], nil
+}
+
 // DeleteMessages implements chat.Store.
 func (s *Store) DeleteMessages(_ context.Context, chatID string, ids []string, activeLeafID string) error {
 	s.mu.Lock()

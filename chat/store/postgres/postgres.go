@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 	updated_at TIMESTAMPTZ NOT NULL,
 	UNIQUE (chat_id, id)
 );
+CREATE INDEX IF NOT EXISTS chat_messages_unsettled ON chat_messages (updated_at)
+	WHERE role = 'assistant' AND status IN ('pending', 'running');
 `
 
 // Open creates the chat tables in the run store's schema when missing
@@ -442,6 +444,16 @@ func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, e
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// Unsettled implements chat.Store.
+func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+msgCols+` FROM chat_messages
+		WHERE role = 'assistant' AND status IN ('pending', 'running') ORDER BY updated_at, seq LIMIT $1`, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
 }
 
 // DeleteMessages implements chat.Store.

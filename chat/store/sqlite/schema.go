@@ -72,6 +72,13 @@ CREATE TABLE IF NOT EXISTS messages (
 	UNIQUE (chat_id, id)
 );
 `,
+}, {
+	version: 2,
+	name:    "index of unsettled assistant messages",
+	sql: `
+CREATE INDEX IF NOT EXISTS messages_unsettled ON messages(updated_at)
+	WHERE role = 'assistant' AND status IN ('pending', 'running');
+`,
 }}
 
 // SchemaVersion is the chat schema version this package writes.

@@ -450,6 +450,25 @@ func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, e
 	return out, nil
 }
 
+// Unsettled implements chat.Store.
+func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+msgCols+` FROM messages
+		WHERE role = 'assistant' AND status IN ('pending', 'running') ORDER BY updated_at, seq LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*chat.Message
+	for rows.Next() {
+		m, err := scanMsg(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
 // DeleteMessages implements chat.Store.
 func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
 	return s.update(ctx, "delete messages of chat "+chatID, func(tx *sql.Tx) error {

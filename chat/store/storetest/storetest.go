@@ -54,6 +54,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"BeginTurnClaim", s.testClaim},
 		{"ClaimRace", s.testClaimRace},
 		{"FinishMessageComparesRun", s.testFinishMessage},
+		{"UnsettledListsOpenAnswers", s.testUnsettled},
 		{"UpdateMessage", s.testUpdateMessage},
 		{"CloseKeepsRunStore", s.testClose},
 		{"ReopenKeepsData", s.testReopen},
@@ -493,6 +494,42 @@ func (s *suite) testFinishMessage(t *testing.T) {
 
 	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: "zz", ChatID: "c1", RunID: "r2"}), chat.ErrNotFound)
 	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: a1.ID, ChatID: "nope", RunID: "r2"}), chat.ErrNotFound)
+}
+
+func (s *suite) testUnsettled(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	newChat(t, cs, "c2")
+	_, a1 := turn(t, cs, "c1", "", "r1")
+	_, a2 := turn(t, cs, "c2", "", "r2")
+	_, a3 := turn(t, cs, "c1", a1.ID, "r3")
+	ids := func(limit int) []string {
+		ms, err := cs.Unsettled(ctx, limit)
+		require.NoError(t, err)
+		out := []string{}
+		for _, m := range ms {
+			require.Equal(t, chat.RoleAssistant, m.Role)
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{a1.ID, a2.ID, a3.ID}, ids(10), "assistant messages only, least recently updated first")
+	require.Equal(t, []string{a1.ID}, ids(1))
+
+	// Running still counts; an answer settles out; a continue's claim
+	// brings one back.
+	a2.Status = chat.StatusRunning
+	require.NoError(t, cs.FinishMessage(ctx, a2))
+	a1.Status, a1.Content = chat.StatusCompleted, "done"
+	require.NoError(t, cs.FinishMessage(ctx, a1))
+	require.Equal(t, []string{a3.ID, a2.ID}, ids(10))
+	a3.Status = chat.StatusInterrupted
+	require.NoError(t, cs.FinishMessage(ctx, a3))
+	require.Equal(t, []string{a2.ID}, ids(10))
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a3.ID, FromRunID: "r3"},
+		Run: reservation("r4", "c1")}))
+	require.Equal(t, []string{a2.ID, a3.ID}, ids(10))
 }
 
 func (s *suite) testUpdateMessage(t *testing.T) {
