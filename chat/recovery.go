@@ -40,11 +40,7 @@ func (s *Service) Start(ctx context.Context) int {
 	context.AfterFunc(ctx, cancel)
 	n := 0
 	if _, ok := s.runs.(runtime.Leaser); ok {
-		got, err := s.engine.RecoverExpired(loopCtx, s.recovery())
-		if err != nil && loopCtx.Err() == nil {
-			s.log.Warn("recovery pass", "err", err)
-		}
-		n += got
+		n += s.recoverExpired(loopCtx)
 	}
 	s.settleReservations(loopCtx)
 	s.settleMessages(loopCtx)
@@ -59,9 +55,7 @@ func (s *Service) Start(ctx context.Context) int {
 					return
 				case <-t.C:
 				}
-				if _, err := s.engine.RecoverExpired(loopCtx, s.recovery()); err != nil && loopCtx.Err() == nil {
-					s.log.Warn("recovery pass", "err", err)
-				}
+				s.recoverExpired(loopCtx)
 				s.settleReservations(loopCtx)
 				s.settleMessages(loopCtx)
 			}
@@ -84,23 +78,47 @@ func (s *Service) Start(ctx context.Context) int {
 	return n
 }
 
+// recoveryBatch is how many expired runs one claim takes.
+const recoveryBatch = 100
+
+// recoverExpired takes back every run whose lease expired, a batch per
+// claim, until a claim comes back short (no more expired runs, or this
+// process admits no more runs); it returns how many it took.
+func (s *Service) recoverExpired(ctx context.Context) int {
+	cfg := s.recovery()
+	n := 0
+	for {
+		got, err := s.engine.RecoverExpired(ctx, cfg)
+		n += got
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("recovery pass", "err", err)
+			}
+			return n
+		}
+		if got < cfg.Batch {
+			return n
+		}
+	}
+}
+
 // recovery is the hook the kernel's recovery hands each claimed run to:
 // the run continues through the service's launch path.
 func (s *Service) recovery() runtime.RecoveryConfig {
-	graphs := map[string]*runtime.Graph{}
+	plans := map[string]*runtime.Plan{}
 	prepared := map[string]*recovered{}
 	var mu sync.Mutex // Prepare and Launch run in the pass; start in the run's goroutine
-	return runtime.RecoveryConfig{
+	return runtime.RecoveryConfig{Batch: recoveryBatch,
 		Prepare: func(ctx context.Context, rec *runtime.RunRecord) (runtime.RecoverRequest, error) {
-			g, err := s.graphOf(ctx, rec, graphs)
+			p, err := s.planOf(ctx, rec, plans)
 			if err != nil {
 				return runtime.RecoverRequest{}, err
 			}
-			r := &recovered{graph: g}
+			r := &recovered{graph: p.Graph()}
 			mu.Lock()
 			prepared[rec.ID] = r
 			mu.Unlock()
-			return runtime.RecoverRequest{Graph: g, Services: &nodes.Services{Scope: chatscope.New(g, rec.EntryNodeIDs)},
+			return runtime.RecoverRequest{Plan: p, Services: &nodes.Services{Scope: chatscope.New(p, rec.EntryNodeIDs)},
 				Sink: runtime.SinkFunc(func(ev runtime.Event) { r.sink.Emit(ev) })}, nil
 		},
 		Launch: func(rec *runtime.RunRecord, start func(context.Context) (*runtime.RunResult, error)) error {
@@ -113,11 +131,12 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 	}
 }
 
-// graphOf loads the graph version rec runs, through a cache of one pass.
-func (s *Service) graphOf(ctx context.Context, rec *runtime.RunRecord, cache map[string]*runtime.Graph) (*runtime.Graph, error) {
+// planOf loads and compiles the graph version rec runs, through a cache
+// of one pass.
+func (s *Service) planOf(ctx context.Context, rec *runtime.RunRecord, cache map[string]*runtime.Plan) (*runtime.Plan, error) {
 	key := fmt.Sprintf("%s@%d", rec.GraphID, rec.PlanVersion)
-	if g := cache[key]; g != nil {
-		return g, nil
+	if p := cache[key]; p != nil {
+		return p, nil
 	}
 	grec, err := s.chats.GetGraphVersion(ctx, rec.GraphID, rec.PlanVersion)
 	if err != nil {
@@ -127,8 +146,12 @@ func (s *Service) graphOf(ctx context.Context, rec *runtime.RunRecord, cache map
 	if err != nil {
 		return nil, err
 	}
-	cache[key] = g
-	return g, nil
+	p, err := s.engine.Compile(g)
+	if err != nil {
+		return nil, err
+	}
+	cache[key] = p
+	return p, nil
 }
 
 // recovered is a run the kernel claimed for recovery: its graph, and the
@@ -220,20 +243,24 @@ func (s *Service) settleMessages(ctx context.Context) int {
 		}
 		return 0
 	}
-	graphs := map[string]*runtime.Graph{}
+	plans := map[string]*runtime.Plan{}
 	n := 0
 	for _, m := range msgs {
 		rec, err := s.runs.GetRun(ctx, m.RunID)
 		if err != nil || !rec.Status.Finished() || s.Bound(ctx, rec.ID) {
 			continue // not ended (recovery or the reservation pass has it)
 		}
-		res, err := s.resultOf(ctx, rec, graphs)
+		p, err := s.planOf(ctx, rec, plans)
+		if err != nil {
+			s.log.Warn("recovery: loading the graph of an ended run", "run", rec.ID, "err", err)
+			continue
+		}
+		res, err := s.resultOf(ctx, rec, p.Graph())
 		if err != nil {
 			s.log.Warn("recovery: reading the outcome of an ended run", "run", rec.ID, "err", err)
 			continue
 		}
-		g, _ := s.graphOf(ctx, rec, graphs)
-		s.finishMessage(ctx, m, g, rec.EntryNodeIDs, res, nil)
+		s.finishMessage(ctx, m, p.Graph(), rec.EntryNodeIDs, res, nil)
 		s.log.Info("recovery: wrote the message of an ended run", "run", rec.ID, "message", m.ID, "status", rec.Status)
 		n++
 	}
@@ -241,11 +268,7 @@ func (s *Service) settleMessages(ctx context.Context) int {
 }
 
 // resultOf is the outcome of an ended run, as its process had it.
-func (s *Service) resultOf(ctx context.Context, rec *runtime.RunRecord, graphs map[string]*runtime.Graph) (*runtime.RunResult, error) {
-	g, err := s.graphOf(ctx, rec, graphs)
-	if err != nil {
-		return nil, err
-	}
+func (s *Service) resultOf(ctx context.Context, rec *runtime.RunRecord, g *runtime.Graph) (*runtime.RunResult, error) {
 	res, err := s.engine.Result(ctx, rec, g)
 	if err != nil {
 		return nil, err

@@ -381,6 +381,33 @@ func TestRecoveryOfARunWhosProcessDied(t *testing.T) {
 	require.NotEmpty(t, b.pub.of(tk.RunID), "the recovered run streams through the new service")
 }
 
+// A run that ended while its process died before writing the answer gets
+// its answer written by the next start, from the run's checkpoints.
+func TestStartWritesAnswersOfEndedRuns(t *testing.T) {
+	t.Parallel()
+	mem := memory.New()
+	chats := chatmemory.New(mem)
+	var dead atomic.Bool
+	a := newFixture(t, mem, deadChats{Store: chats, dead: &dead}, runtime.Config{})
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":30}`)
+	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two"})
+	require.Eventually(t, func() bool { return len(a.pub.of(tk.RunID)) > 0 }, 5*time.Second, time.Millisecond)
+	dead.Store(true) // the answer's write is lost
+	require.Eventually(t, func() bool {
+		rec, err := mem.GetRun(context.Background(), tk.RunID)
+		return err == nil && rec.Status == runtime.RunCompleted && a.svc.Live(tk.RunID) == nil
+	}, 5*time.Second, time.Millisecond)
+	m, err := chats.GetMessage(context.Background(), chatID, tk.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusRunning, m.Status, "the answer was not written")
+
+	b := newFixture(t, mem, chats, runtime.Config{})
+	b.svc.Start(context.Background())
+	m = b.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCompleted, m.Status)
+	require.Equal(t, "echo: one two", m.Content)
+}
+
 // A turn whose process died after writing its messages and reservation,
 // before the run began, is failed with code lost by the next start: no
 // message is left pending without a run that will finish it.

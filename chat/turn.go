@@ -562,7 +562,7 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 		t.assistant.Status = StatusRunning
 		_ = s.chats.FinishMessage(ctx, t.assistant)
 	}
-	services := &nodes.Services{Scope: chatscope.New(t.graph, t.entries)}
+	services := &nodes.Services{Scope: chatscope.New(t.plan, t.entries)}
 	if t.req.Kind == KindContinueMessage {
 		return s.engine.Resume(ctx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: runID, Graph: t.graph,
 			Kind: string(KindContinueMessage), Value: t.value, Values: t.values, Attrs: t.attrs(), Services: services, Sink: sink})

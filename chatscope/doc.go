@@ -1,5 +1,6 @@
 // Package chatscope derives a chat run's scope policy from the graph's
-// flow topology — pure functions of (graph, entry node ids), no I/O:
+// flow topology — pure functions of (compiled plan, entry node ids), no
+// I/O; the run's active subgraph is the kernel's own (Plan.ActiveNodes):
 //
 //   - Entry agents: agents on the run's active subgraph (what the entry
 //     nodes reach by flow edges) with no active agent upstream. They get
@@ -12,7 +13,8 @@
 // in the run's services (nodes.Services{Scope: s}); agents read it through
 // the nodes.ChatScope interface, never by importing this package:
 //
-//	s := chatscope.New(graph, entryIDs)
-//	eng.Invoke(ctx, runtime.RunRequest{Graph: graph, EntryNodeIDs: entryIDs,
+//	p, err := eng.Compile(graph)
+//	s := chatscope.New(p, entryIDs)
+//	eng.Invoke(ctx, runtime.RunRequest{Plan: p, EntryNodeIDs: entryIDs,
 //		Services: &nodes.Services{Scope: s}, ...})
 package chatscope

@@ -31,31 +31,20 @@ type Scope struct {
 	userTools   map[string]bool
 }
 
-// New computes the scope of a run of g started at entryIDs. With no entry
-// ids the run starts at every chat_start (as the runtime does). Unknown
-// ids, and edges that are not valid flow edges, are ignored: the runtime
-// validates graphs, this package only reads them.
-func New(g *runtime.Graph, entryIDs []string) *Scope {
+// New computes the scope of a run of plan p started at entryIDs (none:
+// the graph's entry nodes, every chat_start). The run's active subgraph
+// is the kernel's (Plan.ActiveNodes); this package only reads, within it,
+// which agents have an agent upstream and which chat_starts reach them.
+func New(p *runtime.Plan, entryIDs []string) *Scope {
 	s := &Scope{active: map[string]bool{}, entryAgents: map[string]bool{}, userTools: map[string]bool{}}
-	if g == nil {
+	if p == nil {
 		return s
 	}
+	g := p.Graph()
 	t := newTopo(g)
-	var entries []string
-	for _, id := range entryIDs {
-		if _, ok := t.nodes[id]; ok {
-			entries = append(entries, id)
-		}
+	for _, id := range p.ActiveNodes(entryIDs) {
+		s.active[id] = true
 	}
-	if len(entryIDs) == 0 {
-		for _, n := range g.Nodes {
-			if n.Type == ChatStartType {
-				entries = append(entries, n.ID)
-			}
-		}
-	}
-	// Active subgraph: what the entries reach by flow edges.
-	t.walk(entries, nil, func(id string) bool { s.active[id] = true; return true })
 	for id := range s.active {
 		if t.nodes[id].Type == AgentType {
 			s.agents = append(s.agents, id)

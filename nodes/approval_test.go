@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chatgraph/chatscope"
 	"chatgraph/nodes"
 	"chatgraph/nodes/llm"
 	"chatgraph/nodes/tools"
@@ -246,7 +245,7 @@ func TestCancelDuringApprovedCall(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	st, err := h.eng.StreamResume(ctx, runtime.ResumeRequest{RunID: res.RunID, Graph: g, Value: map[string]any{"approved": true},
-		Services: &nodes.Services{Scope: chatscope.New(g, nil)}})
+		Services: &nodes.Services{Scope: h.scope(t, g, nil)}})
 	require.NoError(t, err)
 	go func() {
 		<-startedCh
@@ -322,7 +321,7 @@ func TestApprovalAfterCancelledResume(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	st, err := h.eng.StreamResume(ctx, runtime.ResumeRequest{RunID: res.RunID, Graph: g, Value: true,
-		Services: &nodes.Services{Scope: chatscope.New(g, nil)}})
+		Services: &nodes.Services{Scope: h.scope(t, g, nil)}})
 	require.NoError(t, err)
 	go func() {
 		<-startedCh

@@ -211,11 +211,19 @@ func (h *harness) run(t *testing.T, ctx context.Context, g *runtime.Graph, in no
 	for _, o := range opts {
 		o(&req)
 	}
-	req.Services = &nodes.Services{Scope: chatscope.New(g, req.EntryNodeIDs)}
+	req.Services = &nodes.Services{Scope: h.scope(t, g, req.EntryNodeIDs)}
 	res, err := h.eng.Invoke(ctx, req)
 	require.NoError(t, err)
 	checkLifecycle(t, s.events())
 	return res, s
+}
+
+// scope is the chat scope of a run of g started at entries.
+func (h *harness) scope(t *testing.T, g *runtime.Graph, entries []string) *chatscope.Scope {
+	t.Helper()
+	p, err := h.eng.Compile(g)
+	require.NoError(t, err)
+	return chatscope.New(p, entries)
 }
 
 func (h *harness) resume(t *testing.T, g *runtime.Graph, runID string, value any) (*runtime.RunResult, *sink) {
@@ -224,7 +232,7 @@ func (h *harness) resume(t *testing.T, g *runtime.Graph, runID string, value any
 	parent, err := h.store.GetRun(context.Background(), runID)
 	require.NoError(t, err)
 	res, err := h.eng.Resume(context.Background(), runtime.ResumeRequest{RunID: runID, Graph: g, Value: value, Sink: s,
-		Services: &nodes.Services{Scope: chatscope.New(g, parent.EntryNodeIDs)}})
+		Services: &nodes.Services{Scope: h.scope(t, g, parent.EntryNodeIDs)}})
 	require.NoError(t, err)
 	checkLifecycle(t, s.events())
 	return res, s

@@ -104,9 +104,11 @@ func TestApprovalResumeAfterRestart(t *testing.T) {
 				require.NoError(t, err)
 				return eng, st
 			}
-			services := &nodes.Services{Scope: chatscope.New(g, nil)}
 
 			eng1, st1 := process()
+			p, err := eng1.Compile(g)
+			require.NoError(t, err)
+			services := &nodes.Services{Scope: chatscope.New(p, nil)}
 			s1 := &sink{}
 			res, err := eng1.Invoke(t.Context(), runtime.RunRequest{Graph: g, Input: nodes.ChatInput{Content: "go"}.Value(),
 				Services: services, Sink: s1})

@@ -117,7 +117,7 @@ func TestRouterWithEdgeConditions(t *testing.T) {
 	require.Equal(t, runtime.NodeSkipped, res.NodeStatus("weather"))
 	// The router's output is the message, for the agent after it, which is
 	// an entry agent (no agent upstream).
-	require.True(t, chatscope.New(g, nil).IsEntryAgent("other"))
+	require.True(t, h.scope(t, g, nil).IsEntryAgent("other"))
 }
 
 func TestDataValidationNamesNodeAndField(t *testing.T) {
