@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -36,6 +38,9 @@ func openStores(ctx context.Context, c *config, log *slog.Logger) (*stores, erro
 	if err := os.MkdirAll(c.stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
+	if err := adoptSplitState(ctx, c.stateDir, log); err != nil {
+		return nil, fmt.Errorf("state dir: adopting runs.db and chats.db: %w", err)
+	}
 	runs, err := rsqlite.Open(ctx, rsqlite.Config{Path: filepath.Join(c.stateDir, dbFile), Logger: log})
 	if err != nil {
 		return nil, err
@@ -67,4 +72,86 @@ func openPostgres(ctx context.Context, c *config, log *slog.Logger) (*stores, er
 		_ = chats.Close()
 		_ = runs.Close()
 	}}, nil
+}
+
+// The two files a state dir had before runs and chats shared one.
+const (
+	oldRunsFile  = "runs.db"
+	oldChatsFile = "chats.db"
+)
+
+// chatTables are the chat store's tables, as chats.db had them.
+var chatTables = []string{"graphs", "graph_versions", "chats", "messages"}
+
+// adoptSplitState turns a state dir of two files (runs.db and chats.db)
+// into one chatgraph.db, once: the run file becomes chatgraph.db (its
+// journal with it) and the chat tables are copied into it with their
+// definitions, in one transaction. The chat file is then renamed
+// chats.db.adopted, kept for the user to delete. Nothing happens when
+// chatgraph.db exists.
+func adoptSplitState(ctx context.Context, dir string, log *slog.Logger) error {
+	db, oldRuns, oldChats := filepath.Join(dir, dbFile), filepath.Join(dir, oldRunsFile), filepath.Join(dir, oldChatsFile)
+	if exists(db) || !exists(oldRuns) && !exists(oldChats) {
+		return nil
+	}
+	if exists(oldRuns) {
+		for _, suffix := range []string{"-wal", "-shm", ""} { // the file last: it is what marks the move done
+			if exists(oldRuns + suffix) {
+				if err := os.Rename(oldRuns+suffix, db+suffix); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if exists(oldChats) {
+		if err := copyChatTables(ctx, db, oldChats); err != nil {
+			return err
+		}
+		if err := os.Rename(oldChats, oldChats+".adopted"); err != nil {
+			return err
+		}
+	}
+	log.Info("state dir: runs.db and chats.db are now one file", "file", db, "kept", oldChatsFile+".adopted")
+	return nil
+}
+
+// copyChatTables creates the chat tables in db as from holds them and
+// copies their rows, in one transaction.
+func copyChatTables(ctx context.Context, db, from string) error {
+	conn, err := sql.Open("sqlite", db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetMaxOpenConns(1) // ATTACH holds for the connection
+	if _, err := conn.ExecContext(ctx, "ATTACH DATABASE ? AS old", from); err != nil {
+		return err
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, t := range chatTables {
+		var def string
+		err := tx.QueryRowContext(ctx, "SELECT sql FROM old.sqlite_master WHERE type = 'table' AND name = ?", t).Scan(&def)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // the chat store creates it
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, def); err != nil {
+			return fmt.Errorf("creating %s: %w", t, err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO main."+t+" SELECT * FROM old."+t); err != nil {
+			return fmt.Errorf("copying %s: %w", t, err)
+		}
+	}
+	return tx.Commit()
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

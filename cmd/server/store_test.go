@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/chat"
+	chatsqlite "chatgraph/chat/store/sqlite"
+	"chatgraph/runtime"
+	rsqlite "chatgraph/runtime/store/sqlite"
+)
+
+// A state dir of the two-file layout (runs.db, chats.db) opens as one
+// chatgraph.db with every run, graph, chat and message, once.
+func TestOpenStoresAdoptsRunsAndChatsFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	now := time.Now().UTC()
+
+	runs, err := rsqlite.Open(ctx, rsqlite.Config{Path: filepath.Join(dir, oldRunsFile)})
+	require.NoError(t, err)
+	require.NoError(t, runs.CreateRun(ctx, &runtime.RunRecord{ID: "r1", RootID: "r1", ChatID: "c1", GraphID: "g1", PlanVersion: 1,
+		Status: runtime.RunCompleted, CreatedAt: now, UpdatedAt: now}))
+	require.NoError(t, runs.Close())
+	// chats.db held the same chat tables the chat store creates.
+	host, err := rsqlite.Open(ctx, rsqlite.Config{Path: filepath.Join(dir, oldChatsFile)})
+	require.NoError(t, err)
+	old, err := chatsqlite.Open(ctx, host)
+	require.NoError(t, err)
+	require.NoError(t, old.CreateGraph(ctx, &chat.Graph{ID: "g1", Name: "hello", Body: []byte(`{"nodes":[],"edges":[]}`)}))
+	require.NoError(t, old.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1", Title: "first"}))
+	u := &chat.Message{ID: "m1", Role: chat.RoleUser, Content: "hi", RunID: "r1", TurnRunID: "r1", Status: chat.StatusCompleted}
+	a := &chat.Message{ID: "m2", ParentID: "m1", Role: chat.RoleAssistant, Content: "echo: hi", RunID: "r1", TurnRunID: "r1",
+		Status: chat.StatusPending}
+	require.NoError(t, old.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: "m2", Messages: []*chat.Message{u, a},
+		Run: &runtime.RunRecord{ID: "r_elsewhere", RootID: "r_elsewhere", Status: runtime.RunPending, CreatedAt: now, UpdatedAt: now}}))
+	a.Status = chat.StatusCompleted
+	require.NoError(t, old.FinishMessage(ctx, a))
+	require.NoError(t, old.Close())
+	require.NoError(t, host.Close())
+
+	c := &config{stateDir: dir}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for range 2 { // the second open finds one file and changes nothing
+		st, err := openStores(ctx, c, log)
+		require.NoError(t, err)
+		rec, err := st.runs.GetRun(ctx, "r1")
+		require.NoError(t, err)
+		require.Equal(t, runtime.RunCompleted, rec.Status)
+		g, err := st.chats.GetGraph(ctx, "g1")
+		require.NoError(t, err)
+		require.Equal(t, "hello", g.Name)
+		ch, err := st.chats.GetChat(ctx, "c1")
+		require.NoError(t, err)
+		require.Equal(t, "m2", ch.ActiveLeafID)
+		msgs, err := st.chats.Messages(ctx, "c1")
+		require.NoError(t, err)
+		require.Len(t, msgs, 2)
+		require.Equal(t, "echo: hi", msgs[1].Content)
+		require.Equal(t, chat.StatusCompleted, msgs[1].Status)
+		st.close()
+	}
+	require.NoFileExists(t, filepath.Join(dir, oldRunsFile))
+	require.NoFileExists(t, filepath.Join(dir, oldChatsFile))
+	require.FileExists(t, filepath.Join(dir, oldChatsFile+".adopted"))
+
+	// The adopted tables take new rows after the old ones.
+	st, err := openStores(ctx, c, log)
+	require.NoError(t, err)
+	defer st.close()
+	require.NoError(t, st.chats.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: "m4", Messages: []*chat.Message{
+		{ID: "m3", ParentID: "m2", Role: chat.RoleUser, Content: "more", RunID: "r2", TurnRunID: "r2", Status: chat.StatusCompleted},
+		{ID: "m4", ParentID: "m3", Role: chat.RoleAssistant, RunID: "r2", TurnRunID: "r2", Status: chat.StatusPending}},
+		Run: &runtime.RunRecord{ID: "r2", RootID: "r2", ChatID: "c1", GraphID: "g1", PlanVersion: 1, Status: runtime.RunPending,
+			CreatedAt: now, UpdatedAt: now}}))
+	msgs, err := st.chats.Messages(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"m1", "m2", "m3", "m4"}, []string{msgs[0].ID, msgs[1].ID, msgs[2].ID, msgs[3].ID})
+	_, err = os.Stat(filepath.Join(dir, dbFile))
+	require.NoError(t, err)
+}
