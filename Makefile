@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run build test test-go bench bench-durable lint fuzz tools
+.PHONY: run build test test-go bench bench-durable bench-server lint fuzz tools
 
 run: build
 	./bin/chatgraph server
@@ -25,6 +25,11 @@ bench:
 
 bench-durable:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -benchtime 30x ./internal/durabench/
+
+# The server from outside: the real binary on loopback, driven over
+# HTTP/SSE and WebSocket (internal/loadbench; see docs/benchmarks.md).
+bench-server: build
+	$(GO) run ./internal/loadbench -bin bin/chatgraph
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeValidate -fuzztime 60s ./runtime

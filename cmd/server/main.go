@@ -89,7 +89,7 @@ const usage = `usage:
 // config is the server's configuration: flags over environment over defaults.
 type config struct {
 	addr, stateDir, redisURL, databaseURL, token, logLevel, logFormat string
-	databaseSchema, redisPrefix, durability                           string
+	databaseSchema, redisPrefix, durability, debugAddr                string
 	allowedOrigins, httpAllowedHosts                                  string
 	openAIBaseURL, openAIKey                                          string
 	drainTimeout, retention, interruptedRetention                     time.Duration
@@ -121,6 +121,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.StringVar(&c.httpAllowedHosts, "http-allowed-hosts", ge("CHATGRAPH_HTTP_ALLOWED_HOSTS"), "hosts the http_request tool may call, comma separated (CHATGRAPH_HTTP_ALLOWED_HOSTS)")
 	fs.StringVar(&c.openAIBaseURL, "openai-base-url", ge("CHATGRAPH_OPENAI_BASE_URL"), "OpenAI-compatible API for models named openai/<model> (CHATGRAPH_OPENAI_BASE_URL)")
 	fs.StringVar(&c.durability, "durability", envOr(ge, "CHATGRAPH_DURABILITY", "sync"), "when run transitions reach the store: sync, batched or exit (CHATGRAPH_DURABILITY; see docs/stores.md)")
+	fs.StringVar(&c.debugAddr, "debug-addr", ge("CHATGRAPH_DEBUG_ADDR"), "serve net/http/pprof on this address, apart from the API (off by default; \":6060\" means loopback) (CHATGRAPH_DEBUG_ADDR)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long shutdown lets runs finish before cancelling them")
 	retention, err := time.ParseDuration(envOr(ge, "CHATGRAPH_RETENTION", "720h"))
 	if err != nil {
@@ -257,6 +258,11 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	log := newLogger(c, env.Stderr)
+	_, stopDebug, err := debugListener(c.debugAddr, log)
+	if err != nil {
+		return fmt.Errorf("--debug-addr: %w", err)
+	}
+	defer stopDebug()
 	st, err := openStores(ctx, c, log)
 	if err != nil {
 		return err
