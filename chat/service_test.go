@@ -408,6 +408,48 @@ func TestStartWritesAnswersOfEndedRuns(t *testing.T) {
 	require.Equal(t, "echo: one two", m.Content)
 }
 
+// lostLease is a store whose lease renewals fail once lost is set, as when
+// another process has taken the run over.
+type lostLease struct {
+	*memory.Store
+	lost atomic.Bool
+}
+
+func (s *lostLease) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
+	if s.lost.Load() {
+		return runtime.Lease{}, runtime.ErrFenced
+	}
+	return s.Store.RenewLease(ctx, l, ttl)
+}
+
+// A run whose lease this process lost is the new owner's: this process
+// writes neither its message nor its terminal event; the new owner does.
+func TestLostLeaseLeavesTheRunToTheNewOwner(t *testing.T) {
+	t.Parallel()
+	mem := memory.New()
+	chats := chatmemory.New(mem)
+	st := &lostLease{Store: mem}
+	a := newFixture(t, st, chats, runtime.Config{Owner: "a", LeaseTTL: 150 * time.Millisecond})
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
+	require.Eventually(t, func() bool { return len(a.pub.of(tk.RunID)) > 2 }, 5*time.Second, time.Millisecond)
+	st.lost.Store(true)
+	require.Eventually(t, func() bool { return a.svc.Live(tk.RunID) == nil }, 5*time.Second, time.Millisecond,
+		"the run stops here once its lease is lost")
+	for _, ev := range a.pub.of(tk.RunID) {
+		require.False(t, ev.Type.Terminal(), "a terminal event from the process that lost the run: %s", ev.Type)
+	}
+	m, err := chats.GetMessage(context.Background(), chatID, tk.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusRunning, m.Status, "the message is left to the new owner")
+
+	b := newFixture(t, mem, chats, runtime.Config{Owner: "b"})
+	b.svc.Start(context.Background())
+	m = b.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCompleted, m.Status)
+	require.Equal(t, "echo: one two three four five six", m.Content)
+}
+
 // A turn whose process died after writing its messages and reservation,
 // before the run began, is failed with code lost by the next start: no
 // message is left pending without a run that will finish it.

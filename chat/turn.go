@@ -263,6 +263,14 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		s.failStart(ctx, l, err)
 		return
 	}
+	if errors.Is(err, runtime.ErrLeaseLost) || errors.Is(err, runtime.ErrFenced) {
+		// Another owner took the run over (this process was too slow to
+		// renew its lease): its outcome, message and terminal event are
+		// the new owner's to write.
+		s.log.Warn("run taken over by another owner", "run", lr.ID, "err", err)
+		hold.discard()
+		return
+	}
 	if err != nil {
 		s.log.Error("run store failed", "run", lr.ID, "err", err)
 	}
@@ -299,6 +307,13 @@ func (h *terminalHold) emit(ev runtime.Event) {
 		return
 	}
 	h.pub.RunEvent(h.lr, ev)
+}
+
+// discard drops the held terminal event: the run ended elsewhere.
+func (h *terminalHold) discard() {
+	h.mu.Lock()
+	h.ev = nil
+	h.mu.Unlock()
 }
 
 func (h *terminalHold) flush() {
