@@ -233,6 +233,8 @@ func (s *Server) routes() *echo.Echo {
 
 	api.GET("/ws", s.websocket)
 	api.RouteNotFound("/*", s.ui)
+
+	s.openAIRoutes(e)
 	return e
 }
 
