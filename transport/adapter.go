@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/labstack/echo/v4"
 
 	"chatgraph/chat"
 	"chatgraph/runtime"
@@ -308,6 +311,44 @@ func interruptReason(rec *runtime.RunRecord, id string) string {
 		}
 	}
 	return ""
+}
+
+// transcriptMessage maps one message of a client's transcript to the
+// history of a new chat: system and developer messages become system
+// messages; user messages and assistant messages with text are kept; ok
+// is false for what a transcript leaves out (tool results, empty
+// assistant messages, other roles).
+func transcriptMessage(role, text string) (chat.HistoryMessage, bool) {
+	var r chat.Role
+	switch role {
+	case "system", "developer":
+		r = chat.RoleSystem
+	case "user":
+		r = chat.RoleUser
+	case "assistant":
+		r = chat.RoleAssistant
+	default:
+		return chat.HistoryMessage{}, false
+	}
+	return chat.HistoryMessage{Role: r, Content: text}, text != "" || r == chat.RoleUser
+}
+
+// startEventStream commits an SSE response and returns its writer.
+func (s *Server) startEventStream(c echo.Context) *sseWriter {
+	h := c.Response().Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	c.Response().WriteHeader(http.StatusOK)
+	return &sseWriter{w: c.Response(), rc: http.NewResponseController(c.Response()), timeout: s.cfg.WriteTimeout}
+}
+
+// sseData frames b as one SSE data event.
+func sseData(b []byte) []byte {
+	out := make([]byte, 0, len(b)+8)
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
 }
 
 // errRunGone: a run's events ended without a terminal event (deleted).

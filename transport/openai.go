@@ -246,16 +246,8 @@ func (s *Server) oaiTurn(ctx context.Context, c echo.Context, g *chat.Graph, req
 	sreq := chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: content, ClientTools: tools}
 	if chatID == "" {
 		for i, m := range req.Messages[:last] {
-			var role chat.Role
 			switch m.Role {
-			case "system", "developer":
-				role = chat.RoleSystem
-			case "user":
-				role = chat.RoleUser
-			case "assistant":
-				role = chat.RoleAssistant
-			case "tool":
-				continue // a finished tool exchange: the answer that followed it stays
+			case "system", "developer", "user", "assistant", "tool":
 			default:
 				return nil, badRequest("messages[%d]: unknown role %q", i, m.Role)
 			}
@@ -263,10 +255,9 @@ func (s *Server) oaiTurn(ctx context.Context, c echo.Context, g *chat.Graph, req
 			if err != nil {
 				return nil, err
 			}
-			if role == chat.RoleAssistant && text == "" {
-				continue
+			if h, ok := transcriptMessage(m.Role, text); ok {
+				sreq.History = append(sreq.History, h)
 			}
-			sreq.History = append(sreq.History, chat.HistoryMessage{Role: role, Content: text})
 		}
 		ch := &chat.Chat{ID: chat.NewID("c_"), GraphID: g.ID, Title: title(content)}
 		if err := s.chats.CreateChat(ctx, ch); err != nil {
@@ -528,12 +519,7 @@ func (cc *completion) complete(c echo.Context) error {
 // frame instead.
 func (cc *completion) stream(c echo.Context) error {
 	ctx := c.Request().Context()
-	w := &sseWriter{w: c.Response(), rc: http.NewResponseController(c.Response()), timeout: cc.s.cfg.WriteTimeout}
-	h := c.Response().Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	c.Response().WriteHeader(http.StatusOK)
+	w := cc.s.startEventStream(c)
 	cc.s.metrics.activeStreams.WithLabelValues("openai").Inc()
 	defer cc.s.metrics.activeStreams.WithLabelValues("openai").Dec()
 	chunk := func(d *oaiAnswer, finish *string) error {
@@ -576,13 +562,6 @@ func (cc *completion) stream(c echo.Context) error {
 	}
 	_ = w.write([]byte("data: [DONE]\n\n"))
 	return nil
-}
-
-func sseData(b []byte) []byte {
-	out := make([]byte, 0, len(b)+8)
-	out = append(out, "data: "...)
-	out = append(out, b...)
-	return append(out, "\n\n"...)
 }
 
 // oaiError is OpenAI's error object.

@@ -232,6 +232,7 @@ func (s *Server) routes() *echo.Echo {
 	api.POST("/runs/:id/resume", s.resumeRun)
 
 	api.GET("/ws", s.websocket)
+	api.POST("/ag-ui/graphs/:id", s.aguiRun)
 	api.RouteNotFound("/*", s.ui)
 
 	s.openAIRoutes(e)
