@@ -261,3 +261,53 @@ func TestOpenAIErrors(t *testing.T) {
 	require.Error(t, stream.Err())
 	require.Contains(t, stream.Err().Error(), "boom")
 }
+
+// Closing the request cancels the turn's run, streaming or not.
+func TestOpenAIDisconnectCancels(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.saveGraph(basicGraph(`{"name":"Slow","tokenDelayMs":200}`))
+	client := e.openai()
+	words := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("one two three four five six seven eight nine ten")}
+	for _, streamed := range []bool{true, false} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var raw *http.Response
+		runID := make(chan string, 1)
+		if streamed {
+			stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: id, Messages: words},
+				oaiopt.WithResponseInto(&raw))
+			for stream.Next() {
+				if c := stream.Current(); len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+					runID <- strings.TrimPrefix(c.ID, "chatcmpl-")
+					cancel()
+					break
+				}
+			}
+			_ = stream.Close()
+		} else {
+			go func() {
+				_, _ = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: id, Messages: words})
+			}()
+			// The run shows up in the run list; then the client gives up.
+			waitFor(t, "the run to start", func() bool {
+				var runs []map[string]any
+				e.do("GET", "/api/v1/runs", nil, &runs)
+				for _, r := range runs {
+					if r["status"] == "running" {
+						runID <- r["id"].(string)
+						return true
+					}
+				}
+				return false
+			})
+			cancel()
+		}
+		rid := <-runID
+		waitFor(t, "run "+rid+" to be cancelled", func() bool {
+			var r map[string]any
+			e.do("GET", "/api/v1/runs/"+rid, nil, &r)
+			return r["status"] == "cancelled"
+		})
+		cancel()
+	}
+}
