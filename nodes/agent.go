@@ -306,6 +306,10 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	}
 	out := Message{Role: RoleAssistant, Content: text, Name: a.displayName(),
 		Metadata: map[string]any{"nodeId": n.ID, "model": a.cfg.Model}}
+	if u := inv.usage; u != nil {
+		// Token counts of this execution's model calls, when reported.
+		out.Metadata["usage"] = map[string]any{"promptTokens": u.PromptTokens, "completionTokens": u.CompletionTokens, "totalTokens": u.TotalTokens}
+	}
 	return runtime.Result{Output: out.Value(), Summary: summary(text)}, nil
 }
 

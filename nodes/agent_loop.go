@@ -32,6 +32,22 @@ type invocation struct {
 	// member is the node id of a member agent ("" for the node itself);
 	// tool events then carry it as agentNodeId.
 	member string
+	// usage sums the token counts the provider reported for the model
+	// calls this invocation made (replayed steps cost nothing); nil when
+	// none reported any.
+	usage *llm.Usage
+}
+
+func (inv *invocation) addUsage(u *llm.Usage) {
+	if u == nil {
+		return
+	}
+	if inv.usage == nil {
+		inv.usage = &llm.Usage{}
+	}
+	inv.usage.PromptTokens += u.PromptTokens
+	inv.usage.CompletionTokens += u.CompletionTokens
+	inv.usage.TotalTokens += u.TotalTokens
 }
 
 // needApproval stops the loop at a call that needs a person's decision.
@@ -127,6 +143,7 @@ func (inv *invocation) complete(ctx context.Context, req llm.Request) (llm.Respo
 		}
 		return llm.Response{}, err
 	}
+	inv.addUsage(resp.Usage)
 	if len(resp.ToolCalls) > 0 {
 		// Only steps that lead to tool calls are worth recording: a final
 		// answer ends the node, whose output the runtime checkpoints.

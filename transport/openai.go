@@ -349,7 +349,12 @@ func (s *Server) chatCompletions(c echo.Context) error {
 	h.Set(HeaderChatID, t.ChatID)
 	h.Set("X-Run-Id", t.RunID)
 	h.Set("X-Message-Id", t.MessageID)
-	cc := &completion{s: s, req: req, graph: graph, ticket: t, id: "chatcmpl-" + t.RunID, created: time.Now().Unix()}
+	cc := &completion{s: s, req: req, graph: graph, ticket: t, id: "chatcmpl-" + t.RunID, created: time.Now().Unix(), agents: map[string]bool{}}
+	for _, n := range graph.Nodes {
+		if n.Type == typeAgent {
+			cc.agents[n.ID] = true
+		}
+	}
 	if req.Stream {
 		err = cc.stream(c)
 	} else {
@@ -371,7 +376,36 @@ type completion struct {
 	id      string
 	created int64
 	answer  map[string]bool
+	agents  map[string]bool // the graph's agent nodes (their outputs report usage)
 	sent    strings.Builder
+	usage   *oaiUsage
+}
+
+// addUsage adds the token counts an agent's output reports (its
+// metadata.usage) to the completion's.
+func (cc *completion) addUsage(data json.RawMessage) {
+	var d struct {
+		Output struct {
+			Metadata struct {
+				Usage *struct {
+					PromptTokens     int `json:"promptTokens"`
+					CompletionTokens int `json:"completionTokens"`
+					TotalTokens      int `json:"totalTokens"`
+				} `json:"usage"`
+			} `json:"metadata"`
+		} `json:"output"`
+		Replayed bool `json:"replayed"`
+	}
+	if json.Unmarshal(data, &d) != nil || d.Replayed || d.Output.Metadata.Usage == nil {
+		return
+	}
+	if cc.usage == nil {
+		cc.usage = &oaiUsage{}
+	}
+	u := d.Output.Metadata.Usage
+	cc.usage.PromptTokens += u.PromptTokens
+	cc.usage.CompletionTokens += u.CompletionTokens
+	cc.usage.TotalTokens += u.TotalTokens
 }
 
 // follow reads the run, calling text for every delta of its answer,
@@ -384,6 +418,8 @@ func (cc *completion) follow(ctx context.Context, text func(string) error, idle 
 			var d runStartedInfo
 			_ = json.Unmarshal(ev.Data, &d)
 			cc.answer = answerNodes(cc.graph, d.EntryNodeIDs)
+		case ev.Type == runtime.EventNodeCompleted && cc.agents[ev.NodeID]:
+			cc.addUsage(ev.Data)
 		case ev.Type == eventNodeDelta && cc.answer[ev.NodeID]:
 			var d struct {
 				Text string `json:"text"`
@@ -471,8 +507,8 @@ type oaiCompletion struct {
 	Usage             *oaiUsage   `json:"usage"`
 }
 
-// oaiUsage: the graph's token counts are not recorded in its events, so
-// a completion reports none (usage is null).
+// oaiUsage sums the token counts the run's agents report in their
+// outputs (null when none did: the offline echo model reports none).
 type oaiUsage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
@@ -511,7 +547,9 @@ func (cc *completion) complete(c echo.Context) error {
 	default:
 		return endError(end)
 	}
-	return c.JSON(http.StatusOK, cc.envelope("chat.completion", oaiChoice{Message: ans, FinishReason: &reason}))
+	out := cc.envelope("chat.completion", oaiChoice{Message: ans, FinishReason: &reason})
+	out.Usage = cc.usage
+	return c.JSON(http.StatusOK, out)
 }
 
 // stream answers stream: true with chat.completion.chunk frames, ending
@@ -559,6 +597,14 @@ func (cc *completion) stream(c echo.Context) error {
 	}
 	if err := chunk(&oaiAnswer{}, &reason); err != nil {
 		return nil
+	}
+	if cc.req.StreamOptions != nil && cc.req.StreamOptions.IncludeUsage {
+		// OpenAI's last chunk for include_usage: no choices, the usage.
+		last := cc.envelope("chat.completion.chunk")
+		last.Choices, last.Usage = []oaiChoice{}, cc.usage
+		if err := w.write(sseData(mustJSON(last))); err != nil {
+			return nil
+		}
 	}
 	_ = w.write([]byte("data: [DONE]\n\n"))
 	return nil

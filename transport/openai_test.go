@@ -12,6 +12,8 @@ import (
 	oaiopt "github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/nodes/llm"
 )
 
 // The official Go SDK against the OpenAI-compatible endpoints.
@@ -310,4 +312,53 @@ func TestOpenAIDisconnectCancels(t *testing.T) {
 		})
 		cancel()
 	}
+}
+
+// counted is a model that answers "counted" and reports token counts.
+type counted struct{}
+
+func (counted) Stream(_ context.Context, _ llm.Request, onText func(string)) (llm.Response, error) {
+	if onText != nil {
+		onText("counted")
+	}
+	return llm.Response{Content: "counted", FinishReason: "stop", Usage: &llm.Usage{PromptTokens: 11, CompletionTokens: 3, TotalTokens: 14}}, nil
+}
+
+// usage sums what the graph's agents report.
+func TestOpenAIUsage(t *testing.T) {
+	t.Parallel()
+	models := llm.NewModels()
+	require.NoError(t, models.Register("counted", counted{}))
+	e := newEnv(t, func(c *transportConfig) { c.Models = models })
+	// Two agents in a pipeline: both calls count.
+	g := basicGraph(`{"name":"First","model":"counted/x"}`)
+	g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": "a2", "type": "agent", "position": map[string]any{"x": 0, "y": 0},
+		"data": map[string]any{"name": "Second", "model": "counted/x"}})
+	g["edges"] = []any{edge("e1", "start", "message", "a1", "input", "flow"), edge("e2", "a1", "output", "a2", "input", "flow"),
+		edge("e3", "a2", "output", "out", "input", "flow")}
+	id := e.saveGraph(g)
+	client := e.openai()
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}
+	resp, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: id, Messages: msgs})
+	require.NoError(t, err)
+	require.Equal(t, "counted", resp.Choices[0].Message.Content)
+	require.EqualValues(t, 22, resp.Usage.PromptTokens)
+	require.EqualValues(t, 6, resp.Usage.CompletionTokens)
+	require.EqualValues(t, 28, resp.Usage.TotalTokens)
+
+	stream := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: id, Messages: msgs,
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}})
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	require.NoError(t, stream.Err())
+	require.Equal(t, "counted", acc.Choices[0].Message.Content, "only the agent feeding chat_output streams")
+	require.EqualValues(t, 28, acc.Usage.TotalTokens)
+
+	// The offline echo model reports none: usage is null.
+	eid := e.saveGraph(basicGraph(""))
+	resp, err = client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: eid, Messages: msgs})
+	require.NoError(t, err)
+	require.Contains(t, resp.RawJSON(), `"usage":null`)
 }
