@@ -137,3 +137,21 @@ func TestAGUIBadInput(t *testing.T) {
 	e.mustStatus(e.do("POST", "/api/v1/ag-ui/graphs/nope", map[string]any{"threadId": "t",
 		"messages": []any{map[string]any{"id": "u", "role": "user", "content": "x"}}}, nil), http.StatusNotFound)
 }
+
+// A failed run ends with RUN_ERROR carrying the failing node's code.
+func TestAGUIRunError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(map[string]any{"name": "flaky", "nodes": []any{
+		map[string]any{"id": "start", "type": "chat_start", "position": map[string]any{"x": 0, "y": 0}, "data": map[string]any{}},
+		map[string]any{"id": "f", "type": "flaky", "position": map[string]any{"x": 0, "y": 0}, "data": map[string]any{"failTimes": 5, "errorCode": "boom"}},
+	}, "edges": []any{edge("e1", "start", "message", "f", "input", "flow")}})
+	in := map[string]any{"threadId": "t-fail", "runId": "r1", "messages": []any{map[string]any{"id": "u1", "role": "user", "content": "x"}}}
+	evs := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil).all(t)
+	last := evs[len(evs)-1].Data
+	require.Equal(t, "RUN_ERROR", last["type"])
+	require.Equal(t, "boom", last["code"])
+	require.NotEmpty(t, last["message"])
+	types := aguiTypes(evs)
+	require.Equal(t, "STEP_FINISHED", types[len(types)-2], "the failed node's step is closed first")
+}
