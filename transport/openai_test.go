@@ -187,11 +187,7 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 func TestOpenAIApprovalAsToolCall(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	g := basicGraph("")
-	g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": "calc", "type": "tool", "position": map[string]any{"x": 0, "y": 0},
-		"data": map[string]any{"name": "calculator", "requireApproval": true}})
-	g["edges"] = append(g["edges"].([]any), edge("e3", "calc", "tool", "a1", "tools", "link"))
-	id := e.saveGraph(g)
+	id := e.saveGraph(approvalGraph())
 	client := e.openai()
 	ctx := context.Background()
 	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage(`/tool calculator {"expression":"6*7"}`)}
