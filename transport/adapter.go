@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -351,5 +350,6 @@ func sseData(b []byte) []byte {
 	return append(out, "\n\n"...)
 }
 
-// errRunGone: a run's events ended without a terminal event (deleted).
-var errRunGone = errors.New("the run's events ended early")
+// errRunGone: a run's events ended without a terminal event (the run
+// was deleted: a rollback superseded its turn).
+var errRunGone = &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "the run was deleted before it ended (a rollback)"}

@@ -271,6 +271,7 @@ type aguiStream struct {
 	steps    map[string]bool
 	calls    map[string]bool
 	textOpen bool
+	ended    bool // the run's terminal event was translated
 }
 
 func (st *aguiStream) send(ev map[string]any) error {
@@ -299,6 +300,9 @@ func (st *aguiStream) serve(c echo.Context) {
 		return
 	}
 	err := st.s.watchRun(ctx, st.ticket.RunID, st.event, func() error { return st.w.comment("ping") })
+	if err == nil && !st.ended {
+		err = errRunGone // deleted meanwhile (a rollback)
+	}
 	if err != nil && ctx.Err() == nil {
 		st.s.log.Warn("ag-ui stream ended", "run", st.ticket.RunID, "err", err)
 		e := apiError(err)
@@ -388,6 +392,7 @@ func (st *aguiStream) event(ev runEvent) error {
 	if !ev.Type.Terminal() {
 		return nil
 	}
+	st.ended = true
 	if err := st.closeText(); err != nil {
 		return err
 	}
