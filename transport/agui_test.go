@@ -155,3 +155,27 @@ func TestAGUIRunError(t *testing.T) {
 	types := aguiTypes(evs)
 	require.Equal(t, "STEP_FINISHED", types[len(types)-2], "the failed node's step is closed first")
 }
+
+// A run rolled back by a later turn (multitaskStrategy rollback) is
+// cancelled (then deleted): its AG-UI stream ends as cancelled.
+func TestAGUIRunRolledBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(basicGraph(`{"name":"Slow","tokenDelayMs":200}`))
+	in := map[string]any{"threadId": "t-rollback", "runId": "r1", "messages": []any{
+		map[string]any{"id": "u1", "role": "user", "content": "one two three four five six seven eight nine ten"}}}
+	st := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil)
+	for {
+		ev, err := st.next(false)
+		require.NoError(t, err)
+		if ev.Data["type"] == "TEXT_MESSAGE_CONTENT" {
+			break
+		}
+	}
+	e.mustStatus(e.do("POST", "/api/v1/chats/t-rollback/messages", map[string]any{"content": "instead", "multitaskStrategy": "rollback"}, nil),
+		http.StatusAccepted)
+	evs := st.all(t)
+	last := evs[len(evs)-1].Data
+	require.Equal(t, "RUN_FINISHED", last["type"], "%v", aguiTypes(evs))
+	require.Equal(t, map[string]any{"type": "cancelled"}, last["outcome"])
+}
