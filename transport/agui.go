@@ -420,6 +420,11 @@ func (st *aguiStream) event(ev runEvent) error {
 	return st.send(finished)
 }
 
+// approvalSchema is what answers an approval interrupt (its resume
+// payload).
+var approvalSchema = map[string]any{"type": "object", "required": []string{"approved"},
+	"properties": map[string]any{"approved": map[string]any{"type": "boolean"}, "reason": map[string]any{"type": "string"}}}
+
 // interrupted shows the calls a run stopped for: client tool calls as
 // tool calls the client runs (outcome success with pendingToolCallIds
 // when nothing else waits), other interrupts as AG-UI interrupts.
@@ -436,6 +441,7 @@ func (st *aguiStream) interrupted(end runEnd) (map[string]any, error) {
 			pending = append(pending, wire)
 			it["toolCallId"] = wire
 		} else {
+			it["responseSchema"] = approvalSchema
 			if in.Payload.Prompt != "" {
 				it["message"] = in.Payload.Prompt
 			}
