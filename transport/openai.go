@@ -239,6 +239,9 @@ func (s *Server) oaiTurn(ctx context.Context, c echo.Context, g *chat.Graph, req
 	if err != nil {
 		return nil, err
 	}
+	if err := s.validateStruct(&sendBody{Content: content}); err != nil {
+		return nil, err
+	}
 	tools, err := req.clientTools()
 	if err != nil {
 		return nil, err

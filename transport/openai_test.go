@@ -246,6 +246,12 @@ func TestOpenAIErrors(t *testing.T) {
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: id, Messages: hi, N: openai.Int(2)})
 	require.Equal(t, http.StatusBadRequest, apiErr(t, err).StatusCode)
 
+	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: id,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("")}})
+	ae = apiErr(t, err)
+	require.Equal(t, http.StatusBadRequest, ae.StatusCode)
+	require.Contains(t, ae.Message, "content", "the field is named")
+
 	// A run that fails: an error, not an answer.
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: fid, Messages: hi})
 	ae = apiErr(t, err)
