@@ -15,6 +15,7 @@ build: web
 test: web
 	$(MAKE) test-go
 	$(MAKE) test-web
+	$(MAKE) test-clients
 
 test-go:
 	$(GO) vet ./...
@@ -70,3 +71,13 @@ test-web-unit: web/node_modules/.package-lock.json
 
 test-web-browser: web
 	cd web && $(NPM) run test:browser
+
+# ---- the clients users already have (clients/; see docs/api.md) ----------
+# @ag-ui/client and the openai npm SDK against a real server process.
+.PHONY: test-clients
+
+clients/node_modules/.package-lock.json: clients/package-lock.json
+	cd clients && $(NPM) ci --no-audit --no-fund
+
+test-clients: clients/node_modules/.package-lock.json
+	cd clients && $(NPM) test

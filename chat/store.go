@@ -47,6 +47,9 @@ type Role string
 const (
 	RoleUser      Role = "user"
 	RoleAssistant Role = "assistant"
+	// RoleSystem: instructions a client sent in its transcript
+	// (Request.History); agents read them as system messages.
+	RoleSystem Role = "system"
 )
 
 // Status is a message's status. User messages are completed when written;

@@ -49,6 +49,27 @@ type Request struct {
 	Strategy runcontrol.Strategy
 	// Resume answers the continued run's interrupts.
 	Resume any
+	// ClientTools (a new turn: not continue_message) are tools the client
+	// runs itself: entry agents get them as they get UserTools; a call of
+	// one interrupts the run (reason client_tool) and a continue with the
+	// result resumes it. They live in the run's input, so a continue keeps
+	// them; retry and edit do not.
+	ClientTools []ClientTool
+	// History (stream_chat, stream_agent_chat) is a transcript a
+	// stateless client sent before its new message (OpenAI messages, an
+	// AG-UI thread new to the server): written as completed messages
+	// under the turn's parent, oldest first, in the turn's transaction;
+	// the user message follows the last. Roles: user, assistant, system.
+	History []HistoryMessage
+}
+
+// ClientTool declares a tool the client executes (see Request.ClientTools).
+type ClientTool = nodes.ClientTool
+
+// HistoryMessage is one message of Request.History.
+type HistoryMessage struct {
+	Role    Role
+	Content string
 }
 
 // Ticket is what a started chat call reveals to its client.
@@ -78,7 +99,8 @@ type turn struct {
 	entries   []string
 	user      *Message // the turn's user message (new or existing)
 	newUser   bool
-	assistant *Message // the message the run writes
+	assistant *Message   // the message the run writes
+	history   []*Message // Request.History, chained under the user's parent
 	parentRun *runtime.RunRecord
 	values    map[string]any // continue: answers by interrupt id
 	value     any            // continue: the single answer
@@ -395,6 +417,16 @@ func (s *Service) prepare(ctx context.Context, req Request) (*turn, error) {
 			}
 			t.entries = []string{req.AgentNodeID}
 		}
+		for _, h := range req.History {
+			switch h.Role {
+			case RoleUser, RoleAssistant, RoleSystem:
+			default:
+				return nil, invalid("history: role %q is not user, assistant or system", h.Role)
+			}
+			m := &Message{ID: NewID("m_"), ParentID: parent, Role: h.Role, Content: h.Content, Status: StatusCompleted, CreatedAt: now}
+			t.history = append(t.history, m)
+			parent = m.ID
+		}
 		newUser(parent, req.Content, req.AgentNodeID, req.UserTools)
 	case KindEditUserMessage:
 		if target.Role != RoleUser {
@@ -568,6 +600,12 @@ func (s *Service) writeTurn(ctx context.Context, t *turn, runID string) error {
 		t.user.RunID, t.user.TurnRunID = runID, runID
 		w.Messages = []*Message{t.user, t.assistant}
 	}
+	if len(t.history) > 0 {
+		for _, m := range t.history {
+			m.TurnRunID = runID
+		}
+		w.Messages = append(slices.Clone(t.history), w.Messages...)
+	}
 	return s.chats.BeginTurn(ctx, w)
 }
 
@@ -607,13 +645,13 @@ func (s *Service) turnInput(ctx context.Context, t *turn) (any, error) {
 		if m == nil {
 			break
 		}
-		if m.Role == RoleUser || (m.Role == RoleAssistant && m.Content != "") {
+		if m.Role == RoleUser || m.Role == RoleSystem || (m.Role == RoleAssistant && m.Content != "") {
 			hist = append(hist, nodes.Message{Role: string(m.Role), Content: m.Content})
 		}
 		id = m.ParentID
 	}
 	slices.Reverse(hist)
-	return nodes.ChatInput{History: hist, Content: t.user.Content, UserTools: t.user.UserTools}.Value(), nil
+	return nodes.ChatInput{History: hist, Content: t.user.Content, UserTools: t.user.UserTools, ClientTools: t.req.ClientTools}.Value(), nil
 }
 
 // rollback deletes the messages and runs of the turns a rollback undid,

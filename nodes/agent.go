@@ -120,10 +120,11 @@ func (a *agentNode) toolName() string {
 
 // agentInput is what an agent was given, per the chat scope.
 type agentInput struct {
-	mode      string
-	history   []Message
-	payloads  []Message
-	userTools []string // names; nil unless the scope includes user tools
+	mode        string
+	history     []Message
+	payloads    []Message
+	userTools   []string // names; nil unless the scope includes user tools
+	clientTools []ClientTool
 }
 
 func (ai *agentInput) count() int { return len(ai.history) + len(ai.payloads) }
@@ -149,7 +150,7 @@ func (a *agentNode) prepare(n *runtime.Node, in runtime.Inputs, fc *runtime.Flow
 		ai.history = ci.History
 	}
 	if userTools && entry {
-		ai.userTools = ci.UserTools
+		ai.userTools, ai.clientTools = ci.UserTools, ci.ClientTools
 	}
 	for _, x := range in {
 		var m Message
@@ -200,8 +201,9 @@ func (a *agentNode) messages(ai agentInput) []llm.Message {
 }
 
 // toolset resolves the agent's tools: linked tools in edge order, then the
-// user's tools the scope allows (a linked tool wins a name clash).
-func (a *agentNode) toolset(ctx context.Context, fc *runtime.FlowContext, userTools []string) ([]*LinkedTool, error) {
+// user's tools the scope allows, then the client's tools (an earlier one
+// wins a name clash).
+func (a *agentNode) toolset(ctx context.Context, fc *runtime.FlowContext, ai agentInput) ([]*LinkedTool, error) {
 	links, err := fc.ResolveLinks(ctx, PortTools)
 	if err != nil {
 		return nil, err
@@ -220,7 +222,7 @@ func (a *agentNode) toolset(ctx context.Context, fc *runtime.FlowContext, userTo
 		seen[name] = l.NodeID
 		out = append(out, lt)
 	}
-	for _, name := range userTools {
+	for _, name := range ai.userTools {
 		if _, dup := seen[name]; dup {
 			continue
 		}
@@ -231,6 +233,13 @@ func (a *agentNode) toolset(ctx context.Context, fc *runtime.FlowContext, userTo
 		}
 		seen[name] = "user"
 		out = append(out, &LinkedTool{Tool: t})
+	}
+	for _, ct := range ai.clientTools {
+		if _, dup := seen[ct.Name]; dup || ct.Name == "" {
+			continue
+		}
+		seen[ct.Name] = "client"
+		out = append(out, &LinkedTool{Tool: clientTool{ct}, Client: true})
 	}
 	return out, nil
 }
@@ -249,7 +258,7 @@ func toolNames(ts []*LinkedTool) []string {
 func (a *agentNode) Describe(ctx context.Context, n *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) map[string]any {
 	ai := a.prepare(n, in, fc)
 	d := map[string]any{"inputMode": ai.mode, "messageCount": ai.count(), "model": a.cfg.Model}
-	ts, err := a.toolset(ctx, fc, ai.userTools)
+	ts, err := a.toolset(ctx, fc, ai)
 	if err != nil {
 		d["tools"] = []string{}
 		d["toolsError"] = err.Error()
@@ -262,7 +271,7 @@ func (a *agentNode) Describe(ctx context.Context, n *runtime.Node, in runtime.In
 // Execute implements runtime.Executor.
 func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
 	ai := a.prepare(n, in, fc)
-	ts, err := a.toolset(ctx, fc, ai.userTools)
+	ts, err := a.toolset(ctx, fc, ai)
 	if err != nil {
 		return runtime.Result{}, err
 	}
@@ -284,6 +293,9 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 			Kind: LedgerApprovalPending, Value: val}); perr != nil {
 			return runtime.Result{}, runtime.Errorf(CodeLedger, "record pending approval: %v", perr)
 		}
+		if na.call.ClientTool {
+			return runtime.Result{}, runtime.Interrupt(ReasonClientTool, &ApprovalRequiredData{Kind: KindClientTool, ToolCall: na.call})
+		}
 		req := &ApprovalRequiredData{Kind: ApprovalKindToolCall, ToolCall: na.call,
 			Prompt: fmt.Sprintf("Allow %s to call %s?", a.displayName(), na.call.Name)}
 		_ = fc.Emit(EventApprovalRequired, req)
@@ -294,6 +306,10 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	}
 	out := Message{Role: RoleAssistant, Content: text, Name: a.displayName(),
 		Metadata: map[string]any{"nodeId": n.ID, "model": a.cfg.Model}}
+	if u := inv.usage; u != nil {
+		// Token counts of this execution's model calls, when reported.
+		out.Metadata["usage"] = map[string]any{"promptTokens": u.PromptTokens, "completionTokens": u.CompletionTokens, "totalTokens": u.TotalTokens}
+	}
 	return runtime.Result{Output: out.Value(), Summary: summary(text)}, nil
 }
 
@@ -344,7 +360,7 @@ func (a *agentNode) Materialize(ctx context.Context, n *runtime.Node, handle str
 	if handle != PortSelf {
 		return nil, fmt.Errorf("agent %s has no link port %q", n.ID, handle)
 	}
-	ts, err := a.toolset(ctx, fc, nil)
+	ts, err := a.toolset(ctx, fc, agentInput{})
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,22 @@ type invocation struct {
 	// member is the node id of a member agent ("" for the node itself);
 	// tool events then carry it as agentNodeId.
 	member string
+	// usage sums the token counts the provider reported for the model
+	// calls this invocation made (replayed steps cost nothing); nil when
+	// none reported any.
+	usage *llm.Usage
+}
+
+func (inv *invocation) addUsage(u *llm.Usage) {
+	if u == nil {
+		return
+	}
+	if inv.usage == nil {
+		inv.usage = &llm.Usage{}
+	}
+	inv.usage.PromptTokens += u.PromptTokens
+	inv.usage.CompletionTokens += u.CompletionTokens
+	inv.usage.TotalTokens += u.TotalTokens
 }
 
 // needApproval stops the loop at a call that needs a person's decision.
@@ -127,6 +143,7 @@ func (inv *invocation) complete(ctx context.Context, req llm.Request) (llm.Respo
 		}
 		return llm.Response{}, err
 	}
+	inv.addUsage(resp.Usage)
 	if len(resp.ToolCalls) > 0 {
 		// Only steps that lead to tool calls are worth recording: a final
 		// answer ends the node, whose output the runtime checkpoints.
@@ -191,7 +208,7 @@ func (inv *invocation) callTools(ctx context.Context, calls []llm.ToolCall) ([]t
 	errs := make([]error, len(calls))
 	for i, c := range calls {
 		lt := inv.tools[c.Name]
-		if done[i] || (lt != nil && lt.RequireApproval) {
+		if done[i] || (lt != nil && (lt.RequireApproval || lt.Client)) {
 			continue
 		}
 		wg.Go(func() {
@@ -231,10 +248,22 @@ func (inv *invocation) callTools(ctx context.Context, calls []llm.ToolCall) ([]t
 		}
 	}
 
-	// Calls that need approval, in order.
+	// Calls that need approval or the client, in order.
 	for i, c := range calls {
 		lt := inv.tools[c.Name]
-		if done[i] || lt == nil || !lt.RequireApproval {
+		if done[i] || lt == nil || !(lt.RequireApproval || lt.Client) {
+			continue
+		}
+		if lt.Client {
+			out, stop, err := inv.clientCall(ctx, c, keys[i])
+			if err != nil {
+				return nil, err
+			}
+			if stop != nil {
+				stopAt[i] = stop
+				break
+			}
+			outs[i], done[i] = out, true
 			continue
 		}
 		v, ok := inv.resume.take(keys[i])
@@ -279,6 +308,28 @@ func (inv *invocation) callTools(ctx context.Context, calls []llm.ToolCall) ([]t
 		return nil, stops[0]
 	}
 	return outs, nil
+}
+
+// clientCall answers a client tool call from the resume value meant for
+// it, or stops the step so the client can run it.
+func (inv *invocation) clientCall(ctx context.Context, c llm.ToolCall, key string) (toolOutcome, *needApproval, error) {
+	v, ok := inv.resume.take(key)
+	if !ok {
+		call := inv.callData(c, key, false, false)
+		call.ClientTool = true
+		_ = inv.emit(EventToolCall, call)
+		return toolOutcome{}, &needApproval{key: key, call: call}, nil
+	}
+	res, errText, err := ParseClientResult(v)
+	if err != nil {
+		return toolOutcome{}, nil, runtime.Errorf(CodeInvalidResume, "agent %s: %v", inv.a.id, err)
+	}
+	out := toolOutcome{Result: truncate(res, inv.a.e.MaxToolResultBytes), Error: errText}
+	if err := inv.record(ctx, key, out); err != nil {
+		return toolOutcome{}, nil, err
+	}
+	inv.emitResult(c, out, false)
+	return out, nil, nil
 }
 
 // execute invokes one tool (recovering panics). A tool's failure is an

@@ -281,11 +281,13 @@ func TestOpenAIAgent(t *testing.T) {
 			send(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_x","type":"function","function":{"name":"calculator","arguments":"{\"expres"}}]}}]}`)
 			send(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"sion\":\"6*7\"}"}}]}}]}`)
 			send(`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`)
+			send(`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`)
 		} else {
 			last := req.Messages[len(req.Messages)-1]
 			send(`{"choices":[{"index":0,"delta":{"content":"The answer"}}]}`)
 			send(fmt.Sprintf(`{"choices":[{"index":0,"delta":{"content":" is %s."}}]}`, last["content"]))
 			send(`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
+			send(`{"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":7,"total_tokens":27}}`)
 		}
 		send("[DONE]")
 	}))
@@ -299,6 +301,8 @@ func TestOpenAIAgent(t *testing.T) {
 	res, s := h.run(t, context.Background(), g, nodes.ChatInput{Content: "what is 6*7?"})
 	require.Equal(t, runtime.RunCompleted, res.Status, "%v", res.Err)
 	require.Equal(t, "The answer is 42.", output(t, res, "a").Content)
+	// The two model calls' token counts, summed.
+	require.Equal(t, map[string]any{"promptTokens": 30.0, "completionTokens": 12.0, "totalTokens": 42.0}, output(t, res, "a").Metadata["usage"])
 	require.Equal(t, "The answer is 42.", s.texts("a"))
 	r := s.of(nodes.EventToolResult, "a")
 	require.Len(t, r, 1)

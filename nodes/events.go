@@ -43,6 +43,9 @@ type ToolCallData struct {
 	Replayed bool `json:"replayed,omitempty"`
 	// IdempotencyKey is the key the tool receives.
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// ClientTool is set for calls of a client tool: the client runs it
+	// and resumes the run with its result.
+	ClientTool bool `json:"clientTool,omitempty"`
 }
 
 // ToolResultData is the payload of tool_result.
@@ -62,16 +65,22 @@ type ToolResultData struct {
 const (
 	ApprovalKindToolCall = "tool_call"
 	ApprovalKindNode     = "node"
+	// KindClientTool is the kind of a client tool call's interrupt
+	// payload (no approval_required precedes it).
+	KindClientTool = "client_tool"
 )
 
 // Interrupt reasons nodes use.
 const (
 	ReasonToolApproval = "tool_approval"
 	ReasonApproval     = "approval"
+	// ReasonClientTool: a call of a client tool waits for its result.
+	ReasonClientTool = "client_tool"
 )
 
 // ApprovalRequiredData is the payload of approval_required and of the
-// interrupt that follows it (node_interrupted.payload).
+// interrupt that follows it (node_interrupted.payload); also the payload
+// of a client tool call's interrupt (kind client_tool).
 type ApprovalRequiredData struct {
 	Kind   string `json:"kind"`
 	Prompt string `json:"prompt,omitempty"`
@@ -134,6 +143,33 @@ func ParseApproval(v any) (ApprovalDecision, error) {
 		return ApprovalDecision{}, ErrInvalidDecision
 	}
 	return ApprovalDecision{Approved: *raw.Approved, Reason: raw.Reason}, nil
+}
+
+// ParseClientResult reads the resume value of a client tool call: a
+// string (the result), {"result": ..., "error"?: "..."} (a non-string
+// result is kept as its JSON text), or any other JSON value (its text).
+func ParseClientResult(v any) (result, errText string, err error) {
+	switch x := v.(type) {
+	case nil:
+		return "", "", errors.New(`resume value of a client tool call must be its result: a string or {"result": ..., "error"?: string}`)
+	case string:
+		return x, "", nil
+	case map[string]any:
+		r, hasResult := x["result"]
+		e, _ := x["error"].(string)
+		if hasResult || e != "" {
+			if s, ok := r.(string); ok || r == nil {
+				return s, e, nil
+			}
+			b, _ := json.Marshal(r)
+			return string(b), e, nil
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", "", fmt.Errorf("resume value of a client tool call: %w", err)
+	}
+	return string(b), "", nil
 }
 
 func refusal(d ApprovalDecision) string {

@@ -48,6 +48,19 @@ type ChatInput struct {
 	// UserTools are tools the user enabled for this chat; entry agents get
 	// them when the chat scope includes user tools.
 	UserTools []string `json:"userTools,omitempty"`
+	// ClientTools are tools the client runs itself (AG-UI frontend tools,
+	// OpenAI request tools). Entry agents get them under the same rule as
+	// UserTools; a call of one interrupts the run (reason client_tool)
+	// until the client resumes it with the call's result.
+	ClientTools []ClientTool `json:"clientTools,omitempty"`
+}
+
+// ClientTool declares a tool the client executes: the model sees its
+// name, description and JSON Schema parameters.
+type ClientTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
 // Value returns c as canonical JSON values.

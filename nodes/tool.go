@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"chatgraph/nodes/tools"
@@ -23,6 +24,25 @@ type LinkedTool struct {
 	NodeID string
 	// RequireApproval makes the agent ask a person before each call.
 	RequireApproval bool
+	// Client marks a client tool: never invoked here; a call interrupts
+	// the run until the client resumes it with the result.
+	Client bool
+}
+
+// clientTool is a ClientTool as a tools.Tool (its Invoke is never called
+// by the agent loop).
+type clientTool struct{ ClientTool }
+
+func (t clientTool) Spec() tools.Spec {
+	params := t.Parameters
+	if len(params) == 0 {
+		params = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	return tools.Spec{Name: t.Name, Description: t.Description, Parameters: params}
+}
+
+func (t clientTool) Invoke(context.Context, tools.Call) (string, error) {
+	return "", fmt.Errorf("tool %s runs in the client", t.Name)
 }
 
 type describedTool struct {

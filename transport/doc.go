@@ -5,8 +5,12 @@
 //
 // HTTP routes and WebSocket frames become the same client command and go
 // through one table (commands.go) onto the service, so validation, cancel
-// fallbacks and error texts are written once. The transport reaches no
-// node type and no store implementation: cmd/server wires those.
+// fallbacks and error texts are written once. Two protocol adapters
+// speak other clients' contracts onto the same service and event stream:
+// AG-UI 1.0 (agui.go, POST /api/v1/ag-ui/graphs/{id}) and the OpenAI chat
+// completions API (openai.go, /v1/models and /v1/chat/completions, errors
+// in OpenAI's shape); what they share is in adapter.go. The transport
+// reaches no node type and no store implementation: cmd/server wires those.
 //
 //	svc, _ := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl})
 //	srv, _ := transport.New(transport.Config{Chat: svc})

@@ -173,6 +173,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		_ = c.NoContent(e.Status)
 		return
 	}
+	if isOpenAIPath(c) {
+		_ = c.JSON(e.Status, oaiErrorBody(e))
+		return
+	}
 	_ = c.JSON(e.Status, errorBody{Error: e})
 }
 

@@ -52,7 +52,7 @@ func (z *normalizer) walk(v any) any {
 		for _, k := range keys {
 			e := x[k]
 			switch k {
-			case "time", "createdAt", "updatedAt", "startedAt":
+			case "time", "createdAt", "updatedAt", "startedAt", "timestamp", "created":
 				x[k] = "<time>"
 			case "durationMs":
 				x[k] = 0

@@ -21,6 +21,7 @@ import (
 	"chatgraph/chat"
 	chatsqlite "chatgraph/chat/store/sqlite"
 	"chatgraph/nodes"
+	"chatgraph/nodes/llm"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	rsqlite "chatgraph/runtime/store/sqlite"
@@ -47,6 +48,8 @@ type transportConfig struct {
 	Retention         time.Duration
 	RetentionInterval time.Duration
 	DrainTimeout      time.Duration
+	// Models resolves agents' models (default: echo only).
+	Models *llm.Models
 }
 
 type option func(*transportConfig)
@@ -55,19 +58,19 @@ func newEnv(t *testing.T, opts ...option) *env { return newEnvTB(t, opts...) }
 
 func newEnvTB(t testing.TB, opts ...option) *env {
 	t.Helper()
+	cfg := transportConfig{Config: transport.Config{RateLimit: -1, Heartbeat: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond},
+		DrainTimeout: 2 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	reg := runtime.NewRegistry()
-	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
+	require.NoError(t, nodes.Register(reg, nodes.Deps{Models: cfg.Models}))
 	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	chats, err := chatsqlite.Open(context.Background(), st)
 	require.NoError(t, err)
 	ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
-	cfg := transportConfig{Config: transport.Config{RateLimit: -1, Heartbeat: 200 * time.Millisecond, PollInterval: 20 * time.Millisecond},
-		DrainTimeout: 2 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
 	ecfg := cfg.Engine
 	ecfg.Registry, ecfg.Store = reg, st
 	if cfg.Metrics == nil {

@@ -161,7 +161,7 @@ func (s *Server) Echo() *echo.Echo { return s.echo }
 // events: the echo Timeout middleware stays off these.
 func streaming(c echo.Context) bool {
 	p := c.Path()
-	return strings.HasSuffix(p, "/events") || strings.HasSuffix(p, "/ws") ||
+	return strings.HasSuffix(p, "/events") || strings.HasSuffix(p, "/ws") || strings.HasPrefix(p, "/api/v1/ag-ui/") ||
 		strings.Contains(c.Request().Header.Get("Accept"), "text/event-stream")
 }
 
@@ -232,7 +232,10 @@ func (s *Server) routes() *echo.Echo {
 	api.POST("/runs/:id/resume", s.resumeRun)
 
 	api.GET("/ws", s.websocket)
+	api.POST("/ag-ui/graphs/:id", s.aguiRun)
 	api.RouteNotFound("/*", s.ui)
+
+	s.openAIRoutes(e)
 	return e
 }
 

@@ -11,7 +11,7 @@ import { suggestions, templates, type Template } from './editor/templates'
 import { useEditor } from './editor/useEditor'
 import { RunInspector } from './inspector/RunInspector'
 import { ShortcutSheet } from './ShortcutSheet'
-import { useRun, useSocketStatus } from './stream/store'
+import { socket, useRun, useSocketStatus } from './stream/store'
 import { useTheme } from './theme'
 import { codeText, diagnosticText, socketWords } from './wording'
 
@@ -557,7 +557,13 @@ function Shell() {
         <button onClick={() => setSheet(true)} title="Keyboard shortcuts (?)" aria-label="keyboard shortcuts" data-testid="shortcuts-button">
           ?
         </button>
-        <span className={`sock sock-${sockStatus}`} data-testid="socket-status" data-status={sockStatus} title={`WebSocket: ${sockStatus}`}>
+        <span
+          className={`sock sock-${sockStatus}`}
+          data-testid="socket-status"
+          data-status={sockStatus}
+          data-mode={socket.mode}
+          title={socket.mode === 'sse' ? `HTTP + SSE (the WebSocket cannot connect): ${sockStatus}` : `WebSocket: ${sockStatus}`}
+        >
           ● {socketWords[sockStatus] ?? sockStatus}
         </span>
       </header>

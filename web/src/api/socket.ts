@@ -3,7 +3,13 @@
 // every run it follows from that run's last applied seq (asked from the
 // caller, normally the stream reducer), so a dropped connection loses and
 // duplicates nothing; the reducer drops any overlap anyway.
+//
+// When the WebSocket cannot connect at all (a proxy that strips upgrades:
+// fallbackAfter failed attempts and never an open connection), the socket
+// falls back to HTTP for good: commands go over the routes they mirror and
+// every followed run streams over SSE from the same cursor (httpstream.ts).
 import { token } from './client'
+import { sendCommand, streamRun, type HttpFailure } from './httpstream'
 import type { AckFrame, ClientFrame, ErrorFrame, RunEvent, ServerFrame } from './types'
 
 export type SocketStatus = 'connecting' | 'open' | 'closed'
@@ -16,6 +22,8 @@ export interface SocketOptions {
   onStatus?: (s: SocketStatus) => void
   /** Called after a reconnect, once the resubscriptions are sent. */
   onReconnect?: () => void
+  /** Failed WebSocket attempts (never opened) before falling back to HTTP + SSE (default 2). */
+  fallbackAfter?: number
 }
 
 /** A command the server refused (an error frame), or a lost connection. */
@@ -58,6 +66,10 @@ export class ChatSocket {
   status: SocketStatus = 'connecting'
   /** Connections opened so far (tests read it). */
   opens = 0
+  /** How commands and events travel: the WebSocket, or HTTP + SSE. */
+  mode: 'websocket' | 'sse' = 'websocket'
+  /** SSE streams of the followed runs (sse mode). */
+  private streams = new Map<string, { stop: () => void }>()
 
   constructor(opts: SocketOptions) {
     this.opts = opts
@@ -84,7 +96,7 @@ export class ChatSocket {
     try {
       ws = new WebSocket(this.url(), protocols)
     } catch {
-      this.scheduleReconnect()
+      this.failed()
       return
     }
     this.ws = ws
@@ -120,11 +132,51 @@ export class ChatSocket {
       for (const [, w] of this.waiters) w.reject(new SocketError('disconnected', 'the connection dropped'))
       this.waiters.clear()
       this.setStatus('closed')
-      this.scheduleReconnect()
+      this.failed()
     }
     ws.onerror = () => {
       /* onclose follows */
     }
+  }
+
+  /** A connection attempt failed or a connection closed. */
+  private failed() {
+    if (!this.everOpened && this.retry + 1 >= (this.opts.fallbackAfter ?? 2)) this.fallback()
+    else this.scheduleReconnect()
+  }
+
+  /** Switches to HTTP + SSE: queued commands are sent, followed runs streamed. */
+  private fallback() {
+    if (this.closed || this.mode === 'sse') return
+    this.mode = 'sse'
+    clearTimeout(this.timer)
+    const queued = this.outbox
+    this.outbox = []
+    for (const raw of queued) {
+      const f = JSON.parse(raw) as ClientFrame
+      const w = this.waiters.get(f.id)
+      if (!w) continue
+      this.waiters.delete(f.id)
+      this.request(f).then(w.resolve, w.reject)
+    }
+    for (const runId of this.follows) this.stream(runId)
+    this.setStatus('open')
+  }
+
+  private stream(runId: string) {
+    this.streams.get(runId)?.stop()
+    this.streams.set(
+      runId,
+      streamRun(
+        runId,
+        () => this.opts.cursor(runId),
+        (ev) => this.frame({ type: 'event', event: ev }),
+        () => {
+          this.streams.delete(runId)
+          this.follows.delete(runId)
+        },
+      ),
+    )
   }
 
   private scheduleReconnect() {
@@ -162,6 +214,11 @@ export class ChatSocket {
 
   /** Sends a command; resolves with its ack, rejects with its error frame. */
   request(f: ClientFrame): Promise<AckFrame> {
+    if (this.mode === 'sse') {
+      return sendCommand(f).catch((e: HttpFailure) => {
+        throw new SocketError(e.code, e.message, e.details)
+      })
+    }
     return new Promise((resolve, reject) => {
       this.waiters.set(f.id, { resolve, reject })
       this.raw(f)
@@ -174,7 +231,8 @@ export class ChatSocket {
    */
   async chat(f: ClientFrame): Promise<AckFrame> {
     const ack = await this.request(f)
-    if (ack.runId) this.follows.add(ack.runId)
+    if (ack.runId && this.mode === 'sse') this.follow(ack.runId)
+    else if (ack.runId) this.follows.add(ack.runId)
     return ack
   }
 
@@ -182,13 +240,19 @@ export class ChatSocket {
   follow(runId: string) {
     if (this.follows.has(runId)) return
     this.follows.add(runId)
-    if (this.ws && this.ws.readyState === WebSocket.OPEN) {
+    if (this.mode === 'sse') this.stream(runId)
+    else if (this.ws && this.ws.readyState === WebSocket.OPEN) {
       this.raw({ id: newRequestId('sub'), type: 'subscribe', runId, afterSeq: this.opts.cursor(runId) })
     }
   }
 
   unfollow(runId: string) {
     if (!this.follows.delete(runId)) return
+    if (this.mode === 'sse') {
+      this.streams.get(runId)?.stop()
+      this.streams.delete(runId)
+      return
+    }
     this.raw({ id: newRequestId('unsub'), type: 'unsubscribe', runId })
   }
 
@@ -196,8 +260,13 @@ export class ChatSocket {
     return !!this.ws && this.ws.readyState === WebSocket.OPEN
   }
 
-  /** Drops the connection as a network failure would (it reconnects). */
+  /** Drops the connection (every SSE stream in sse mode) as a network failure would (it reconnects). */
   drop() {
+    if (this.mode === 'sse') {
+      for (const runId of this.streams.keys()) this.stream(runId)
+      this.opts.onReconnect?.()
+      return
+    }
     this.ws?.close(4000, 'dropped by the client')
   }
 
@@ -205,5 +274,7 @@ export class ChatSocket {
     this.closed = true
     clearTimeout(this.timer)
     this.ws?.close(1000)
+    for (const s of this.streams.values()) s.stop()
+    this.streams.clear()
   }
 }

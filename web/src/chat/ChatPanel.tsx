@@ -128,7 +128,7 @@ export function messageStatus(m: Message, run: RunView | undefined): Message['st
 }
 
 function messageText(m: Message, status: Message['status'], run: RunView | undefined): string {
-  if (m.role === 'user') return m.content
+  if (m.role === 'user' || m.role === 'system') return m.content
   const live = status === 'running' || status === 'pending' || (run && !isRunFinished(run.status))
   if (live || m.status === 'running' || m.status === 'pending') return liveAnswer(run)
   return m.content || liveAnswer(run)
@@ -295,7 +295,7 @@ export function ChatPanel(p: Props) {
             return (
               <div key={m.id} className={`msg msg-${m.role} msg-${st}`} data-testid="msg" data-role={m.role} data-status={st} data-id={m.id}>
                 <div className="msg-meta">
-                  <span className="msg-role">{m.role === 'user' ? 'You' : m.agentNodeId ? `Assistant · ${m.agentNodeId}` : 'Assistant'}</span>
+                  <span className="msg-role">{m.role === 'user' ? 'You' : m.role === 'system' ? 'System' : m.agentNodeId ? `Assistant · ${m.agentNodeId}` : 'Assistant'}</span>
                   {st !== 'completed' && (
                     <span className={`msg-status st-${st}`} data-testid="msg-status" title={st}>
                       {approvals.length > 0 ? 'Waiting for your approval' : messageStatusText(st)}
@@ -322,7 +322,7 @@ export function ChatPanel(p: Props) {
                       </button>
                     </div>
                   </div>
-                ) : m.role === 'user' ? (
+                ) : m.role === 'user' || m.role === 'system' ? (
                   <div className="msg-body msg-plain" data-testid="msg-body">
                     {body}
                   </div>

@@ -1,0 +1,355 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"chatgraph/chat"
+	"chatgraph/runtime"
+)
+
+// The protocol adapters (AG-UI in agui.go, OpenAI chat completions in
+// openai.go) translate other clients' requests into chat calls and a
+// run's events into their wire formats. What they share is here: reading
+// a run's events through follow, which nodes' text is the answer, the
+// interrupts a run ended with, and the tool call ids clients send back.
+
+// Node types and event data fields of the wire contract the adapters read.
+const (
+	typeAgent      = "agent"
+	typeChatOutput = "chat_output"
+
+	eventNodeDelta  runtime.EventType = "node_delta"
+	eventToolCall   runtime.EventType = "tool_call"
+	eventToolResult runtime.EventType = "tool_result"
+
+	reasonClientTool = "client_tool"
+)
+
+// runEvent is one event envelope of a run, its data still raw.
+type runEvent struct {
+	Seq    int64             `json:"seq"`
+	Type   runtime.EventType `json:"type"`
+	NodeID string            `json:"nodeId"`
+	Data   json.RawMessage   `json:"data"`
+}
+
+// watchRun calls fn with every event of runID from its first, in seq
+// order, until the run's terminal event (nil), ctx ends or fn fails.
+// idle (may be nil) is called after each heartbeat interval without
+// events.
+func (s *Server) watchRun(ctx context.Context, runID string, fn func(runEvent) error, idle func() error) error {
+	return s.follow(ctx, runID, 0, func(f frame) error {
+		var ev runEvent
+		if err := json.Unmarshal(f.JSON, &ev); err != nil {
+			return fmt.Errorf("decoding event %d of run %s: %w", f.Seq, runID, err)
+		}
+		return fn(ev)
+	}, idle)
+}
+
+// toolCallEvent is the data of tool_call (and an interrupt's toolCall).
+type toolCallEvent struct {
+	ID          string          `json:"id"`
+	Name        string          `json:"name"`
+	Arguments   json.RawMessage `json:"arguments"`
+	AgentNodeID string          `json:"agentNodeId"`
+	ClientTool  bool            `json:"clientTool"`
+	Replayed    bool            `json:"replayed"`
+}
+
+// args is the call's arguments as JSON text ("{}" when absent).
+func (c *toolCallEvent) args() string {
+	if len(c.Arguments) == 0 || string(c.Arguments) == "null" {
+		return "{}"
+	}
+	return string(c.Arguments)
+}
+
+// toolResultEvent is the data of tool_result.
+type toolResultEvent struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Result      string `json:"result"`
+	Error       string `json:"error"`
+	AgentNodeID string `json:"agentNodeId"`
+	Replayed    bool   `json:"replayed"`
+}
+
+// text is what the model was told about the call.
+func (r *toolResultEvent) text() string {
+	if r.Error != "" {
+		return "error: " + r.Error
+	}
+	return r.Result
+}
+
+// pendingInterrupt is one interrupt of run_interrupted.
+type pendingInterrupt struct {
+	ID      string `json:"interruptId"`
+	NodeID  string `json:"nodeId"`
+	Reason  string `json:"reason"`
+	Payload struct {
+		Kind     string         `json:"kind"`
+		Prompt   string         `json:"prompt"`
+		ToolCall *toolCallEvent `json:"toolCall"`
+		Input    any            `json:"input"`
+	} `json:"payload"`
+	raw json.RawMessage
+}
+
+// UnmarshalJSON keeps the payload's raw JSON (what a client is shown).
+func (p *pendingInterrupt) UnmarshalJSON(b []byte) error {
+	type plain pendingInterrupt
+	var v plain
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	var raw struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	_ = json.Unmarshal(b, &raw)
+	*p = pendingInterrupt(v)
+	p.raw = raw.Payload
+	return nil
+}
+
+// clientCall is the call a client tool interrupt waits on (nil for other
+// interrupts).
+func (p *pendingInterrupt) clientCall() *toolCallEvent {
+	if p.Reason == reasonClientTool && p.Payload.ToolCall != nil {
+		return p.Payload.ToolCall
+	}
+	return nil
+}
+
+// runEnd is how a run ended, from its terminal event.
+type runEnd struct {
+	Status     runtime.EventType
+	Interrupts []pendingInterrupt
+	Code       string
+	Error      string
+}
+
+func readRunEnd(ev runEvent) runEnd {
+	end := runEnd{Status: ev.Type}
+	var d struct {
+		Interrupts []pendingInterrupt `json:"interrupts"`
+		Error      string             `json:"error"`
+		Code       string             `json:"code"`
+		Cause      string             `json:"cause"`
+	}
+	_ = json.Unmarshal(ev.Data, &d)
+	end.Interrupts, end.Code, end.Error = d.Interrupts, d.Code, d.Error
+	if ev.Type == runtime.EventRunCancelled {
+		end.Code, end.Error = "cancelled", d.Cause
+	}
+	if ev.Type == runtime.EventRunFailed && end.Code == "" {
+		end.Code = "run_failed"
+	}
+	return end
+}
+
+// answerNodes are the nodes whose node_delta text is the chat's answer:
+// the agents with a flow edge into a chat_output node or, when the run's
+// entries include no such path (no chat_output, or an agent chat), its
+// entry agents.
+func answerNodes(g *runtime.Graph, entries []string) map[string]bool {
+	types := make(map[string]string, len(g.Nodes))
+	for _, n := range g.Nodes {
+		types[n.ID] = n.Type
+	}
+	out := map[string]bool{}
+	for _, e := range g.Edges {
+		if e.Data.Channel == runtime.ChannelFlow && types[e.Target] == typeChatOutput && types[e.Source] == typeAgent {
+			out[e.Source] = true
+		}
+	}
+	if len(out) > 0 && !agentEntry(types, entries) {
+		return out
+	}
+	out = map[string]bool{}
+	for _, id := range entries {
+		if types[id] == typeAgent {
+			out[id] = true
+		}
+	}
+	if len(out) == 0 { // entries unknown: every agent
+		for id, t := range types {
+			if t == typeAgent {
+				out[id] = true
+			}
+		}
+	}
+	return out
+}
+
+func agentEntry(types map[string]string, entries []string) bool {
+	for _, id := range entries {
+		if types[id] == typeAgent {
+			return true
+		}
+	}
+	return false
+}
+
+// runStartedInfo is what the adapters read from run_started.
+type runStartedInfo struct {
+	MessageID    string   `json:"messageId"`
+	EntryNodeIDs []string `json:"entryNodeIds"`
+	ParentRunID  string   `json:"parentRunId"`
+}
+
+// graphOfChat loads the graph a chat runs on.
+func (s *Server) graphOfChat(ctx context.Context, chatID string) (*runtime.Graph, error) {
+	c, err := s.chats.GetChat(ctx, chatID)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.chats.GetGraph(ctx, c.GraphID)
+	if err != nil {
+		return nil, err
+	}
+	return chat.LoadGraph(rec)
+}
+
+// A tool call id an adapter gives a client for an interrupt names the
+// run and the interrupt, so the answer a client sends back (an OpenAI
+// tool message, an AG-UI tool message or resume entry) finds the run to
+// continue without server-side state: "<runId>.<interruptId>". Run ids
+// hold no '.'.
+func interruptCallID(runID, interruptID string) string { return runID + "." + interruptID }
+
+// splitCallID reverses interruptCallID; ok is false for other ids.
+func splitCallID(id string) (runID, interruptID string, ok bool) {
+	runID, interruptID, ok = strings.Cut(id, ".")
+	return runID, interruptID, ok && strings.HasPrefix(runID, "r_") && runID != "r_" && interruptID != ""
+}
+
+// toolNamePattern is what a client tool may be called (the OpenAI and
+// Anthropic APIs' rule).
+var toolNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// checkClientTools validates tools a client declared.
+func checkClientTools(ts []chat.ClientTool) error {
+	if len(ts) > 64 {
+		return badRequest("at most 64 tools")
+	}
+	seen := map[string]bool{}
+	for i, t := range ts {
+		if !toolNamePattern.MatchString(t.Name) {
+			return badRequest("tools[%d]: name %q must be 1-64 letters, digits, '_' or '-'", i, t.Name)
+		}
+		if seen[t.Name] {
+			return badRequest("tools[%d]: the name %q is used twice", i, t.Name)
+		}
+		seen[t.Name] = true
+		if len(t.Description) > 4000 {
+			return badRequest("tools[%d]: description longer than 4000 bytes", i)
+		}
+		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
+			var obj map[string]any
+			if err := json.Unmarshal(t.Parameters, &obj); err != nil {
+				return badRequest("tools[%d]: parameters must be a JSON Schema object", i)
+			}
+		}
+	}
+	return nil
+}
+
+// answers builds the resume value of a continue from the answers a
+// client gave to a run's interrupts (by interrupt id): a client tool's
+// answer is its result text; any other interrupt's answer is JSON
+// ({"approved": true}). One pending interrupt takes the bare value;
+// several take an object keyed by interrupt id.
+func answers(rec *runtime.RunRecord, given map[string]any) (any, error) {
+	if rec.Status != runtime.RunInterrupted {
+		return nil, conflict("run %s is %s: it waits for no tool result", rec.ID, rec.Status)
+	}
+	vals := map[string]any{}
+	for _, in := range rec.Interrupts {
+		if v, ok := given[in.ID]; ok {
+			vals[in.ID] = v
+		}
+	}
+	if len(vals) == 0 {
+		return nil, conflict("run %s waits for %d other answer(s)", rec.ID, len(rec.Interrupts))
+	}
+	if len(rec.Interrupts) == 1 {
+		for _, v := range vals {
+			return v, nil
+		}
+	}
+	return vals, nil
+}
+
+// answerValue reads a client's answer text to an interrupt: a client
+// tool's result as is; any other interrupt's answer must be JSON.
+func answerValue(reason, content string) (any, error) {
+	if reason == reasonClientTool {
+		return content, nil
+	}
+	var v any
+	if err := json.Unmarshal([]byte(content), &v); err != nil {
+		return nil, badRequest(`the answer to a %s interrupt must be JSON, e.g. {"approved": true}`, reason)
+	}
+	return v, nil
+}
+
+// interruptReason returns the reason of interrupt id of rec ("" if none).
+func interruptReason(rec *runtime.RunRecord, id string) string {
+	for _, in := range rec.Interrupts {
+		if in.ID == id {
+			return in.Reason
+		}
+	}
+	return ""
+}
+
+// transcriptMessage maps one message of a client's transcript to the
+// history of a new chat: system and developer messages become system
+// messages; user messages and assistant messages with text are kept; ok
+// is false for what a transcript leaves out (tool results, empty
+// assistant messages, other roles).
+func transcriptMessage(role, text string) (chat.HistoryMessage, bool) {
+	var r chat.Role
+	switch role {
+	case "system", "developer":
+		r = chat.RoleSystem
+	case "user":
+		r = chat.RoleUser
+	case "assistant":
+		r = chat.RoleAssistant
+	default:
+		return chat.HistoryMessage{}, false
+	}
+	return chat.HistoryMessage{Role: r, Content: text}, text != "" || r == chat.RoleUser
+}
+
+// startEventStream commits an SSE response and returns its writer.
+func (s *Server) startEventStream(c echo.Context) *sseWriter {
+	h := c.Response().Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	c.Response().WriteHeader(http.StatusOK)
+	return &sseWriter{w: c.Response(), rc: http.NewResponseController(c.Response()), timeout: s.cfg.WriteTimeout}
+}
+
+// sseData frames b as one SSE data event.
+func sseData(b []byte) []byte {
+	out := make([]byte, 0, len(b)+8)
+	out = append(out, "data: "...)
+	out = append(out, b...)
+	return append(out, "\n\n"...)
+}
+
+// errRunGone: a run's events ended without a terminal event (the run
+// was deleted: a rollback superseded its turn).
+var errRunGone = &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "the run was deleted before it ended (a rollback)"}

@@ -1,0 +1,181 @@
+package transport_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The AG-UI endpoint on the wire (the @ag-ui/client tests in clients/
+// drive it with the real client).
+
+func aguiTypes(evs []*sseEvent) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Data["type"].(string)
+	}
+	return out
+}
+
+func TestAGUITranslatesARun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(basicGraph(""))
+	in := map[string]any{"threadId": "thread-1", "runId": "client-run-1", "messages": []any{
+		map[string]any{"id": "s1", "role": "system", "content": "be brief"},
+		map[string]any{"id": "u1", "role": "user", "content": "hello world"}}, "tools": []any{}, "context": []any{}, "state": map[string]any{}}
+	evs := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil).all(t)
+	require.Equal(t, []string{"RUN_STARTED",
+		"STEP_STARTED", "STEP_FINISHED", // start
+		"STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED", // a1: "echo:", " hello", " world"
+		"STEP_STARTED", "STEP_FINISHED", // out
+		"RUN_FINISHED"}, aguiTypes(evs))
+	started := evs[0].Data
+	require.Equal(t, "thread-1", started["threadId"])
+	require.Equal(t, "client-run-1", started["runId"])
+	cg := started["metadata"].(map[string]any)["chatgraph"].(map[string]any)
+	require.Equal(t, "thread-1", cg["chatId"])
+	require.Equal(t, cg["messageId"], evs[4].Data["messageId"])
+	require.Equal(t, "a1", evs[3].Data["stepName"])
+	require.Equal(t, map[string]any{"type": "success"}, evs[len(evs)-1].Data["outcome"])
+	// The thread is a chat of the graph, seeded with the transcript.
+	msgs := messages(e.chat("thread-1"))
+	require.Len(t, msgs, 3)
+	require.Equal(t, "system", msgs[0]["role"])
+	require.Equal(t, "echo: hello world", msgs[2]["content"])
+
+	// A thread of another graph is refused.
+	other := e.saveGraph(basicGraph(""))
+	resp := e.do("POST", "/api/v1/ag-ui/graphs/"+other, in, nil)
+	e.mustStatus(resp, http.StatusConflict)
+}
+
+func TestAGUIClientToolRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(basicGraph(""))
+	tool := map[string]any{"name": "get_weather", "description": "weather", "parameters": map[string]any{"type": "object"}}
+	user := map[string]any{"id": "u1", "role": "user", "content": `/tool get_weather {"city":"Oslo"}`}
+	in := map[string]any{"threadId": "t-tools", "runId": "r1", "messages": []any{user}, "tools": []any{tool}}
+	evs := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil).all(t)
+	last := evs[len(evs)-1].Data
+	require.Equal(t, "RUN_FINISHED", last["type"])
+	outcome := last["outcome"].(map[string]any)
+	require.Equal(t, "success", outcome["type"])
+	pending := outcome["pendingToolCallIds"].([]any)
+	require.Len(t, pending, 1)
+	var start map[string]any
+	for _, ev := range evs {
+		if ev.Data["type"] == "TOOL_CALL_START" {
+			start = ev.Data
+		}
+	}
+	require.Equal(t, pending[0], start["toolCallId"])
+	require.Equal(t, "get_weather", start["toolCallName"])
+
+	in["messages"] = []any{user,
+		map[string]any{"id": "a1", "role": "assistant", "toolCalls": []any{map[string]any{"id": pending[0], "type": "function",
+			"function": map[string]any{"name": "get_weather", "arguments": `{"city":"Oslo"}`}}}},
+		map[string]any{"id": "t1", "role": "tool", "toolCallId": pending[0], "content": "snow"}}
+	evs = e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil).all(t)
+	types := aguiTypes(evs)
+	require.Equal(t, "RUN_FINISHED", types[len(types)-1])
+	require.NotContains(t, types, "TOOL_CALL_RESULT", "the client sent that result itself")
+	var text string
+	for _, ev := range evs {
+		if ev.Data["type"] == "TEXT_MESSAGE_CONTENT" {
+			text += ev.Data["delta"].(string)
+		}
+	}
+	require.Equal(t, "tool get_weather returned: snow", text)
+
+	// The same answer again: the run was already continued.
+	resp := e.do("POST", "/api/v1/ag-ui/graphs/"+gid, in, nil)
+	e.mustStatus(resp, http.StatusConflict)
+}
+
+func TestAGUIRunCancelledElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(basicGraph(`{"name":"Slow","tokenDelayMs":200}`))
+	in := map[string]any{"threadId": "t-cancel", "runId": "r1", "messages": []any{
+		map[string]any{"id": "u1", "role": "user", "content": "one two three four five six seven eight nine ten"}}}
+	st := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil)
+	for {
+		ev, err := st.next(false)
+		require.NoError(t, err)
+		if ev.Data["type"] == "TEXT_MESSAGE_CONTENT" {
+			break
+		}
+	}
+	e.mustStatus(e.do("POST", "/api/v1/chats/t-cancel/cancel", map[string]any{}, nil), http.StatusAccepted)
+	evs := st.all(t)
+	types := aguiTypes(evs)
+	require.Equal(t, "RUN_FINISHED", types[len(types)-1])
+	require.Equal(t, map[string]any{"type": "cancelled"}, evs[len(evs)-1].Data["outcome"])
+	require.Contains(t, types, "TEXT_MESSAGE_END", "the open message is closed first")
+}
+
+func TestAGUIBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(basicGraph(""))
+	for name, body := range map[string]any{
+		"not json":    "{",
+		"no thread":   map[string]any{"messages": []any{map[string]any{"id": "u", "role": "user", "content": "x"}}},
+		"no turn":     map[string]any{"threadId": "t", "messages": []any{}},
+		"bad tool":    map[string]any{"threadId": "t", "messages": []any{map[string]any{"id": "u", "role": "user", "content": "x"}}, "tools": []any{map[string]any{"name": "bad name!"}}},
+		"foreign id":  map[string]any{"threadId": "t", "messages": []any{map[string]any{"id": "x", "role": "tool", "toolCallId": "call_1", "content": "x"}}},
+		"bad resume":  map[string]any{"threadId": "t", "messages": []any{}, "resume": []any{map[string]any{"interruptId": "r_x.y", "status": "maybe"}}},
+		"image parts": map[string]any{"threadId": "t", "messages": []any{map[string]any{"id": "u", "role": "user", "content": []any{map[string]any{"type": "image"}}}}},
+	} {
+		resp := e.do("POST", "/api/v1/ag-ui/graphs/"+gid, body, nil)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, name)
+	}
+	e.mustStatus(e.do("POST", "/api/v1/ag-ui/graphs/nope", map[string]any{"threadId": "t",
+		"messages": []any{map[string]any{"id": "u", "role": "user", "content": "x"}}}, nil), http.StatusNotFound)
+}
+
+// A failed run ends with RUN_ERROR carrying the failing node's code.
+func TestAGUIRunError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(map[string]any{"name": "flaky", "nodes": []any{
+		map[string]any{"id": "start", "type": "chat_start", "position": map[string]any{"x": 0, "y": 0}, "data": map[string]any{}},
+		map[string]any{"id": "f", "type": "flaky", "position": map[string]any{"x": 0, "y": 0}, "data": map[string]any{"failTimes": 5, "errorCode": "boom"}},
+	}, "edges": []any{edge("e1", "start", "message", "f", "input", "flow")}})
+	in := map[string]any{"threadId": "t-fail", "runId": "r1", "messages": []any{map[string]any{"id": "u1", "role": "user", "content": "x"}}}
+	evs := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil).all(t)
+	last := evs[len(evs)-1].Data
+	require.Equal(t, "RUN_ERROR", last["type"])
+	require.Equal(t, "boom", last["code"])
+	require.NotEmpty(t, last["message"])
+	types := aguiTypes(evs)
+	require.Equal(t, "STEP_FINISHED", types[len(types)-2], "the failed node's step is closed first")
+}
+
+// A run rolled back by a later turn (multitaskStrategy rollback) is
+// cancelled (then deleted): its AG-UI stream ends as cancelled.
+func TestAGUIRunRolledBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gid := e.saveGraph(basicGraph(`{"name":"Slow","tokenDelayMs":200}`))
+	in := map[string]any{"threadId": "t-rollback", "runId": "r1", "messages": []any{
+		map[string]any{"id": "u1", "role": "user", "content": "one two three four five six seven eight nine ten"}}}
+	st := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil)
+	for {
+		ev, err := st.next(false)
+		require.NoError(t, err)
+		if ev.Data["type"] == "TEXT_MESSAGE_CONTENT" {
+			break
+		}
+	}
+	e.mustStatus(e.do("POST", "/api/v1/chats/t-rollback/messages", map[string]any{"content": "instead", "multitaskStrategy": "rollback"}, nil),
+		http.StatusAccepted)
+	evs := st.all(t)
+	last := evs[len(evs)-1].Data
+	require.Equal(t, "RUN_FINISHED", last["type"], "%v", aguiTypes(evs))
+	require.Equal(t, map[string]any{"type": "cancelled"}, last["outcome"])
+}
