@@ -36,7 +36,9 @@ func main() {
 	transports := flag.String("transport", "sse,ws", "sse (POST with Accept: text/event-stream) and/or ws")
 	duration := flag.Duration("duration", 10*time.Second, "how long each cell is measured (after a warm-up)")
 	warmup := flag.Duration("warmup", 2*time.Second, "warm-up before each cell")
+	extra := flag.String("server-flags", "", "more server flags, space separated (e.g. --debug-addr :6060 to profile a cell)")
 	flag.Parse()
+	serverFlags = strings.Fields(*extra)
 	fmt.Printf("chatgraph server load, %s, %d CPUs, %s per cell\n\n", time.Now().UTC().Format("2006-01-02"), numCPU(), *duration)
 	fmt.Println("| durability | transport | clients | turns/s | first token p50 / p99 | turn p50 / p99 | server CPU per turn | peak RSS |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
@@ -78,13 +80,17 @@ type server struct {
 	dir  string
 }
 
+// serverFlags are added to every server's command line.
+var serverFlags []string
+
 func startServer(bin, mode string) (*server, error) {
 	dir, err := os.MkdirTemp("", "loadbench-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "server", "--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"),
-		"--durability", mode, "--rate-limit", "-1", "--log-level", "warn")
+	args := append([]string{"server", "--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"),
+		"--durability", mode, "--rate-limit", "-1", "--log-level", "warn"}, serverFlags...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
