@@ -274,6 +274,7 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	}
 	inv := a.invocation(root, scope, ts, fc.Emit, rs, "")
 	inv.delta = func(s string) { _ = fc.Emit(EventNodeDelta, &NodeDeltaData{Text: s}) }
+	inv.usage = &usageTotal{}
 	text, err := inv.run(ctx, a.messages(ai))
 	var na *needApproval
 	if errors.As(err, &na) {
@@ -294,6 +295,9 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	}
 	out := Message{Role: RoleAssistant, Content: text, Name: a.displayName(),
 		Metadata: map[string]any{"nodeId": n.ID, "model": a.cfg.Model}}
+	if u := inv.usage.value(); u != nil {
+		out.Metadata["usage"] = u
+	}
 	return runtime.Result{Output: out.Value(), Summary: summary(text)}, nil
 }
 
@@ -384,6 +388,7 @@ func (m *memberTool) Invoke(ctx context.Context, c tools.Call) (string, error) {
 		key = IdempotencyKey(m.root, c.ID)
 	}
 	inv := m.a.invocation(m.root, IdempotencyKey(key, m.a.id), m.tools, ce.emit, ce.resume, m.a.id)
+	inv.usage = ce.usage
 	msgs := m.a.messages(agentInput{payloads: []Message{{Role: RoleUser, Content: args.Input}}})
 	return inv.run(ctx, msgs)
 }
@@ -393,6 +398,7 @@ func (m *memberTool) Invoke(ctx context.Context, c tools.Call) (string, error) {
 type callEnv struct {
 	emit   func(runtime.EventType, any) error
 	resume *resumeState
+	usage  *usageTotal
 }
 
 type callEnvKey struct{}

@@ -32,6 +32,49 @@ type invocation struct {
 	// member is the node id of a member agent ("" for the node itself);
 	// tool events then carry it as agentNodeId.
 	member string
+	// usage sums the tokens of the execution's model calls, member
+	// agents' included (shared with them).
+	usage *usageTotal
+}
+
+// usageTotal is the token usage of one agent execution: the model calls
+// it made (steps replayed from the ledger cost nothing and are not
+// counted). Safe for concurrent use (member agents run in parallel).
+type usageTotal struct {
+	mu       sync.Mutex
+	calls    int
+	reported bool
+	u        llm.Usage
+}
+
+func (t *usageTotal) add(u *llm.Usage) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls++
+	if u != nil {
+		t.reported = true
+		t.u.PromptTokens += u.PromptTokens
+		t.u.CompletionTokens += u.CompletionTokens
+		t.u.TotalTokens += u.TotalTokens
+	}
+}
+
+// value is the usage as output metadata, nil when no provider reported
+// any (the offline echo model does not).
+func (t *usageTotal) value() map[string]any {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.reported {
+		return nil
+	}
+	return map[string]any{"promptTokens": t.u.PromptTokens, "completionTokens": t.u.CompletionTokens,
+		"totalTokens": t.u.TotalTokens, "modelCalls": t.calls}
 }
 
 // needApproval stops the loop at a call that needs a person's decision.
@@ -127,6 +170,7 @@ func (inv *invocation) complete(ctx context.Context, req llm.Request) (llm.Respo
 		}
 		return llm.Response{}, err
 	}
+	inv.usage.add(resp.Usage)
 	if len(resp.ToolCalls) > 0 {
 		// Only steps that lead to tool calls are worth recording: a final
 		// answer ends the node, whose output the runtime checkpoints.
@@ -298,7 +342,7 @@ func (inv *invocation) execute(ctx context.Context, lt *LinkedTool, c llm.ToolCa
 			out, err = toolOutcome{Error: fmt.Sprintf("tool %s failed (panic)", c.Name)}, nil
 		}
 	}()
-	cctx := withCallEnv(ctx, &callEnv{emit: inv.emit, resume: inv.resume})
+	cctx := withCallEnv(ctx, &callEnv{emit: inv.emit, resume: inv.resume, usage: inv.usage})
 	res, terr := lt.Invoke(cctx, tools.Call{ID: c.ID, Name: c.Name, Arguments: args, IdempotencyKey: key})
 	if terr != nil {
 		var na *needApproval
