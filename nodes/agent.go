@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"chatgraph/nodes/llm"
 	"chatgraph/nodes/tools"
@@ -100,22 +99,7 @@ func (a *agentNode) toolName() string {
 	if src == "" {
 		src = a.id
 	}
-	var b strings.Builder
-	for _, r := range src {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-		if b.Len() >= 64 {
-			break
-		}
-	}
-	if b.Len() == 0 {
-		return "agent"
-	}
-	return b.String()
+	return tools.SanitizeName(src, "agent")
 }
 
 // agentInput is what an agent was given, per the chat scope.
@@ -224,9 +208,9 @@ func (a *agentNode) toolset(ctx context.Context, fc *runtime.FlowContext, userTo
 		if _, dup := seen[name]; dup {
 			continue
 		}
-		t, ok := a.e.Tools.Lookup(name)
-		if !ok {
-			a.e.Logger.Warn("unknown user tool ignored", "agent", a.id, "tool", name)
+		t, err := a.e.Tools.Resolve(ctx, name) // a built-in, or server/tool of an MCP server
+		if err != nil {
+			a.e.Logger.Warn("user tool unavailable, ignored", "agent", a.id, "tool", name, "err", err)
 			continue
 		}
 		seen[name] = "user"

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go"
 	assestream "github.com/anthropics/anthropic-sdk-go/packages/ssestream"
@@ -30,19 +31,34 @@ func FuzzStreamDecoder(f *testing.F) {
 	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":99999999,\"function\":{}}]}}]}\n\n"))
 	f.Add([]byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":3,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			fuzzCollect(t, b)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("collectors hang on %q", b)
+		}
+	})
+}
+
+func fuzzCollect(t *testing.T, b []byte) {
+	{
 		var text bytes.Buffer
 		onText := func(s string) { text.WriteString(s) }
 		r, err := collectOpenAI(ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(sseResponse(b)), nil), func() {}, onText)
 		if err == nil {
 			if r.Content != text.String() {
-				t.Fatalf("openai: content %q != streamed %q", r.Content, text.String())
+				t.Errorf("openai: content %q != streamed %q", r.Content, text.String())
 			}
 			if len(r.ToolCalls) > maxToolCalls {
-				t.Fatalf("%d tool calls", len(r.ToolCalls))
+				t.Errorf("%d tool calls", len(r.ToolCalls))
 			}
 			for _, c := range r.ToolCalls {
 				if c.ID == "" || c.Arguments == "" {
-					t.Fatalf("incomplete call %+v", c)
+					t.Errorf("incomplete call %+v", c)
 				}
 			}
 		}
@@ -51,13 +67,13 @@ func FuzzStreamDecoder(f *testing.F) {
 		if err == nil {
 			r := anthropicResponse(msg)
 			if r.Content != text.String() {
-				t.Fatalf("anthropic: content %q != streamed %q", r.Content, text.String())
+				t.Errorf("anthropic: content %q != streamed %q", r.Content, text.String())
 			}
 			for _, c := range r.ToolCalls {
 				if c.Arguments == "" {
-					t.Fatalf("incomplete call %+v", c)
+					t.Errorf("incomplete call %+v", c)
 				}
 			}
 		}
-	})
+	}
 }
