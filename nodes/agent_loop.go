@@ -336,6 +336,13 @@ func (inv *invocation) execute(ctx context.Context, lt *LinkedTool, c llm.ToolCa
 	if !json.Valid(args) {
 		return toolOutcome{Error: "arguments are not valid JSON"}, nil
 	}
+	// Checked against the tool's JSON Schema before it runs: a violation
+	// is the call's result, so the model can correct itself.
+	if msg, err := inv.a.e.args.check(lt.Spec().Parameters, args); err != nil {
+		inv.a.e.Logger.Warn("tool schema unusable; arguments not checked", "tool", c.Name, "err", err)
+	} else if msg != "" {
+		return toolOutcome{Error: msg}, nil
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			inv.a.e.Logger.Error("tool panicked", "agent", inv.a.id, "tool", c.Name, "panic", p, "stack", string(debug.Stack()))
