@@ -115,3 +115,23 @@ func TestMCPToolNodeErrors(t *testing.T) {
 	require.Equal(t, nodes.CodeToolUnavailable, failed["code"])
 	require.Contains(t, failed["error"], `has no tool "no-such-tool"`)
 }
+
+// A guarded MCP tool waits for a person like any tool: the run
+// interrupts before the call, and the approved resume makes it once.
+func TestMCPToolApproval(t *testing.T) {
+	t.Parallel()
+	h, _ := everythingHarness(t)
+	g := newGraph("mcp-approve").node("s", nodes.TypeChatStart).node("a", nodes.TypeAgent).
+		node("sum", nodes.TypeTool, `{"name":"everything/get-sum","requireApproval":true}`).flow("s", "a").link("sum", "a").build()
+	res, s := h.run(t, context.Background(), g, nodes.ChatInput{Content: `/tool get-sum {"a":2,"b":2}`})
+	require.Equal(t, runtime.RunInterrupted, res.Status, "%v", res.Err)
+	require.Len(t, s.of(nodes.EventApprovalRequired, "a"), 1)
+	require.Empty(t, s.of(nodes.EventToolResult, "a"), "not called before the approval")
+
+	res, s = h.resume(t, g, res.RunID, map[string]any{"approved": true})
+	require.Equal(t, runtime.RunCompleted, res.Status, "%v", res.Err)
+	require.Equal(t, "tool get-sum returned: The sum of 2 and 2 is 4.", output(t, res, "a").Content)
+	results := s.of(nodes.EventToolResult, "a")
+	require.Len(t, results, 1)
+	require.False(t, results[0].Data.(*nodes.ToolResultData).Replayed)
+}

@@ -452,3 +452,34 @@ func TestNoAmbientCredentials(t *testing.T) {
 		require.Empty(t, h.Get("X-Api-Key"), pc.name)
 	}
 }
+
+// BenchmarkStreamReplay measures one streamed answer through each SDK
+// (the text transcripts: 5 OpenAI chunks, 9 Anthropic events) from a
+// local httptest server: request, SSE decoding and accumulation.
+func BenchmarkStreamReplay(b *testing.B) {
+	for _, pc := range []string{"openai", "anthropic"} {
+		b.Run(pc, func(b *testing.B) {
+			resp, body := readTranscript(b, pc+"/text.http")
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+				_, _ = w.Write(body)
+			}))
+			defer srv.Close()
+			var p Provider
+			var err error
+			if pc == "openai" {
+				p, err = NewOpenAI(OpenAIConfig{BaseURL: srv.URL, HTTPClient: srv.Client()})
+			} else {
+				p, err = NewAnthropic(AnthropicConfig{BaseURL: srv.URL, HTTPClient: srv.Client()})
+			}
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Stream(context.Background(), conversation, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
