@@ -47,7 +47,7 @@ func (e *env) agentType() runtime.NodeType {
 		DataSchema: schema(`{"type":"object","properties":{
 			"name":{"type":"string","maxLength":64,"description":"Display name; its tool name when linked into another agent."},
 			"description":{"type":"string","maxLength":2000,"description":"What this agent does, for agents that call it."},
-			"model":{"type":"string","maxLength":200,"default":"echo","description":"Model: echo, provider/model, or a name the default provider knows."},
+			"model":{"type":"string","maxLength":200,"default":"echo","description":"Model: echo, provider/model (GET /api/v1/models lists the configured ones), or a name the default provider knows."},
 			"systemPrompt":{"type":"string","maxLength":200000},
 			"temperature":{"type":"number","minimum":0,"maximum":2},
 			"maxTokens":{"type":"integer","minimum":0,"maximum":1000000,"description":"0: the model's default."},

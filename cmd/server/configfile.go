@@ -33,7 +33,7 @@ func loadSetup(c *config, log *slog.Logger) (*setupcfg.Setup, error) {
 		return nil, err
 	}
 	if c.openAIBaseURL != "" || c.openAIKey != "" {
-		if _, _, err := s.Models.Resolve("openai/x"); err == nil && !isDefaultOnly(s.Models) {
+		if hasProvider(s.Models, "openai") {
 			log.Warn("--openai-base-url ignored: the config file defines a provider named openai")
 			return s, nil
 		}
@@ -49,15 +49,13 @@ func loadSetup(c *config, log *slog.Logger) (*setupcfg.Setup, error) {
 	return s, nil
 }
 
-// isDefaultOnly reports whether "openai/..." resolves only through a
-// default provider (no provider is named openai).
-func isDefaultOnly(m *llm.Models) bool {
+func hasProvider(m *llm.Models, name string) bool {
 	for _, p := range m.Providers() {
-		if p.Name == "openai" {
-			return false
+		if p.Name == name {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // catalog is what the editor offers: the palette with the tools
