@@ -6,17 +6,20 @@ import (
 	"sync"
 	"time"
 
+	"chatgraph/nodes/llm"
 	"chatgraph/nodes/tools"
 	"chatgraph/runtime"
 )
 
 // PaletteType is one node type as the editor's palette shows it now: the
-// registered type, and for the tool type the tools a node may name —
-// the registry's own and the current tools of every source (MCP server).
+// registered type; for the tool type the tools a node may name — the
+// registry's own and the current tools of every source (MCP server); for
+// the agent type the configured models as examples of data.model.
 type PaletteType struct {
 	Type *runtime.NodeType
-	// DataSchema is Type.DataSchema, for the tool type with data.name's
-	// enum listing Tools.
+	// DataSchema is Type.DataSchema; for the tool type with data.name's
+	// enum listing Tools, for the agent type with data.model's examples
+	// listing the models.
 	DataSchema json.RawMessage
 	// Tools and ToolErrors are set on the tool type only: the tools
 	// available now, and the sources that could not be listed (by name).
@@ -39,8 +42,9 @@ const paletteListTimeout = 10 * time.Second
 
 // Palette describes reg's node types with the tools of tr as they are
 // now (sources listed in parallel, each within 10 s; tools/list changes
-// show up on the next call). Safe for concurrent use.
-func Palette(ctx context.Context, reg *runtime.Registry, tr *tools.Registry) []PaletteType {
+// show up on the next call) and the models of models (nil: none
+// listed). Safe for concurrent use.
+func Palette(ctx context.Context, reg *runtime.Registry, tr *tools.Registry, models *llm.Models) []PaletteType {
 	types := reg.Types()
 	out := make([]PaletteType, 0, len(types))
 	for _, t := range types {
@@ -52,6 +56,9 @@ func Palette(ctx context.Context, reg *runtime.Registry, tr *tools.Registry) []P
 				names[i] = pt.Name
 			}
 			p.DataSchema = toolDataSchema(names)
+		}
+		if t.Name == TypeAgent && models != nil {
+			p.DataSchema = withModelExamples(t.DataSchema, models.List())
 		}
 		out = append(out, p)
 	}
@@ -96,4 +103,29 @@ func paletteTools(ctx context.Context, tr *tools.Registry) ([]PaletteTool, map[s
 		out = append(out, listed[i]...)
 	}
 	return out, failed
+}
+
+// withModelExamples returns the agent's data schema with
+// properties.model.examples set to the model ids (unchanged when the
+// schema has no such property).
+func withModelExamples(schema json.RawMessage, list []llm.ModelInfo) json.RawMessage {
+	var s map[string]any
+	if json.Unmarshal(schema, &s) != nil {
+		return schema
+	}
+	props, _ := s["properties"].(map[string]any)
+	model, _ := props["model"].(map[string]any)
+	if model == nil {
+		return schema
+	}
+	ids := make([]string, len(list))
+	for i, m := range list {
+		ids[i] = m.ID
+	}
+	model["examples"] = ids
+	b, err := json.Marshal(s)
+	if err != nil {
+		return schema
+	}
+	return b
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/nodes"
+	"chatgraph/nodes/llm"
 	"chatgraph/nodes/tools"
 	"chatgraph/runtime"
 )
@@ -53,7 +54,7 @@ func TestPalette(t *testing.T) {
 	require.NoError(t, nodes.Register(reg, nodes.Deps{Tools: tr}))
 
 	toolType := func() nodes.PaletteType {
-		for _, p := range nodes.Palette(context.Background(), reg, tr) {
+		for _, p := range nodes.Palette(context.Background(), reg, tr, nil) {
 			if p.Type.Name == nodes.TypeTool {
 				return p
 			}
@@ -84,4 +85,36 @@ func TestPalette(t *testing.T) {
 
 	docs.set("search", "fetch") // the server's tool list changed
 	require.Contains(t, enum(toolType()), "docs/fetch")
+}
+
+// The agent type's model field lists the configured models as examples
+// (the editor offers them; other names stay allowed).
+func TestPaletteModels(t *testing.T) {
+	t.Parallel()
+	models := llm.NewModels()
+	oa, err := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: "http://localhost:11434/v1"})
+	require.NoError(t, err)
+	require.NoError(t, models.Register("ollama", oa, "llama3.1"))
+	reg := runtime.NewRegistry()
+	require.NoError(t, nodes.Register(reg, nodes.Deps{Models: models}))
+	for _, p := range nodes.Palette(context.Background(), reg, nil, models) {
+		if p.Type.Name != nodes.TypeAgent {
+			continue
+		}
+		var s struct {
+			Properties struct {
+				Model struct {
+					Type     string
+					Examples []string
+					Enum     []string
+				}
+			}
+		}
+		require.NoError(t, json.Unmarshal(p.DataSchema, &s))
+		require.Equal(t, "string", s.Properties.Model.Type)
+		require.Equal(t, []string{"echo", "ollama/llama3.1"}, s.Properties.Model.Examples)
+		require.Empty(t, s.Properties.Model.Enum)
+		return
+	}
+	t.Fatal("no agent type")
 }

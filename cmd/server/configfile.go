@@ -63,7 +63,7 @@ func hasProvider(m *llm.Models, name string) bool {
 func catalog(reg *runtime.Registry, setup *setupcfg.Setup) (func(context.Context) []transport.NodeTypeInfo, func(context.Context) transport.ModelList) {
 	nodeTypes := func(ctx context.Context) []transport.NodeTypeInfo {
 		var out []transport.NodeTypeInfo
-		for _, p := range nodes.Palette(ctx, reg, setup.Tools) {
+		for _, p := range nodes.Palette(ctx, reg, setup.Tools, setup.Models) {
 			ports := p.Type.Ports
 			if ports == nil {
 				ports = []runtime.Port{}

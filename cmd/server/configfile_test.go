@@ -82,7 +82,8 @@ func TestConfigFileProvidersAndMCP(t *testing.T) {
 		Type       string
 		DataSchema struct {
 			Properties struct {
-				Name struct{ Enum []string }
+				Name  struct{ Enum []string }
+				Model struct{ Examples []string }
 			}
 		}
 		Tools []struct {
@@ -93,6 +94,9 @@ func TestConfigFileProvidersAndMCP(t *testing.T) {
 	require.Equal(t, http.StatusOK, call(t, "GET", s.url+"/api/v1/node-types", nil, &nts))
 	var found bool
 	for _, nt := range nts {
+		if nt.Type == "agent" {
+			require.Equal(t, []string{"echo", "local/gpt-test"}, nt.DataSchema.Properties.Model.Examples)
+		}
 		if nt.Type != "tool" {
 			require.Empty(t, nt.Tools)
 			continue
