@@ -213,7 +213,10 @@ func (a *agentNode) toolset(ctx context.Context, fc *runtime.FlowContext, userTo
 			a.e.Logger.Warn("user tool unavailable, ignored", "agent", a.id, "tool", name, "err", err)
 			continue
 		}
-		seen[name] = "user"
+		if _, dup := seen[t.Spec().Name]; dup {
+			continue // "server/tool" whose model-facing name a linked tool has
+		}
+		seen[name], seen[t.Spec().Name] = "user", "user"
 		out = append(out, &LinkedTool{Tool: t})
 	}
 	return out, nil
