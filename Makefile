@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run build test test-go bench bench-durable bench-server lint fuzz tools
+.PHONY: run build test test-go bench bench-durable bench-server lint fuzz tools mcp-test-servers
 
 run: build
 	./bin/chatgraph server
@@ -17,7 +17,7 @@ test: web
 	$(MAKE) test-web
 	$(MAKE) test-clients
 
-test-go:
+test-go: mcp-test-servers
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
@@ -34,6 +34,14 @@ bench-server: build
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeValidate -fuzztime 60s ./runtime
+	$(GO) test -run '^$$' -fuzz FuzzStreamDecoder -fuzztime 60s ./nodes/llm
+
+# The MCP servers the Go tests run for real (pinned in
+# internal/mcptest/package-lock.json; see internal/mcptest).
+mcp-test-servers: internal/mcptest/node_modules/.package-lock.json
+
+internal/mcptest/node_modules/.package-lock.json: internal/mcptest/package-lock.json
+	cd internal/mcptest && $(NPM) ci --no-audit --no-fund
 
 tools:
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

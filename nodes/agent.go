@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"chatgraph/nodes/llm"
 	"chatgraph/nodes/tools"
@@ -48,7 +47,7 @@ func (e *env) agentType() runtime.NodeType {
 		DataSchema: schema(`{"type":"object","properties":{
 			"name":{"type":"string","maxLength":64,"description":"Display name; its tool name when linked into another agent."},
 			"description":{"type":"string","maxLength":2000,"description":"What this agent does, for agents that call it."},
-			"model":{"type":"string","maxLength":200,"default":"echo","description":"Model: echo, provider/model, or a name the default provider knows."},
+			"model":{"type":"string","maxLength":200,"default":"echo","description":"Model: echo, provider/model (GET /api/v1/models lists the configured ones), or a name the default provider knows."},
 			"systemPrompt":{"type":"string","maxLength":200000},
 			"temperature":{"type":"number","minimum":0,"maximum":2},
 			"maxTokens":{"type":"integer","minimum":0,"maximum":1000000,"description":"0: the model's default."},
@@ -100,22 +99,7 @@ func (a *agentNode) toolName() string {
 	if src == "" {
 		src = a.id
 	}
-	var b strings.Builder
-	for _, r := range src {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-		if b.Len() >= 64 {
-			break
-		}
-	}
-	if b.Len() == 0 {
-		return "agent"
-	}
-	return b.String()
+	return tools.SanitizeName(src, "agent")
 }
 
 // agentInput is what an agent was given, per the chat scope.
@@ -226,12 +210,15 @@ func (a *agentNode) toolset(ctx context.Context, fc *runtime.FlowContext, ai age
 		if _, dup := seen[name]; dup {
 			continue
 		}
-		t, ok := a.e.Tools.Lookup(name)
-		if !ok {
-			a.e.Logger.Warn("unknown user tool ignored", "agent", a.id, "tool", name)
+		t, err := a.e.Tools.Resolve(ctx, name) // a built-in, or server/tool of an MCP server
+		if err != nil {
+			a.e.Logger.Warn("user tool unavailable, ignored", "agent", a.id, "tool", name, "err", err)
 			continue
 		}
-		seen[name] = "user"
+		if _, dup := seen[t.Spec().Name]; dup {
+			continue // "server/tool" whose model-facing name a linked tool has
+		}
+		seen[name], seen[t.Spec().Name] = "user", "user"
 		out = append(out, &LinkedTool{Tool: t})
 	}
 	for _, ct := range ai.clientTools {
@@ -283,6 +270,7 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	}
 	inv := a.invocation(root, scope, ts, fc.Emit, rs, "")
 	inv.delta = func(s string) { _ = fc.Emit(EventNodeDelta, &NodeDeltaData{Text: s}) }
+	inv.usage = &usageTotal{}
 	text, err := inv.run(ctx, a.messages(ai))
 	var na *needApproval
 	if errors.As(err, &na) {
@@ -306,9 +294,8 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	}
 	out := Message{Role: RoleAssistant, Content: text, Name: a.displayName(),
 		Metadata: map[string]any{"nodeId": n.ID, "model": a.cfg.Model}}
-	if u := inv.usage; u != nil {
-		// Token counts of this execution's model calls, when reported.
-		out.Metadata["usage"] = map[string]any{"promptTokens": u.PromptTokens, "completionTokens": u.CompletionTokens, "totalTokens": u.TotalTokens}
+	if u := inv.usage.value(); u != nil {
+		out.Metadata["usage"] = u
 	}
 	return runtime.Result{Output: out.Value(), Summary: summary(text)}, nil
 }
@@ -400,6 +387,7 @@ func (m *memberTool) Invoke(ctx context.Context, c tools.Call) (string, error) {
 		key = IdempotencyKey(m.root, c.ID)
 	}
 	inv := m.a.invocation(m.root, IdempotencyKey(key, m.a.id), m.tools, ce.emit, ce.resume, m.a.id)
+	inv.usage = ce.usage
 	msgs := m.a.messages(agentInput{payloads: []Message{{Role: RoleUser, Content: args.Input}}})
 	return inv.run(ctx, msgs)
 }
@@ -409,6 +397,7 @@ func (m *memberTool) Invoke(ctx context.Context, c tools.Call) (string, error) {
 type callEnv struct {
 	emit   func(runtime.EventType, any) error
 	resume *resumeState
+	usage  *usageTotal
 }
 
 type callEnvKey struct{}

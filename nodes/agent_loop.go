@@ -32,22 +32,49 @@ type invocation struct {
 	// member is the node id of a member agent ("" for the node itself);
 	// tool events then carry it as agentNodeId.
 	member string
-	// usage sums the token counts the provider reported for the model
-	// calls this invocation made (replayed steps cost nothing); nil when
-	// none reported any.
-	usage *llm.Usage
+	// usage sums the tokens of the execution's model calls, member
+	// agents' included (shared with them).
+	usage *usageTotal
 }
 
-func (inv *invocation) addUsage(u *llm.Usage) {
-	if u == nil {
+// usageTotal is the token usage of one agent execution: the model calls
+// it made (steps replayed from the ledger cost nothing and are not
+// counted). Safe for concurrent use (member agents run in parallel).
+type usageTotal struct {
+	mu       sync.Mutex
+	calls    int
+	reported bool
+	u        llm.Usage
+}
+
+func (t *usageTotal) add(u *llm.Usage) {
+	if t == nil {
 		return
 	}
-	if inv.usage == nil {
-		inv.usage = &llm.Usage{}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls++
+	if u != nil {
+		t.reported = true
+		t.u.PromptTokens += u.PromptTokens
+		t.u.CompletionTokens += u.CompletionTokens
+		t.u.TotalTokens += u.TotalTokens
 	}
-	inv.usage.PromptTokens += u.PromptTokens
-	inv.usage.CompletionTokens += u.CompletionTokens
-	inv.usage.TotalTokens += u.TotalTokens
+}
+
+// value is the usage as output metadata, nil when no provider reported
+// any (the offline echo model does not).
+func (t *usageTotal) value() map[string]any {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.reported {
+		return nil
+	}
+	return map[string]any{"promptTokens": t.u.PromptTokens, "completionTokens": t.u.CompletionTokens,
+		"totalTokens": t.u.TotalTokens, "modelCalls": t.calls}
 }
 
 // needApproval stops the loop at a call that needs a person's decision.
@@ -143,7 +170,7 @@ func (inv *invocation) complete(ctx context.Context, req llm.Request) (llm.Respo
 		}
 		return llm.Response{}, err
 	}
-	inv.addUsage(resp.Usage)
+	inv.usage.add(resp.Usage)
 	if len(resp.ToolCalls) > 0 {
 		// Only steps that lead to tool calls are worth recording: a final
 		// answer ends the node, whose output the runtime checkpoints.
@@ -343,13 +370,20 @@ func (inv *invocation) execute(ctx context.Context, lt *LinkedTool, c llm.ToolCa
 	if !json.Valid(args) {
 		return toolOutcome{Error: "arguments are not valid JSON"}, nil
 	}
+	// Checked against the tool's JSON Schema before it runs: a violation
+	// is the call's result, so the model can correct itself.
+	if msg, err := inv.a.e.args.check(lt.Spec().Parameters, args); err != nil {
+		inv.a.e.Logger.Warn("tool schema unusable; arguments not checked", "tool", c.Name, "err", err)
+	} else if msg != "" {
+		return toolOutcome{Error: msg}, nil
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			inv.a.e.Logger.Error("tool panicked", "agent", inv.a.id, "tool", c.Name, "panic", p, "stack", string(debug.Stack()))
 			out, err = toolOutcome{Error: fmt.Sprintf("tool %s failed (panic)", c.Name)}, nil
 		}
 	}()
-	cctx := withCallEnv(ctx, &callEnv{emit: inv.emit, resume: inv.resume})
+	cctx := withCallEnv(ctx, &callEnv{emit: inv.emit, resume: inv.resume, usage: inv.usage})
 	res, terr := lt.Invoke(cctx, tools.Call{ID: c.ID, Name: c.Name, Arguments: args, IdempotencyKey: key})
 	if terr != nil {
 		var na *needApproval

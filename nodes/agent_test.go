@@ -287,8 +287,8 @@ func TestOpenAIAgent(t *testing.T) {
 			send(`{"choices":[{"index":0,"delta":{"content":"The answer"}}]}`)
 			send(fmt.Sprintf(`{"choices":[{"index":0,"delta":{"content":" is %s."}}]}`, last["content"]))
 			send(`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
-			send(`{"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":7,"total_tokens":27}}`)
 		}
+		send(`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`)
 		send("[DONE]")
 	}))
 	defer srv.Close()
@@ -300,10 +300,12 @@ func TestOpenAIAgent(t *testing.T) {
 		node("calc", nodes.TypeTool, `{"name":"calculator"}`).flow("s", "a").link("calc", "a").build()
 	res, s := h.run(t, context.Background(), g, nodes.ChatInput{Content: "what is 6*7?"})
 	require.Equal(t, runtime.RunCompleted, res.Status, "%v", res.Err)
-	require.Equal(t, "The answer is 42.", output(t, res, "a").Content)
-	// The two model calls' token counts, summed.
-	require.Equal(t, map[string]any{"promptTokens": 30.0, "completionTokens": 12.0, "totalTokens": 42.0}, output(t, res, "a").Metadata["usage"])
+	out := output(t, res, "a")
+	require.Equal(t, "The answer is 42.", out.Content)
 	require.Equal(t, "The answer is 42.", s.texts("a"))
+	// Usage of both model calls, on the node's output (node_completed data.output).
+	require.EqualValues(t, map[string]any{"promptTokens": 20.0, "completionTokens": 10.0, "totalTokens": 30.0, "modelCalls": 2.0},
+		out.Metadata["usage"])
 	r := s.of(nodes.EventToolResult, "a")
 	require.Len(t, r, 1)
 	require.Equal(t, "42", r[0].Data.(*nodes.ToolResultData).Result)

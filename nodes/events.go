@@ -106,8 +106,11 @@ const (
 	CodeInvalidResume  = "invalid_resume"
 	CodeMaxSteps       = "agent_max_steps"
 	CodeToolConfig     = "tool_config"
-	CodeLedger         = "ledger_error"
-	CodeTemplate       = "template_error"
+	// CodeToolUnavailable: a tool node names a tool of a source (an MCP
+	// server) that cannot be reached or does not offer it now.
+	CodeToolUnavailable = "tool_unavailable"
+	CodeLedger          = "ledger_error"
+	CodeTemplate        = "template_error"
 )
 
 // ParseApproval reads a resume value: the decision object (or its JSON

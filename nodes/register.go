@@ -68,6 +68,7 @@ type Deps struct {
 type env struct {
 	Deps
 	data *dataDecoder
+	args *argumentSchemas
 }
 
 func newEnv(d Deps) (*env, error) {
@@ -95,7 +96,7 @@ func newEnv(d Deps) (*env, error) {
 	if d.MaxParallelTools <= 0 {
 		d.MaxParallelTools = 4
 	}
-	return &env{Deps: d, data: newDataDecoder()}, nil
+	return &env{Deps: d, data: newDataDecoder(), args: newArgumentSchemas()}, nil
 }
 
 // Register adds the built-in node types to reg: chat_start, agent, tool,

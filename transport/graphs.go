@@ -288,26 +288,10 @@ func (s *Server) deleteGraph(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// nodeTypeJSON is one palette entry of /node-types.
-type nodeTypeJSON struct {
-	Type        string          `json:"type"`
-	Label       string          `json:"label,omitempty"`
-	Description string          `json:"description,omitempty"`
-	Entry       bool            `json:"entry,omitempty"`
-	Ports       []runtime.Port  `json:"ports"`
-	DataSchema  json.RawMessage `json:"dataSchema,omitempty"`
-}
-
-func (s *Server) nodeTypes(c echo.Context) error {
-	ts := s.engine.Registry().Types()
-	out := make([]nodeTypeJSON, 0, len(ts))
-	for _, t := range ts {
-		ports := t.Ports
-		if ports == nil {
-			ports = []runtime.Port{}
-		}
-		out = append(out, nodeTypeJSON{Type: t.Name, Label: t.Label, Description: t.Description, Entry: t.Entry,
-			Ports: ports, DataSchema: t.DataSchema})
+// portsOrEmpty keeps "ports" an array in JSON.
+func portsOrEmpty(ps []runtime.Port) []runtime.Port {
+	if ps == nil {
+		return []runtime.Port{}
 	}
-	return c.JSON(http.StatusOK, out)
+	return ps
 }

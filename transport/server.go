@@ -70,6 +70,13 @@ type Config struct {
 	// Metrics is the Prometheus registry /metrics serves (default: a new
 	// one with Go and process collectors).
 	Metrics *prometheus.Registry
+	// NodeTypes, when set, answers GET /api/v1/node-types: the palette
+	// with what the types offer now, such as the tools of MCP servers
+	// (default: the engine's registry as registered).
+	NodeTypes func(ctx context.Context) []NodeTypeInfo
+	// Models, when set, answers GET /api/v1/models: the models node data
+	// may name, never a secret (default: only "echo").
+	Models func(ctx context.Context) ModelList
 }
 
 // Server is the HTTP, SSE and WebSocket API over a chat.Service: echo
@@ -205,6 +212,7 @@ func (s *Server) routes() *echo.Echo {
 			Timeout: s.cfg.RequestTimeout, Skipper: streaming}))
 	api.GET("/openapi.json", s.openapi)
 	api.GET("/node-types", s.nodeTypes)
+	api.GET("/models", s.models)
 
 	api.POST("/graphs/validate", s.validateGraph)
 	api.POST("/graphs", s.createGraph)

@@ -185,16 +185,17 @@ func runsResume(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer st.close()
-	reg, err := registry(c)
+	reg, setup, err := registry(c, log)
 	if err != nil {
 		return err
 	}
+	defer setup.Close()
 	ctl, queue, closeRedis, err := runControl(ctx, c, log)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	srv, err := newServer(c, st, reg, ctl, queue, nil, log)
+	srv, err := newServer(c, st, reg, setup, ctl, queue, nil, log)
 	if err != nil {
 		_ = ctl.Close()
 		return err

@@ -17,9 +17,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	setupcfg "chatgraph/config"
 	"chatgraph/nodes"
-	"chatgraph/nodes/llm"
-	"chatgraph/nodes/tools"
 	"chatgraph/runcontrol"
 	rcredis "chatgraph/runcontrol/redis"
 	"chatgraph/runtime"
@@ -91,10 +90,12 @@ type config struct {
 	addr, stateDir, redisURL, databaseURL, token, logLevel, logFormat string
 	databaseSchema, redisPrefix, durability, debugAddr                string
 	allowedOrigins, httpAllowedHosts                                  string
-	openAIBaseURL, openAIKey                                          string
+	openAIBaseURL, openAIKey, configFile                              string
 	drainTimeout, retention, interruptedRetention                     time.Duration
 	bodyLimit                                                         int64
 	rateLimit                                                         float64
+	// getenv reads the variables the config file names.
+	getenv func(string) string
 }
 
 func envOr(getenv func(string) string, key, def string) string {
@@ -106,7 +107,7 @@ func envOr(getenv func(string) string, key, def string) string {
 
 func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, error) {
 	ge := env.Getenv
-	c := &config{}
+	c := &config{getenv: ge}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	fs.StringVar(&c.addr, "addr", envOr(ge, "CHATGRAPH_ADDR", "127.0.0.1:8080"), "listen address (CHATGRAPH_ADDR)")
@@ -119,6 +120,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.StringVar(&c.logFormat, "log-format", envOr(ge, "CHATGRAPH_LOG_FORMAT", "text"), "text or json (CHATGRAPH_LOG_FORMAT)")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", ge("CHATGRAPH_ALLOWED_ORIGINS"), "extra WebSocket origins, comma separated host patterns (CHATGRAPH_ALLOWED_ORIGINS)")
 	fs.StringVar(&c.httpAllowedHosts, "http-allowed-hosts", ge("CHATGRAPH_HTTP_ALLOWED_HOSTS"), "hosts the http_request tool may call, comma separated (CHATGRAPH_HTTP_ALLOWED_HOSTS)")
+	fs.StringVar(&c.configFile, "config", ge("CHATGRAPH_CONFIG"), "file of model providers and MCP servers, see docs/nodes.md (CHATGRAPH_CONFIG)")
 	fs.StringVar(&c.openAIBaseURL, "openai-base-url", ge("CHATGRAPH_OPENAI_BASE_URL"), "OpenAI-compatible API for models named openai/<model> (CHATGRAPH_OPENAI_BASE_URL)")
 	fs.StringVar(&c.durability, "durability", envOr(ge, "CHATGRAPH_DURABILITY", "sync"), "when run transitions reach the store: sync, batched or exit (CHATGRAPH_DURABILITY; see docs/stores.md)")
 	fs.StringVar(&c.debugAddr, "debug-addr", ge("CHATGRAPH_DEBUG_ADDR"), "serve net/http/pprof on this address, apart from the API (off by default; \":6060\" means loopback) (CHATGRAPH_DEBUG_ADDR)")
@@ -168,31 +170,18 @@ func splitList(s string) []string {
 	return out
 }
 
-// registry builds the node type registry with the built-in types, the
-// offline echo model and, when configured, an OpenAI-compatible provider.
-// With a run store that keeps effects (runs), agents record their tool
-// calls and model steps there, so a resume after a restart replays them
-// instead of calling again.
-func registry(c *config, runs ...runtime.Store) (*runtime.Registry, error) {
-	models := llm.NewModels()
-	if c.openAIBaseURL != "" || c.openAIKey != "" {
-		base := c.openAIBaseURL
-		if base == "" {
-			base = "https://api.openai.com/v1"
-		}
-		oa, err := llm.NewOpenAI(llm.OpenAIConfig{BaseURL: base, APIKey: c.openAIKey})
-		if err != nil {
-			return nil, err
-		}
-		if err := models.Register("openai", oa); err != nil {
-			return nil, err
-		}
+// registry builds the node type registry with the built-in types and the
+// models and tools of loadSetup (close the Setup at shutdown: it ends the
+// MCP sessions). With a run store that keeps effects (runs), agents
+// record their tool calls and model steps there, so a resume after a
+// restart replays them instead of calling again.
+func registry(c *config, log *slog.Logger, runs ...runtime.Store) (*runtime.Registry, *setupcfg.Setup, error) {
+	setup, err := loadSetup(c, log)
+	if err != nil {
+		return nil, nil, err
 	}
-	tr := tools.NewRegistry()
-	if err := tools.RegisterBuiltins(tr, tools.Config{HTTP: tools.HTTPConfig{AllowedHosts: splitList(c.httpAllowedHosts)}}); err != nil {
-		return nil, err
-	}
-	deps := nodes.Deps{Models: models, Tools: tr}
+	deps := setup.Deps()
+	deps.Logger = log
 	for _, st := range runs {
 		if el, ok := st.(runtime.EffectLedger); ok {
 			deps.Ledger = nodes.NewStoreLedger(el)
@@ -200,9 +189,10 @@ func registry(c *config, runs ...runtime.Store) (*runtime.Registry, error) {
 	}
 	reg := runtime.NewRegistry()
 	if err := nodes.Register(reg, deps); err != nil {
-		return nil, err
+		_ = setup.Close()
+		return nil, nil, err
 	}
-	return reg, nil
+	return reg, setup, nil
 }
 
 // runControl returns in-process run control, or Redis with --redis-url.
@@ -268,10 +258,11 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer st.close()
-	reg, err := registry(c, st.runs)
+	reg, setup, err := registry(c, log, st.runs)
 	if err != nil {
 		return err
 	}
+	defer setup.Close()
 	ctl, queue, closeRedis, err := runControl(ctx, c, log)
 	if err != nil {
 		return err
@@ -283,7 +274,7 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	defer closeRelay()
-	srv, err := newServer(c, st, reg, ctl, queue, relay, log)
+	srv, err := newServer(c, st, reg, setup, ctl, queue, relay, log)
 	if err != nil {
 		_ = ctl.Close()
 		return err

@@ -34,10 +34,19 @@ type server struct {
 
 func startServer(t *testing.T, stateDir string, extra ...string) *server {
 	t.Helper()
+	return startServerEnv(t, stateDir, nil, extra...)
+}
+
+// startServerEnv starts a server whose environment also has vars.
+func startServerEnv(t *testing.T, stateDir string, vars map[string]string, extra ...string) *server {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	s := &server{stop: cancel, done: make(chan error, 1), out: &bytes.Buffer{}}
 	env := map[string]string{"CHATGRAPH_ADDR": "127.0.0.1:0", "CHATGRAPH_STATE_DIR": stateDir, "CHATGRAPH_LOG_LEVEL": "warn"}
+	for k, v := range vars {
+		env[k] = v
+	}
 	go func() {
 		s.done <- Main(ctx, Env{Args: append([]string{"server", "--rate-limit", "-1"}, extra...),
 			Getenv: func(k string) string { return env[k] }, Stdout: s.out, Stderr: io.Discard,

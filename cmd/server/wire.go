@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"chatgraph/chat"
+	setupcfg "chatgraph/config"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	"chatgraph/transport"
@@ -16,7 +17,7 @@ import (
 // newServer wires the layers: the engine on the run store, the chat
 // service on the engine and the chat store, the transport on the service.
 // relay may be nil (one process, or followers reading the log).
-func newServer(c *config, st *stores, reg *runtime.Registry, ctl runcontrol.Controller, queue runcontrol.ChatQueue,
+func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Setup, ctl runcontrol.Controller, queue runcontrol.ChatQueue,
 	relay transport.Relay, log *slog.Logger) (*transport.Server, error) {
 	switch runtime.Durability(c.durability) {
 	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit, "":
@@ -36,6 +37,8 @@ func newServer(c *config, st *stores, reg *runtime.Registry, ctl runcontrol.Cont
 		eng.Close()
 		return nil, err
 	}
+	nodeTypes, models := catalog(reg, setup)
 	return transport.New(transport.Config{Chat: svc, Relay: relay, Token: c.token, AllowedOrigins: splitList(c.allowedOrigins),
-		BodyLimit: c.bodyLimit, RateLimit: c.rateLimit, UI: webUI(), Logger: log, Metrics: metrics})
+		BodyLimit: c.bodyLimit, RateLimit: c.rateLimit, UI: webUI(), Logger: log, Metrics: metrics,
+		NodeTypes: nodeTypes, Models: models})
 }

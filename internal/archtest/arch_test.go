@@ -25,7 +25,8 @@ var allowed = map[string][]string{
 	"nodes":      {"runtime"},
 	"chat":       {"runtime", "chatscope", "runcontrol", "nodes"},
 	"transport":  {"runtime", "runcontrol", "chat", "internal", "web"},
-	"cmd":        {"runtime", "chatscope", "runcontrol", "nodes", "chat", "transport", "internal", "web"},
+	"cmd":        {"runtime", "chatscope", "runcontrol", "nodes", "chat", "transport", "internal", "web", "config"},
+	"config":     {"nodes"},
 	"internal":   {"runtime"},
 	"web":        {},
 }

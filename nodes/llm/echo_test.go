@@ -131,3 +131,26 @@ func TestModelsResolve(t *testing.T) {
 	require.Same(t, oa, p)
 	require.Equal(t, "gpt-4o", model)
 }
+
+func TestModelsList(t *testing.T) {
+	t.Parallel()
+	m := NewModels()
+	oa, err := NewOpenAI(OpenAIConfig{BaseURL: "http://localhost:11434/v1"})
+	require.NoError(t, err)
+	an, err := NewAnthropic(AnthropicConfig{APIKey: "k"})
+	require.NoError(t, err)
+	require.NoError(t, m.Register("ollama", oa, "llama3.1", "qwen2.5"))
+	require.NoError(t, m.Register("claude", an, "claude-sonnet-4-5"))
+	m.SetDefault(oa)
+	require.Equal(t, []ModelInfo{
+		{ID: "echo", Provider: "echo", Model: "echo", Type: "echo"},
+		{ID: "claude/claude-sonnet-4-5", Provider: "claude", Model: "claude-sonnet-4-5", Type: "anthropic"},
+		{ID: "ollama/llama3.1", Provider: "ollama", Model: "llama3.1", Type: "openai"},
+		{ID: "ollama/qwen2.5", Provider: "ollama", Model: "qwen2.5", Type: "openai"},
+	}, m.List())
+	require.Equal(t, []ProviderInfo{
+		{Name: "claude", Type: "anthropic", Models: []string{"claude-sonnet-4-5"}},
+		{Name: "echo", Type: "echo", Models: []string{"echo"}},
+		{Name: "ollama", Type: "openai", Models: []string{"llama3.1", "qwen2.5"}, Default: true},
+	}, m.Providers())
+}

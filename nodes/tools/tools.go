@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -83,14 +84,117 @@ var namePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // ValidName reports whether s can name a tool.
 func ValidName(s string) bool { return namePattern.MatchString(s) }
 
-// Registry holds tools by name. It is safe for concurrent use.
-type Registry struct {
-	mu    sync.RWMutex
-	tools map[string]Tool
+// SanitizeName makes a valid tool name of s: characters models reject
+// become '_', at most 64 bytes; fallback when nothing is left.
+func SanitizeName(s, fallback string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if b.Len() >= 64 {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return fallback
+	}
+	return b.String()
 }
 
+// Registry holds tools by name, and sources of tools that come and go
+// (MCP servers) whose tools are named "source/tool". It is safe for
+// concurrent use.
+type Registry struct {
+	mu      sync.RWMutex
+	tools   map[string]Tool
+	sources map[string]Source
+}
+
+// Source is a named set of tools that may change while the server runs,
+// like an MCP server's. Implementations are safe for concurrent use.
+type Source interface {
+	// Tools returns the current tools (connecting when needed). Their
+	// Spec().Name is the part after "source/" in node data.
+	Tools(ctx context.Context) ([]Tool, error)
+}
+
+// ErrToolNotFound is returned by Resolve for a name nothing provides.
+var ErrToolNotFound = errors.New("tool not found")
+
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{tools: map[string]Tool{}} }
+func NewRegistry() *Registry {
+	return &Registry{tools: map[string]Tool{}, sources: map[string]Source{}}
+}
+
+// AddSource adds a source of tools under name (a valid tool name, not
+// used by another source).
+func (r *Registry) AddSource(name string, s Source) error {
+	if !ValidName(name) {
+		return fmt.Errorf("tools: invalid source name %q (letters, digits, _ and -, at most 64)", name)
+	}
+	if s == nil {
+		return fmt.Errorf("tools: source %q is nil", name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.sources[name]; dup {
+		return fmt.Errorf("tools: source %q added twice", name)
+	}
+	r.sources[name] = s
+	return nil
+}
+
+// Source returns the source named name.
+func (r *Registry) Source(name string) (Source, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	s, ok := r.sources[name]
+	return s, ok
+}
+
+// SourceNames returns the sources' names, sorted.
+func (r *Registry) SourceNames() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.sources))
+	for k := range r.sources {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Resolve returns the tool a node names: a registered tool, or
+// "source/tool" from that source's current tools. A name nothing
+// provides wraps ErrToolNotFound; a source that cannot list its tools
+// returns its error.
+func (r *Registry) Resolve(ctx context.Context, name string) (Tool, error) {
+	src, tool, ok := strings.Cut(name, "/")
+	if !ok {
+		if t, found := r.Lookup(name); found {
+			return t, nil
+		}
+		return nil, fmt.Errorf("%w: %q", ErrToolNotFound, name)
+	}
+	s, found := r.Source(src)
+	if !found {
+		return nil, fmt.Errorf("%w: no tool source %q (known: %v)", ErrToolNotFound, src, r.SourceNames())
+	}
+	ts, err := s.Tools(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tool source %s: %w", src, err)
+	}
+	for _, t := range ts {
+		if t.Spec().Name == tool {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s has no tool %q", ErrToolNotFound, src, tool)
+}
 
 // Register adds a tool. Its name must match ^[a-zA-Z0-9_-]{1,64}$ and be
 // new; its parameters, when set, must be a JSON object.

@@ -82,6 +82,9 @@ describe.skipIf(!haveChromium)('editor', () => {
     await page.locator('#field-temperature').fill('0.5')
     await expect.poll(() => page.getByTestId('error-temperature').count()).toBe(0)
     await page.locator('#field-tokenDelayMs').fill('120')
+    // The model field suggests the server's models (GET /api/v1/models ids, here echo) and takes any name.
+    expect(await page.locator('#field-model-examples option').evaluateAll((os) => os.map((o) => (o as HTMLOptionElement).value))).toContain('echo')
+    expect(await page.locator('#field-model').getAttribute('list')).toBe('field-model-examples')
     await page.getByLabel('graph name').fill('built in the browser')
 
     await save(page)

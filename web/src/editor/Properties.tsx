@@ -40,17 +40,29 @@ function FieldInput({ f, value, onChange }: { f: Field; value: unknown; onChange
       return <textarea id={id} name={f.name} rows={4} value={display(value)} onChange={(e) => onChange(parseInput(f, e.target.value))} />
     case 'json':
       return <input id={id} name={f.name} value={value === undefined ? '' : JSON.stringify(value)} readOnly />
-    default:
+    default: {
+      const examples = f.kind === 'text' ? f.schema.examples : undefined
       return (
-        <input
-          id={id}
-          name={f.name}
-          inputMode={f.kind === 'integer' || f.kind === 'number' ? 'decimal' : undefined}
-          placeholder={f.schema.default !== undefined ? String(f.schema.default) : undefined}
-          value={display(value)}
-          onChange={(e) => onChange(parseInput(f, e.target.value))}
-        />
+        <>
+          <input
+            id={id}
+            name={f.name}
+            list={examples?.length ? `${id}-examples` : undefined}
+            inputMode={f.kind === 'integer' || f.kind === 'number' ? 'decimal' : undefined}
+            placeholder={f.schema.default !== undefined ? String(f.schema.default) : undefined}
+            value={display(value)}
+            onChange={(e) => onChange(parseInput(f, e.target.value))}
+          />
+          {examples?.length ? (
+            <datalist id={`${id}-examples`}>
+              {examples.map((e) => (
+                <option key={String(e)} value={String(e)} />
+              ))}
+            </datalist>
+          ) : null}
+        </>
       )
+    }
   }
 }
 

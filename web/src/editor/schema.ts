@@ -14,6 +14,8 @@ export interface PropSchema {
   maxLength?: number
   pattern?: string
   default?: unknown
+  /** Suggested values (a text field offers them, other values stay valid). */
+  examples?: unknown[]
   description?: string
   title?: string
 }
