@@ -238,6 +238,12 @@ func (r *run) renewLease(stop <-chan struct{}) {
 			cur := *r.lease
 			r.emu.Unlock()
 			next, err := l.RenewLease(r.bg, cur, r.e.leaseTTL)
+			r.emu.Lock()
+			ending := r.ending
+			r.emu.Unlock()
+			if err != nil && ending {
+				return // the run's end (with its lease's release) is being written
+			}
 			if err != nil {
 				r.e.log.Warn("run lease lost", "run", r.rec.ID, "err", err)
 				lost := fmt.Errorf("%w: %v", ErrLeaseLost, err)
