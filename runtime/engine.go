@@ -79,6 +79,12 @@ type Engine struct {
 	commits    map[Durability]*committer
 	quit       chan struct{} // closed by Close
 	closeOnce  sync.Once
+
+	// held counts, per run id, the reasons this engine holds the run
+	// (starting, executing, claimed by a recovery pass): recovery never
+	// takes back a run this engine holds.
+	hmu  sync.Mutex
+	held map[string]int
 }
 
 // NewEngine returns an engine for cfg.
@@ -92,7 +98,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("runtime: condition environment: %w", err)
 	}
 	e := &Engine{reg: cfg.Registry, raw: cfg.Store, lim: lim, conds: conds,
-		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, log: cfg.Logger, quit: make(chan struct{})}
+		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, log: cfg.Logger, quit: make(chan struct{}), held: map[string]int{}}
 	// The store's capabilities are probed here, once; the kernel uses
 	// e.store's fields and never type-asserts the store again.
 	e.store = newStoreView(cfg.Store, cfg.StoreObserver)
@@ -629,4 +635,26 @@ func (e *Engine) CancelInterrupted(ctx context.Context, runID string, cause erro
 		return nil, err
 	}
 	return rec, nil
+}
+
+// hold notes one more reason this engine holds run id.
+func (e *Engine) hold(id string) {
+	e.hmu.Lock()
+	e.held[id]++
+	e.hmu.Unlock()
+}
+
+// unhold drops one reason.
+func (e *Engine) unhold(id string) {
+	e.hmu.Lock()
+	if e.held[id]--; e.held[id] <= 0 {
+		delete(e.held, id)
+	}
+	e.hmu.Unlock()
+}
+
+func (e *Engine) holds(id string) bool {
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	return e.held[id] > 0
 }

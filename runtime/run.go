@@ -270,6 +270,9 @@ func (p *Plan) defaultEntries() []string {
 }
 
 func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink) (*run, error) {
+	// Held from before its record exists: recovery never takes it back.
+	e.hold(rec.ID)
+	defer e.unhold(rec.ID)
 	var lease *Lease
 	batched := rec.Options.Durability == DurabilityBatched || rec.Options.Durability == "" && e.durability == DurabilityBatched
 	if e.store != nil && e.store.finisher != nil && batched {
@@ -325,6 +328,7 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 	if r.store != nil {
 		r.cm = e.committerFor(r.durability)
 	}
+	e.hold(rec.ID) // until execute returns
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	// One allocation for the per-node counters.
 	counters := make([]int32, 2*n)
@@ -342,6 +346,7 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 
 // execute is the dispatcher loop. It returns when the run has ended.
 func (r *run) execute() (*RunResult, error) {
+	defer r.e.unhold(r.rec.ID)
 	defer r.cancel(context.Canceled)
 	defer close(r.quit)
 	if r.lease != nil {

@@ -95,6 +95,8 @@ type config struct {
 	drainTimeout, retention, interruptedRetention                     time.Duration
 	bodyLimit                                                         int64
 	rateLimit                                                         float64
+	instanceID, owner                                                 string
+	leaseTTL                                                          time.Duration
 }
 
 func envOr(getenv func(string) string, key, def string) string {
@@ -134,6 +136,9 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.DurationVar(&c.interruptedRetention, "interrupted-retention", interrupted, "delete runs waiting for a human longer than this, hourly (negative: never) (CHATGRAPH_INTERRUPTED_RETENTION)")
 	fs.Int64Var(&c.bodyLimit, "body-limit", 1<<20, "largest request body in bytes")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 50, "requests per second per client IP (negative: off)")
+	if err := instanceFlags(fs, c, ge); err != nil {
+		return nil, nil, err
+	}
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {
@@ -257,6 +262,11 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	log := newLogger(c, env.Stderr)
+	unlock, err := claimInstance(c)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := openStores(ctx, c, log)
 	if err != nil {
 		return err

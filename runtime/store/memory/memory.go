@@ -270,11 +270,22 @@ func (s *Store) holder(l runtime.Lease) (*entry, error) {
 
 // ExpiredRuns implements runtime.Leaser. limit <= 0 means no limit.
 func (s *Store) ExpiredRuns(_ context.Context, now time.Time, limit int) ([]string, error) {
+	return s.runningIDs(func(e *entry) bool { return e.owner == "" || !e.expires.After(now) }, limit), nil
+}
+
+// OwnedRuns implements runtime.OwnerLister.
+func (s *Store) OwnedRuns(_ context.Context, owner string, limit int) ([]string, error) {
+	return s.runningIDs(func(e *entry) bool { return owner != "" && e.owner == owner }, limit), nil
+}
+
+// runningIDs lists the running runs that match, oldest first, up to limit
+// (<= 0: all).
+func (s *Store) runningIDs(match func(*entry) bool, limit int) []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var found []*entry
 	for _, e := range s.runs {
-		if e.rec.Status == runtime.RunRunning && (e.owner == "" || !e.expires.After(now)) {
+		if e.rec.Status == runtime.RunRunning && match(e) {
 			found = append(found, e)
 		}
 	}
@@ -288,7 +299,7 @@ func (s *Store) ExpiredRuns(_ context.Context, now time.Time, limit int) ([]stri
 	for i, e := range found {
 		ids[i] = e.rec.ID
 	}
-	return ids, nil
+	return ids
 }
 
 // ListRuns implements runtime.Inspector: runs matching f, newest

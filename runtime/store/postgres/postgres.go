@@ -137,7 +137,7 @@ type queries struct {
 	saveCheckpoint, checkpoints, appendEvents, events string
 	lockRuns                                          string
 	claim, leaseState, renew, release, expired        string
-	claimExpired                                      string
+	claimExpired, owned                               string
 	listRuns, deleteRun, deleteFinished               string
 	putEffect, getEffect, deleteEffects, sweepEffects string
 }
@@ -225,6 +225,9 @@ WHERE id IN (SELECT id FROM {s}.runs
 	WHERE status = 'running' AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= $3)
 	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
 RETURNING id, token`),
+		owned: r.Replace(`SELECT id FROM {s}.runs
+WHERE status = 'running' AND lease_owner = $1 AND lease_owner <> ''
+ORDER BY created_at, id LIMIT $2`),
 		expired: r.Replace(`SELECT id FROM {s}.runs
 WHERE status = 'running' AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= $1)
 ORDER BY created_at, id LIMIT $2`),
