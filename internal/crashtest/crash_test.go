@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envWorker) == "1" {
 		os.Exit(worker())
 	}
+	if os.Getenv(envStreamWorker) == "1" {
+		os.Exit(streamWorker())
+	}
 	os.Exit(m.Run())
 }
 
