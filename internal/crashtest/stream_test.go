@@ -144,7 +144,10 @@ func startStreamWorker(t *testing.T, dir, mode, killAt string) *streamProc {
 		close(p.done)
 	}()
 	t.Cleanup(p.kill)
-	require.NoError(t, err, "worker did not start: %s", stderr.String())
+	if err != nil {
+		p.kill() // its output is complete once it has exited
+		t.Fatalf("worker did not start: %v\n%s", err, stderr.String())
+	}
 	p.url = strings.TrimSpace(strings.TrimPrefix(line, "ready "))
 	return p
 }

@@ -133,6 +133,7 @@ func wrap(err error, format string, args ...any) error {
 // queries are the store's statements with the schema filled in.
 type queries struct {
 	createRun, reserveRun, getRun, updateRun, fence   string
+	createClaimed                                     string
 	exists                                            string
 	saveCheckpoint, checkpoints, appendEvents, events string
 	lockRuns                                          string
@@ -171,6 +172,11 @@ func newQueries(ident string) queries {
 		createRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+` + overReservation),
+		createClaimed: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token,
+	lease_owner, lease_expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 ` + overReservation),
 		reserveRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
