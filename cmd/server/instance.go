@@ -23,8 +23,9 @@ import (
 //     dir is refused — and keeps its id in stateDir/instance-id, created
 //     on first start. The lock proves no other process owns those runs.
 //   - Postgres (--database-url): --instance-id / CHATGRAPH_INSTANCE_ID,
-//     default "<hostname>:<listen port>". It must be unique among the
-//     processes that run at the same time on one database.
+//     default "<hostname>:<listen port>" (random with port 0). It must be
+//     unique among the processes that run at the same time on one
+//     database.
 const (
 	lockFile       = "lock"
 	instanceIDFile = "instance-id"
@@ -49,6 +50,16 @@ func (c *config) recoveryInterval() time.Duration {
 		return max(c.leaseTTL/2, 50*time.Millisecond)
 	}
 	return 5 * time.Second
+}
+
+// bindingTTL is how long a dead process's Redis run bindings outlive it:
+// no longer than its run leases (default 10 s), so a run taken over after
+// its lease expired can bind in its new process at once.
+func (c *config) bindingTTL() time.Duration {
+	if c.leaseTTL > 0 && c.leaseTTL < 10*time.Second {
+		return c.leaseTTL
+	}
+	return 10 * time.Second
 }
 
 // claimInstance sets c.owner: with SQLite it locks the state dir (unlock
@@ -112,6 +123,7 @@ func stateDirID(dir string) (string, error) {
 
 // defaultInstanceID is "<hostname>:<port of addr>": stable across
 // restarts of one deployment slot, distinct for two processes on one host.
+// A port picked at start (":0") is not stable: the id is then random.
 func defaultInstanceID(addr string) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -120,6 +132,11 @@ func defaultInstanceID(addr string) string {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil || port == "" {
 		port = addr
+	}
+	if port == "0" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		port = "0-" + hex.EncodeToString(b[:])
 	}
 	return host + ":" + port
 }

@@ -220,7 +220,7 @@ func runControl(ctx context.Context, c *config, log *slog.Logger) (runcontrol.Co
 		return nil, nil, nil, fmt.Errorf("redis url: %w", err)
 	}
 	rdb := goredis.NewClient(opts)
-	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log})
+	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log, BindingTTL: c.bindingTTL()})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, fmt.Errorf("redis run control: %w", err)

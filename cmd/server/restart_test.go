@@ -198,6 +198,10 @@ func TestStateDirInstance(t *testing.T) {
 	require.NoError(t, err)
 	host, _ := os.Hostname()
 	require.Equal(t, host+":8080", pg.owner)
+	a, b := &config{databaseURL: "postgres://x", addr: "127.0.0.1:0"}, &config{databaseURL: "postgres://x", addr: "127.0.0.1:0"}
+	_, _ = claimInstance(a)
+	_, _ = claimInstance(b)
+	require.NotEqual(t, a.owner, b.owner, "a port picked at start gives no stable id")
 	pg = &config{databaseURL: "postgres://x", instanceID: "web-1"}
 	_, err = claimInstance(pg)
 	require.NoError(t, err)
