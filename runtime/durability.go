@@ -23,9 +23,11 @@ const (
 	// a write, external or human effect, and at its end. A crash loses up
 	// to one flush interval of progress, which recovery re-executes.
 	DurabilityBatched Durability = "batched"
-	// DurabilityExit persists a run only when it ends (completed, failed,
-	// cancelled or interrupted). Cheapest; a crash loses the whole run's
-	// progress, and recovery starts it over.
+	// DurabilityExit persists a run's start (run_started) and its end
+	// (completed, failed, cancelled or interrupted), nothing between.
+	// Cheapest; a crash loses the whole run's progress, and recovery
+	// starts its work over. Subscribers get run_started at once and the
+	// rest when the run ends (commit, then publish).
 	DurabilityExit Durability = "exit"
 )
 
