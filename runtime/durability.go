@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,9 +23,11 @@ const (
 	// a write, external or human effect, and at its end. A crash loses up
 	// to one flush interval of progress, which recovery re-executes.
 	DurabilityBatched Durability = "batched"
-	// DurabilityExit persists a run only when it ends (completed, failed,
-	// cancelled or interrupted). Cheapest; a crash loses the whole run's
-	// progress, and recovery starts it over.
+	// DurabilityExit persists a run's start (run_started) and its end
+	// (completed, failed, cancelled or interrupted), nothing between.
+	// Cheapest; a crash loses the whole run's progress, and recovery
+	// starts its work over. Subscribers get run_started at once and the
+	// rest when the run ends (commit, then publish).
 	DurabilityExit Durability = "exit"
 )
 
@@ -87,7 +91,7 @@ func (b *writeBuf) empty() bool {
 }
 
 // maxBuffered bounds a run's buffer in sync and batched modes (a node
-// streaming many deltas flushes as it goes).
+// streaming many deltas waits for its commits as it goes).
 const maxBuffered = 256
 
 // latestPerNode keeps, for each node, only its last checkpoint in the
@@ -166,28 +170,127 @@ func applyBatches(ctx context.Context, st *storeView, batches []WriteBatch) erro
 	return nil
 }
 
-// flushLocked writes the run's buffer now (sync and exit) or hands it to
-// the group committer (batched). With wait it returns once the writes are
-// durable. The caller holds emu; for a batched wait it is released while
-// waiting and taken again.
-func (r *run) flushLocked(wait bool) {
-	if r.storeErr != nil || r.wb.empty() || r.store == nil {
-		return
-	}
+// takeLocked hands over the run's buffer as one batch (under emu) and
+// wakes an emitter waiting for room.
+func (r *run) takeLocked() WriteBatch {
 	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: latestPerNode(r.wb.cps), Events: r.wb.evs,
 		Finish: r.wb.finish, Release: r.wb.release, Create: r.wb.create, Lease: r.wb.lease}
 	r.wb = writeBuf{}
-	if r.durability != DurabilityBatched {
-		if err := applyBatches(r.bg, r.store, []WriteBatch{b}); err != nil {
-			r.failLocked(err)
+	r.roomLocked()
+	return b
+}
+
+// roomLocked wakes an emitter waiting for the buffer to be taken.
+func (r *run) roomLocked() {
+	if r.twait != nil {
+		close(r.twait)
+		r.twait = nil
+	}
+}
+
+// bufferedLocked notes one more buffered write (under emu): a sync or
+// batched run is put on its committer's list, and a run whose buffer is
+// full waits until its committer takes it (emu is released meanwhile),
+// so a fast emitter never outruns the store by more than two buffers. A run
+// without a committer flushes when its buffer is full (never in exit
+// mode).
+func (r *run) bufferedLocked() {
+	r.wgen++
+	if r.cm != nil {
+		if !r.queued {
+			r.queued = true
+			r.cm.add(r)
+		}
+		r.cm.grow()
+		for len(r.wb.evs)+len(r.wb.cps) >= maxBuffered && r.storeErr == nil {
+			// Wait until the committer takes the buffer (not until it
+			// commits it): the run fills the next one meanwhile.
+			r.cm.hurryUp()
+			if r.twait == nil {
+				r.twait = make(chan struct{})
+			}
+			ch := r.twait
+			r.emu.Unlock()
+			<-ch
+			r.emu.Lock()
 		}
 		return
 	}
-	done := r.e.committer().submit(b, r)
-	if wait {
+	if r.durability != DurabilityExit && len(r.wb.evs)+len(r.wb.cps) >= maxBuffered {
+		r.flushLocked(false)
+	}
+}
+
+// publish hands committed events to the run's sink, in seq order. Only
+// the run's committer (or, without one, the run itself under emu) calls
+// it, so the sink gets one call at a time.
+func (r *run) publish(evs []Event) {
+	if r.sink == nil {
+		return
+	}
+	for _, ev := range evs {
+		r.sink.Emit(ev)
+	}
+}
+
+// flushLocked makes the run's buffered writes durable: it writes them now
+// and publishes their events (a run without a committer: exit mode), or,
+// for a sync or batched run, waits (with wait) until its committer has
+// committed and published them. The caller holds emu; it is released
+// while waiting and taken again.
+func (r *run) flushLocked(wait bool) {
+	if r.store == nil {
+		return
+	}
+	if r.cm != nil {
+		if r.storeErr == nil && !r.wb.empty() && !r.queued {
+			r.bufferedLocked()
+		}
+		if wait {
+			// Even after a store failure: a commit in flight publishes
+			// before the run may end.
+			r.awaitLocked(r.wgen)
+		}
+		return
+	}
+	if r.storeErr != nil || r.wb.empty() {
+		return
+	}
+	b := r.takeLocked()
+	if err := applyBatches(r.bg, r.store, []WriteBatch{b}); err != nil {
+		r.failLocked(err)
+		return
+	}
+	r.publish(b.Events)
+}
+
+// awaitLocked waits (releasing emu meanwhile) until the committer has
+// committed and published (or refused) the run's writes up to gen. Every
+// buffered write lists the run, so the committer always gets there.
+func (r *run) awaitLocked(gen uint64) {
+	for r.cgen < gen {
+		if r.cwait == nil {
+			r.cwait = make(chan struct{})
+		}
+		ch := r.cwait
 		r.emu.Unlock()
-		<-done
+		<-ch
 		r.emu.Lock()
+	}
+}
+
+// committed records that the run's writes up to gen are committed and
+// published (or refused), waking whoever waits for them.
+func (r *run) committed(gen uint64) {
+	r.emu.Lock()
+	if gen > r.cgen {
+		r.cgen = gen
+	}
+	ch := r.cwait
+	r.cwait = nil
+	r.emu.Unlock()
+	if ch != nil {
+		close(ch)
 	}
 }
 
@@ -212,119 +315,162 @@ func (r *run) beforeExecute(pn *pnode) {
 	}
 }
 
-// committer is the engine's group commit loop for batched runs.
+// committer commits the buffered writes of sync or batched runs and then
+// publishes their events: the log is the source of truth, and a live
+// subscriber only ever sees what the store holds (commit-then-publish).
+// Runs put themselves on its list when they buffer a write; the loop
+// takes every listed run's buffer and applies them all in one
+// WriteBatches call (one transaction, one fsync), so the token deltas of
+// all streaming runs share a commit. The sync committer commits as soon
+// as something is listed (a commit in progress gathers the next group);
+// the batched one waits one interval (or until maxSize writes) first.
+// Its goroutine runs while runs are listed and exits when none are.
 type committer struct {
 	st      *storeView
-	in      chan commitReq
-	quit    chan struct{}
-	stopped chan struct{}
-	every   time.Duration
-	maxSize int
+	every   time.Duration // 0: commit at once
+	maxSize int64
+
+	mu      sync.Mutex
+	dirty   []*run
+	running bool         // the loop goroutine is up
+	size    atomic.Int64 // writes buffered since the last take
+
+	hurry chan struct{} // maxSize writes are waiting (cap 1)
+	quit  chan struct{} // closed by Engine.Close: stop waiting out intervals
+	wg    sync.WaitGroup
 }
 
-type commitReq struct {
-	b    WriteBatch
-	r    *run
-	done chan struct{}
+// committerFor returns the engine's committer for a durability mode (nil
+// for exit mode: the run writes at its own flush points).
+func (e *Engine) committerFor(d Durability) *committer {
+	if d == DurabilityExit {
+		return nil
+	}
+	e.cmu.Lock()
+	defer e.cmu.Unlock()
+	c := e.commits[d]
+	if c == nil {
+		c = &committer{st: e.store, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1), quit: e.quit}
+		if d == DurabilityBatched {
+			c.every = e.batchEvery
+		}
+		if e.commits == nil {
+			e.commits = map[Durability]*committer{}
+		}
+		e.commits[d] = c
+	}
+	return c
 }
 
-func (e *Engine) committer() *committer {
-	e.commitOnce.Do(func() {
-		e.commit = &committer{st: e.store, in: make(chan commitReq, 4096), quit: make(chan struct{}),
-			stopped: make(chan struct{}), every: e.batchEvery, maxSize: e.batchSize}
-		go e.commit.loop()
-	})
-	return e.commit
+// add lists r (called under r.emu, once until its buffer is taken) and
+// starts the loop if it is not running.
+func (c *committer) add(r *run) {
+	c.mu.Lock()
+	c.dirty = append(c.dirty, r)
+	if !c.running {
+		c.running = true
+		c.wg.Add(1)
+		go c.loop()
+	}
+	c.mu.Unlock()
 }
 
-func (c *committer) submit(b WriteBatch, r *run) <-chan struct{} {
-	done := make(chan struct{})
-	c.in <- commitReq{b: b, r: r, done: done}
-	return done
+// grow counts one buffered write; at maxSize the batched loop commits
+// without waiting out its interval.
+func (c *committer) grow() {
+	if c.size.Add(1) == c.maxSize {
+		c.hurryUp()
+	}
 }
 
-// loop collects requests for up to one interval (or maxSize writes) and
-// applies them in one batch. It runs until the engine is closed.
+// hurryUp makes the batched loop commit without waiting out its interval.
+func (c *committer) hurryUp() {
+	select {
+	case c.hurry <- struct{}{}:
+	default:
+	}
+}
+
+// loop commits listed runs until none are left.
 func (c *committer) loop() {
-	defer close(c.stopped)
-	var pending []commitReq
-	size := 0
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
+	defer c.wg.Done()
+	var timer *time.Timer
 	for {
-		select {
-		case <-c.quit:
-			timer.Stop()
-			for {
-				select {
-				case req := <-c.in:
-					pending = append(pending, req)
-					continue
-				default:
-				}
-				break
-			}
-			if len(pending) > 0 {
-				c.commit(pending)
-			}
-			return
-		case req := <-c.in:
-			if len(pending) == 0 {
+		if c.every > 0 && c.size.Load() < c.maxSize {
+			if timer == nil {
+				timer = time.NewTimer(c.every)
+			} else {
 				timer.Reset(c.every)
 			}
-			pending = append(pending, req)
-			size += len(req.b.Checkpoints) + len(req.b.Events)
-			if size < c.maxSize {
-				continue
+			select {
+			case <-timer.C:
+			case <-c.hurry:
+				timer.Stop()
+			case <-c.quit:
+				timer.Stop()
 			}
-			timer.Stop()
-		case <-timer.C:
 		}
-		c.commit(pending)
-		pending, size = pending[:0:0], 0
+		c.commit()
+		c.mu.Lock()
+		if len(c.dirty) == 0 {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
 	}
 }
 
-func (c *committer) commit(reqs []commitReq) {
-	// One batch per run: a run's requests arrive in order, so they merge
-	// into one (its creation first, its writes in order, its end last),
-	// which saves the store a fence check per request.
-	var batches []WriteBatch
-	var runs []*run
-	at := make(map[*run]int, len(reqs))
-	for _, q := range reqs {
-		i, ok := at[q.r]
-		if !ok {
-			at[q.r] = len(batches)
-			batches, runs = append(batches, q.b), append(runs, q.r)
-			continue
-		}
-		// The committer owns handed-over slices: growing them in place is safe.
-		b := &batches[i]
-		b.Checkpoints = append(b.Checkpoints, q.b.Checkpoints...)
-		b.Events = append(b.Events, q.b.Events...)
-		if q.b.Finish != nil {
-			b.Finish = q.b.Finish
-		}
-		if q.b.Release != nil {
-			b.Release = q.b.Release
-		}
+// commit takes the buffers of every listed run, applies them in one call,
+// publishes the events of each run whose writes were committed, and then
+// wakes the runs' waiters.
+func (c *committer) commit() {
+	c.mu.Lock()
+	runs := c.dirty
+	c.dirty = nil
+	c.mu.Unlock()
+	c.size.Store(0)
+	select {
+	case <-c.hurry:
+	default:
 	}
-	for i := range batches {
-		batches[i].Checkpoints = latestPerNode(batches[i].Checkpoints)
+	if len(runs) == 0 {
+		return
 	}
-	err := applyBatches(context.Background(), c.st, batches)
-	if err != nil && len(batches) > 1 {
-		// Find whose writes were refused: apply run by run.
-		for i := range batches {
-			if e := applyBatches(context.Background(), c.st, batches[i:i+1]); e != nil {
-				runs[i].fail(e)
+	gens := make([]uint64, len(runs))
+	batches := make([]WriteBatch, 0, len(runs))
+	owners := make([]*run, 0, len(runs))
+	for i, r := range runs {
+		r.emu.Lock()
+		r.queued = false
+		gens[i] = r.wgen
+		if r.storeErr == nil && !r.wb.empty() {
+			batches = append(batches, r.takeLocked())
+			owners = append(owners, r)
+		}
+		r.emu.Unlock()
+	}
+	refused := make([]bool, len(batches))
+	if err := applyBatches(context.Background(), c.st, batches); err != nil {
+		if len(batches) == 1 {
+			refused[0] = true
+			owners[0].fail(err)
+		} else {
+			// Find whose writes were refused: apply run by run.
+			for i := range batches {
+				if e := applyBatches(context.Background(), c.st, batches[i:i+1]); e != nil {
+					refused[i] = true
+					owners[i].fail(e)
+				}
 			}
 		}
-	} else if err != nil {
-		runs[0].fail(err)
 	}
-	for _, q := range reqs {
-		close(q.done)
+	for i, b := range batches {
+		if !refused[i] {
+			owners[i].publish(b.Events)
+		}
+	}
+	for i, r := range runs {
+		r.committed(gens[i])
 	}
 }

@@ -48,8 +48,8 @@ func TestDurabilityModesKeepTheLog(t *testing.T) {
 	}
 }
 
-// exit mode writes nothing while the run is in flight; sync mode has the
-// running checkpoint of a node on disk before its handler runs.
+// exit mode writes only the run's start while the run is in flight; sync
+// mode has the running checkpoint of a node on disk before its handler runs.
 func TestDurabilityFlushPoints(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -85,13 +85,71 @@ func TestDurabilityFlushPoints(t *testing.T) {
 				require.Equal(t, runtime.EventNodeStarted, evs[len(evs)-1].Type)
 			} else {
 				require.Empty(t, cps)
-				require.Empty(t, evs)
+				require.Len(t, evs, 1)
+				require.Equal(t, runtime.EventRunStarted, evs[0].Type)
 			}
 			release()
 			<-done
 			evs, err = mem.Events(context.Background(), "x", 0, 0)
 			require.NoError(t, err)
 			checkLifecycle(t, evs)
+		})
+	}
+}
+
+// committedSink checks, at every event it receives, that the store already
+// holds that event (same seq, type, node and attempt): commit, then publish.
+type committedSink struct {
+	t     testing.TB
+	st    runtime.Store
+	mu    sync.Mutex
+	got   []runtime.Event
+	early []string
+}
+
+func (s *committedSink) Emit(ev runtime.Event) {
+	stored, err := s.st.Events(context.Background(), ev.RunID, ev.Seq-1, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, ev)
+	if err != nil || len(stored) == 0 || stored[0].Seq != ev.Seq || stored[0].Type != ev.Type ||
+		stored[0].NodeID != ev.NodeID || stored[0].Attempt != ev.Attempt {
+		s.early = append(s.early, fmt.Sprintf("seq %d %s %s: store has %v (%v)", ev.Seq, ev.Type, ev.NodeID, stored, err))
+	}
+}
+
+// In every durability mode a sink receives an event only once the store
+// has committed it, and the stream it receives is the stored log.
+func TestSinkGetsOnlyCommittedEvents(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			k := newKit(t)
+			mem := newMem()
+			e := k.engine(t, mem, func(c *runtime.Config) { c.Durability = mode })
+			g := newGraph("c").node("s", "start").node("a", "step", `{"deltas":300}`).node("b", "step", `{"deltas":5,"fail":1,"retry":{"maxAttempts":2}}`).
+				node("c", "step", `{"deltas":3}`).flow("s", "a").flow("s", "b").flow("a", "c").flow("b", "c").build()
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sink := &committedSink{t: t, st: mem}
+					id := fmt.Sprintf("%s-%d", mode, i)
+					res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: id, Sink: sink})
+					require.NoError(t, err)
+					require.Equal(t, runtime.RunCompleted, res.Status)
+					stored, err := mem.Events(context.Background(), id, 0, 0)
+					require.NoError(t, err)
+					sink.mu.Lock()
+					defer sink.mu.Unlock()
+					require.Empty(t, sink.early, "events published before they were committed")
+					require.Equal(t, stored, sink.got)
+					checkLifecycle(t, stored)
+				}()
+			}
+			wg.Wait()
 		})
 	}
 }

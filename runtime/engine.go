@@ -75,8 +75,16 @@ type Engine struct {
 	durability Durability
 	batchEvery time.Duration
 	batchSize  int
-	commitOnce sync.Once
-	commit     *committer
+	cmu        sync.Mutex
+	commits    map[Durability]*committer
+	quit       chan struct{} // closed by Close
+	closeOnce  sync.Once
+
+	// held counts, per run id, the reasons this engine holds the run
+	// (starting, executing, claimed by a recovery pass): recovery never
+	// takes back a run this engine holds.
+	hmu  sync.Mutex
+	held map[string]int
 }
 
 // NewEngine returns an engine for cfg.
@@ -90,7 +98,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("runtime: condition environment: %w", err)
 	}
 	e := &Engine{reg: cfg.Registry, raw: cfg.Store, lim: lim, conds: conds,
-		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, log: cfg.Logger}
+		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, log: cfg.Logger, quit: make(chan struct{}), held: map[string]int{}}
 	// The store's capabilities are probed here, once; the kernel uses
 	// e.store's fields and never type-asserts the store again.
 	e.store = newStoreView(cfg.Store, cfg.StoreObserver)
@@ -147,10 +155,15 @@ func (e *Engine) Registry() *Registry { return e.reg }
 // Close stops the engine's background work (the group committer of
 // batched runs), flushing what it holds. Call it after every run has ended.
 func (e *Engine) Close() {
-	e.commitOnce.Do(func() {}) // no committer may start after Close
-	if c := e.commit; c != nil {
-		close(c.quit)
-		<-c.stopped
+	e.closeOnce.Do(func() { close(e.quit) })
+	e.cmu.Lock()
+	commits := make([]*committer, 0, len(e.commits))
+	for _, c := range e.commits {
+		commits = append(commits, c)
+	}
+	e.cmu.Unlock()
+	for _, c := range commits {
+		c.wg.Wait()
 	}
 }
 
@@ -479,13 +492,15 @@ func (e *Engine) Resume(ctx context.Context, req ResumeRequest) (*RunResult, err
 // Stream is a run in progress whose events arrive on a channel.
 type Stream struct {
 	events chan Event
+	q      *eventQueue
 	done   chan struct{}
 	res    *RunResult
 	err    error
 }
 
 // Events delivers the run's events in seq order and is closed after the
-// terminal event. The consumer must drain it: a full channel holds the run.
+// terminal event. Events wait in memory until read, so a slow consumer
+// holds neither its run nor any other.
 func (s *Stream) Events() <-chan Event { return s.events }
 
 // Wait drains any events not read yet and returns the run's result.
@@ -500,7 +515,7 @@ func (s *Stream) Wait() (*RunResult, error) {
 // (invalid graph, unknown entries) are returned at once.
 func (e *Engine) Stream(ctx context.Context, req RunRequest) (*Stream, error) {
 	s := newStream()
-	req.Sink = teeSink(req.Sink, s.events)
+	req.Sink = teeSink(req.Sink, s.q)
 	r, err := e.newRun(ctx, req)
 	if err != nil {
 		return nil, err
@@ -512,7 +527,7 @@ func (e *Engine) Stream(ctx context.Context, req RunRequest) (*Stream, error) {
 // StreamResume is Resume with a live event stream.
 func (e *Engine) StreamResume(ctx context.Context, req ResumeRequest) (*Stream, error) {
 	s := newStream()
-	req.Sink = teeSink(req.Sink, s.events)
+	req.Sink = teeSink(req.Sink, s.q)
 	r, err := e.resumeRun(ctx, req)
 	if err != nil {
 		return nil, err
@@ -522,22 +537,75 @@ func (e *Engine) StreamResume(ctx context.Context, req ResumeRequest) (*Stream, 
 }
 
 func newStream() *Stream {
-	return &Stream{events: make(chan Event, 64), done: make(chan struct{})}
+	return &Stream{events: make(chan Event, 64), q: &eventQueue{more: make(chan struct{}, 1)}, done: make(chan struct{})}
 }
 
 func (s *Stream) run(r *run) {
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		s.q.forward(s.events)
+	}()
 	s.res, s.err = r.execute()
+	s.q.close()
+	<-forwarded
 	close(s.events)
 	close(s.done)
 }
 
-func teeSink(user EventSink, ch chan<- Event) EventSink {
+// eventQueue decouples a run's sink (called by its committer, which must
+// never wait for a consumer) from a Stream's channel.
+type eventQueue struct {
+	mu     sync.Mutex
+	evs    []Event
+	closed bool
+	more   chan struct{} // cap 1
+}
+
+func (q *eventQueue) push(e Event) {
+	q.mu.Lock()
+	q.evs = append(q.evs, e)
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *eventQueue) signal() {
+	select {
+	case q.more <- struct{}{}:
+	default:
+	}
+}
+
+// forward sends every pushed event to ch until the queue is closed and empty.
+func (q *eventQueue) forward(ch chan<- Event) {
+	for range q.more {
+		q.mu.Lock()
+		evs, closed := q.evs, q.closed
+		q.evs = nil
+		q.mu.Unlock()
+		for _, e := range evs {
+			ch <- e
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+func teeSink(user EventSink, q *eventQueue) EventSink {
 	if user == nil {
-		return SinkFunc(func(e Event) { ch <- e })
+		return SinkFunc(q.push)
 	}
 	return SinkFunc(func(e Event) {
 		user.Emit(e)
-		ch <- e
+		q.push(e)
 	})
 }
 
@@ -567,4 +635,26 @@ func (e *Engine) CancelInterrupted(ctx context.Context, runID string, cause erro
 		return nil, err
 	}
 	return rec, nil
+}
+
+// hold notes one more reason this engine holds run id.
+func (e *Engine) hold(id string) {
+	e.hmu.Lock()
+	e.held[id]++
+	e.hmu.Unlock()
+}
+
+// unhold drops one reason.
+func (e *Engine) unhold(id string) {
+	e.hmu.Lock()
+	if e.held[id]--; e.held[id] <= 0 {
+		delete(e.held, id)
+	}
+	e.hmu.Unlock()
+}
+
+func (e *Engine) holds(id string) bool {
+	e.hmu.Lock()
+	defer e.hmu.Unlock()
+	return e.held[id] > 0
 }

@@ -63,7 +63,9 @@ type Event struct {
 }
 
 // EventSink receives a run's events in seq order, one call at a time per
-// run. It must not block for long: it runs on the run's critical path.
+// run, each once the store holds it (commit-then-publish; without a store,
+// at once). It must not block: with sync and batched durability it is
+// called by the engine's committer, which serves every run.
 type EventSink interface {
 	Emit(Event)
 }

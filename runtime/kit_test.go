@@ -36,6 +36,7 @@ type stepCfg struct {
 	Output    json.RawMessage `json:"output"`
 	Hang      bool            `json:"hang"`
 	Label     string          `json:"label"`
+	Deltas    int             `json:"deltas"` // node_delta events to emit before finishing
 }
 
 // kit counts executions per node across runs and builds engines.
@@ -152,6 +153,11 @@ func (k *kit) stepExec(n *runtime.Node, _ bool) (runtime.Executor, error) {
 		}
 		if c.Panic {
 			panic("boom in " + n.ID)
+		}
+		for i := range c.Deltas {
+			if err := fc.Emit("node_delta", map[string]any{"text": fmt.Sprintf("%s%d ", n.ID, i)}); err != nil {
+				return runtime.Result{}, err
+			}
 		}
 		if c.Fail > 0 && att <= c.Fail {
 			code := c.Code

@@ -238,6 +238,12 @@ func (r *run) renewLease(stop <-chan struct{}) {
 			cur := *r.lease
 			r.emu.Unlock()
 			next, err := l.RenewLease(r.bg, cur, r.e.leaseTTL)
+			r.emu.Lock()
+			ending := r.ending
+			r.emu.Unlock()
+			if err != nil && ending {
+				return // the run's end (with its lease's release) is being written
+			}
 			if err != nil {
 				r.e.log.Warn("run lease lost", "run", r.rec.ID, "err", err)
 				lost := fmt.Errorf("%w: %v", ErrLeaseLost, err)
@@ -276,8 +282,13 @@ type RecoveryConfig struct {
 }
 
 // RecoverExpired makes one pass: it claims every run whose lease expired
-// (up to Batch) and continues it in the background. It returns how many
-// runs it started; runs another process claimed first are skipped.
+// (up to Batch) and continues it in the background. With an OwnerLister
+// store it first takes back, at once, the running runs whose lease names
+// this engine's owner but that this engine does not hold: the runs of an
+// earlier process with the same Config.Owner (a restart). Their claim
+// bumps the token, so that earlier process, were it still alive, is
+// fenced. It returns how many runs it started; runs another process
+// claimed first are skipped.
 func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, error) {
 	if e.store == nil || e.store.leaser == nil {
 		return 0, fmt.Errorf("runtime: recovery needs a store with leases")
@@ -288,30 +299,61 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 		batch = 100
 	}
 	var ids []string
-	var leases map[string]*Lease
+	leases := map[string]*Lease{}
+	if o := e.store.owned; o != nil {
+		mine, err := o.OwnedRuns(ctx, e.owner, batch)
+		if err != nil {
+			return 0, err
+		}
+		for _, id := range mine {
+			if e.holds(id) {
+				continue // executing here
+			}
+			got, err := l.ClaimRun(ctx, id, e.owner, e.leaseTTL)
+			if err != nil {
+				continue // ended or taken meanwhile
+			}
+			ids = append(ids, id)
+			leases[id] = &got
+		}
+	}
 	if bc := e.store.bulk; bc != nil {
 		// One write claims the whole batch.
 		got, err := bc.ClaimExpired(ctx, e.owner, e.leaseTTL, time.Now(), batch)
 		if err != nil {
+			e.releaseAll(ctx, leases)
 			return 0, err
 		}
-		leases = make(map[string]*Lease, len(got))
 		for i := range got {
-			ids = append(ids, got[i].RunID)
-			leases[got[i].RunID] = &got[i]
+			if leases[got[i].RunID] == nil {
+				ids = append(ids, got[i].RunID)
+			}
+			leases[got[i].RunID] = &got[i] // the newer claim
 		}
 	} else {
-		var err error
-		if ids, err = l.ExpiredRuns(ctx, time.Now(), batch); err != nil {
+		expired, err := l.ExpiredRuns(ctx, time.Now(), batch)
+		if err != nil {
+			e.releaseAll(ctx, leases)
 			return 0, err
 		}
+		for _, id := range expired {
+			if leases[id] == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	for _, id := range ids {
+		e.hold(id) // until the run ends or the claim is given back
 	}
 	started := 0
 	for _, id := range ids {
+		var unholdOnce sync.Once
+		unhold := func() { unholdOnce.Do(func() { e.unhold(id) }) }
 		release := func() {
 			if lease := leases[id]; lease != nil {
 				_ = l.ReleaseLease(ctx, *lease) // let another process take it
 			}
+			unhold()
 		}
 		rec, err := e.store.GetRun(ctx, id)
 		if err != nil {
@@ -337,6 +379,7 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 						release()
 						return
 					}
+					unhold() // the run holds itself now
 					res, err = r.execute()
 				})
 				if !ran {
@@ -360,6 +403,7 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 			release()
 			continue
 		}
+		unhold() // the run holds itself now
 		started++
 		e.recovering.Add(1)
 		go func() {
@@ -397,3 +441,10 @@ func (e *Engine) RecoveryLoop(ctx context.Context, cfg RecoveryConfig) {
 
 // WaitRecovered blocks until every run started by recovery has ended.
 func (e *Engine) WaitRecovered() { e.recovering.Wait() }
+
+// releaseAll gives back claims a failed pass took.
+func (e *Engine) releaseAll(ctx context.Context, leases map[string]*Lease) {
+	for _, l := range leases {
+		_ = e.store.leaser.ReleaseLease(ctx, *l)
+	}
+}

@@ -271,3 +271,64 @@ func TestRecoverExpiredLeases(t *testing.T) {
 	log, _ := mem.Events(context.Background(), "lr", 0, 0)
 	checkLifecycle(t, log)
 }
+
+// An engine restarted with its predecessor's owner takes the run back at
+// once (the lease has not expired), with a newer token that fences the
+// predecessor; an engine with another owner still waits for the lease.
+func TestRecoverOwnRunsAtOnce(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	mem := newMem()
+	g := newGraph("own").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
+	ctx, kill := context.WithCancel(context.Background())
+	cs := &crashStore{Store: mem, kill: kill, failpoint: func(cp *runtime.Checkpoint) (bool, bool) {
+		return false, cp.NodeID == "b" && cp.Status == runtime.NodeRunning
+	}}
+	dead := k.engine(t, cs, func(c *runtime.Config) { c.LeaseTTL = time.Hour; c.Owner = "srv-1" })
+	_, _ = dead.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "own", Input: "x"})
+	require.True(t, cs.crashed.Load())
+	oldRec, err := mem.GetRun(context.Background(), "own")
+	require.NoError(t, err)
+
+	cfg := func(done chan<- *runtime.RunResult) runtime.RecoveryConfig {
+		return runtime.RecoveryConfig{
+			Prepare: func(context.Context, *runtime.RunRecord) (runtime.RecoverRequest, error) {
+				return runtime.RecoverRequest{Graph: g}, nil
+			},
+			Done: func(_ *runtime.RunRecord, res *runtime.RunResult, err error) {
+				require.NoError(t, err)
+				done <- res
+			},
+		}
+	}
+	stranger := k.engine(t, mem, func(c *runtime.Config) { c.Owner = "srv-2" })
+	n, err := stranger.RecoverExpired(context.Background(), cfg(nil))
+	require.NoError(t, err)
+	require.Zero(t, n, "another owner waits for the lease")
+
+	done := make(chan *runtime.RunResult, 1)
+	restarted := k.engine(t, mem, func(c *runtime.Config) { c.LeaseTTL = time.Hour; c.Owner = "srv-1" })
+	n, err = restarted.RecoverExpired(context.Background(), cfg(done))
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the same owner takes its run back at once")
+	res := <-done
+	restarted.WaitRecovered()
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	out, _ := res.Output("b")
+	require.Equal(t, "b(a(s(x)))", out)
+	err = mem.SaveCheckpoint(context.Background(), &runtime.Checkpoint{RunID: "own", NodeID: "b", Status: runtime.NodeFailed, Token: oldRec.Token})
+	require.ErrorIs(t, err, runtime.ErrFenced, "the predecessor is fenced")
+	log, _ := mem.Events(context.Background(), "own", 0, 0)
+	checkLifecycle(t, log)
+
+	// A run the engine executes itself is never taken back by its own pass.
+	started, release := k.hold("a")
+	go func() {
+		_, _ = restarted.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "live", Input: "y"})
+	}()
+	<-started
+	n, err = restarted.RecoverExpired(context.Background(), cfg(nil))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	release()
+}

@@ -72,6 +72,16 @@ type run struct {
 	lease      *Lease
 	durability Durability
 	wb         writeBuf // guarded by emu
+	// With a committer (sync and batched runs with a store), events reach
+	// the sink only once committed: wgen counts buffered writes, cgen those
+	// committed and published, cwait is closed when cgen advances, queued
+	// says the run is on cm's list. All under emu.
+	cm         *committer
+	queued     bool
+	wgen, cgen uint64
+	cwait      chan struct{}
+	twait      chan struct{} // closed when the buffer is taken (emu)
+	ending     bool          // the run's end is buffered (emu)
 	logged     *logged
 	recovering bool
 	dead       atomic.Bool // the store refused a write: write nothing more
@@ -260,6 +270,9 @@ func (p *Plan) defaultEntries() []string {
 }
 
 func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink) (*run, error) {
+	// Held from before its record exists: recovery never takes it back.
+	e.hold(rec.ID)
+	defer e.unhold(rec.ID)
 	var lease *Lease
 	batched := rec.Options.Durability == DurabilityBatched || rec.Options.Durability == "" && e.durability == DurabilityBatched
 	if e.store != nil && e.store.finisher != nil && batched {
@@ -312,6 +325,10 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 	default:
 		return nil, fmt.Errorf("runtime: unknown durability %q", r.durability)
 	}
+	if r.store != nil {
+		r.cm = e.committerFor(r.durability)
+	}
+	e.hold(rec.ID) // until execute returns
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	// One allocation for the per-node counters.
 	counters := make([]int32, 2*n)
@@ -329,6 +346,7 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 
 // execute is the dispatcher loop. It returns when the run has ended.
 func (r *run) execute() (*RunResult, error) {
+	defer r.e.unhold(r.rec.ID)
 	defer r.cancel(context.Canceled)
 	defer close(r.quit)
 	if r.lease != nil {
@@ -339,6 +357,10 @@ func (r *run) execute() (*RunResult, error) {
 	r.emit(EventRunStarted, -1, 0, &RunStartedData{Kind: r.rec.Kind, GraphID: r.p.GraphID,
 		PlanVersion: r.p.PlanVersion, EntryNodeIDs: r.as.entryIDs, ActiveNodeIDs: r.as.ids,
 		ParentRunID: r.rec.ParentID, Resumed: r.rec.ParentID != "", Attrs: r.rec.Attrs})
+	// run_started is durable and published before any node starts, in
+	// every mode (exit mode writes only this and the run's end): a sink
+	// that reacts to it (linking a cancel, say) does so before work begins.
+	r.flush(true)
 	for _, i := range r.as.nodes {
 		r.state[i] = NodePending
 		r.pending[i] = r.as.inCount[i]
@@ -1044,10 +1066,12 @@ func (r *run) finish() (*RunResult, error) {
 		r.rec.Status, r.rec.Interrupts, r.rec.LastSeq, r.rec.UpdatedAt = status, r.interrupt, res.LastSeq, time.Now()
 		final := *r.rec
 		r.wb.finish = &final
+		r.ending = true
 		if r.lease != nil {
 			l := *r.lease
 			r.wb.release = &l
 		}
+		r.bufferedLocked()
 	}
 	r.flushLocked(true)
 	storeErr := r.storeErr
@@ -1088,8 +1112,9 @@ func (r *run) inputs(n int32) Inputs {
 	return in
 }
 
-// emit assigns the next seq, appends the event to the store and hands it
-// to the sink, all under one lock so every reader sees the same order.
+// emit assigns the next seq and buffers the event for the store, under
+// one lock so the log and every reader see the same order; the sink gets
+// it once it is committed (without a store: at once).
 func (r *run) emit(t EventType, n int32, attempt int, data any) {
 	r.emitAt(time.Time{}, t, n, attempt, data)
 }
@@ -1123,15 +1148,16 @@ func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data a
 	if n >= 0 {
 		ev.NodeID = r.p.nodes[n].node.ID
 	}
-	if r.store != nil {
-		r.wb.evs = append(r.wb.evs, ev)
-		if r.durability != DurabilityExit && len(r.wb.evs) >= maxBuffered {
-			r.flushLocked(false)
+	if r.store == nil {
+		if r.sink != nil {
+			r.sink.Emit(ev)
 		}
+		return
 	}
-	if r.sink != nil {
-		r.sink.Emit(ev)
-	}
+	// Commit, then publish: the sink gets the event once the store holds
+	// it (flushLocked, committer.commit).
+	r.wb.evs = append(r.wb.evs, ev)
+	r.bufferedLocked()
 }
 
 // terminal emits a node's terminal event and closes its FlowContext in the
@@ -1172,7 +1198,10 @@ func (r *run) save(cp *Checkpoint) {
 		return
 	}
 	r.emu.Lock()
-	r.wb.cps = append(r.wb.cps, cp)
+	if r.storeErr == nil {
+		r.wb.cps = append(r.wb.cps, cp)
+		r.bufferedLocked()
+	}
 	r.emu.Unlock()
 }
 
@@ -1190,6 +1219,7 @@ func (r *run) failLocked(err error) {
 	}
 	r.storeErr = err
 	r.wb = writeBuf{}
+	r.roomLocked()
 	r.dead.Store(true)
 	if errors.Is(err, ErrLeaseLost) {
 		r.cancel(err)

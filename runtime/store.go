@@ -197,6 +197,15 @@ type Leaser interface {
 	ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error)
 }
 
+// OwnerLister is implemented by Leaser stores that list the running runs
+// whose lease names owner, expired or not, oldest first, up to limit
+// (<= 0: all). An engine restarted with the same stable Config.Owner uses
+// it to take its own runs back at once (through ClaimRun, which bumps each
+// run's token) instead of waiting out their leases.
+type OwnerLister interface {
+	OwnedRuns(ctx context.Context, owner string, limit int) ([]string, error)
+}
+
 // BulkClaimer is implemented by stores that claim many expired runs in
 // one write: every running run whose lease expired at now (or that has
 // none), oldest first, up to limit, each with a new lease for owner.

@@ -10,7 +10,7 @@ import (
 // returned. op is the method's name in snake_case: create_run, get_run,
 // update_run, save_checkpoint, checkpoints, append_events, events;
 // claim_run, renew_lease, release_lease, expired_runs (Leaser);
-// claim_expired (BulkClaimer); write_batches (BatchWriter and
+// claim_expired (BulkClaimer); owned_runs (OwnerLister); write_batches (BatchWriter and
 // BatchFinisher); create_claimed (RunStarter); list_runs, delete_run,
 // delete_finished_before (Inspector); put_effect, get_effect,
 // delete_effects (EffectLedger). The engine calls it from many goroutines
@@ -36,6 +36,7 @@ type storeView struct {
 	finisher  BatchFinisher
 	starter   RunStarter
 	effects   EffectLedger
+	owned     OwnerLister
 }
 
 // newStoreView probes st for every optional interface; with obs non-nil it
@@ -53,6 +54,9 @@ func newStoreView(st Store, obs StoreObserver) *storeView {
 	v.finisher, _ = st.(BatchFinisher)
 	v.starter, _ = st.(RunStarter)
 	v.effects, _ = st.(EffectLedger)
+	if v.leaser != nil {
+		v.owned, _ = st.(OwnerLister)
+	}
 	if obs == nil {
 		return v
 	}
@@ -78,6 +82,9 @@ func newStoreView(st Store, obs StoreObserver) *storeView {
 	if v.effects != nil {
 		v.effects = timedEffectLedger{v.effects, obs}
 	}
+	if v.owned != nil {
+		v.owned = timedOwnerLister{v.owned, obs}
+	}
 	return v
 }
 
@@ -99,6 +106,7 @@ func (v *storeView) names() []string {
 		{"BatchFinisher", v.finisher != nil},
 		{"RunStarter", v.starter != nil},
 		{"EffectLedger", v.effects != nil},
+		{"OwnerLister", v.owned != nil},
 	} {
 		if c.has {
 			out = append(out, c.name)
@@ -287,4 +295,16 @@ func (t timedEffectLedger) DeleteEffects(ctx context.Context, rootRunID string) 
 	err := t.l.DeleteEffects(ctx, rootRunID)
 	t.obs.since("delete_effects", start, err)
 	return err
+}
+
+type timedOwnerLister struct {
+	o   OwnerLister
+	obs StoreObserver
+}
+
+func (t timedOwnerLister) OwnedRuns(ctx context.Context, owner string, limit int) ([]string, error) {
+	start := time.Now()
+	ids, err := t.o.OwnedRuns(ctx, owner, limit)
+	t.obs.since("owned_runs", start, err)
+	return ids, err
 }

@@ -35,6 +35,26 @@ func benchEnv(b *testing.B, d rt.Durability) *env {
 	})
 }
 
+// writeCounter counts the run store's write transactions (with SQLite's
+// default synchronous=FULL, one WAL fsync each) and sums the time group
+// commits (write_batches) take, waiting for the writer included.
+type writeCounter struct{ n, commits, commitNs atomic.Int64 }
+
+// storeWrites are the store calls that commit a write transaction.
+var storeWrites = map[string]bool{"create_run": true, "update_run": true, "save_checkpoint": true,
+	"append_events": true, "claim_run": true, "renew_lease": true, "release_lease": true,
+	"claim_expired": true, "write_batches": true, "create_claimed": true, "put_effect": true}
+
+func (w *writeCounter) observe(op string, d time.Duration, err error) {
+	if err == nil && storeWrites[op] {
+		w.n.Add(1)
+	}
+	if op == "write_batches" {
+		w.commits.Add(1)
+		w.commitNs.Add(int64(d))
+	}
+}
+
 // modes runs a benchmark once per durability mode of the run store.
 func modes(b *testing.B, f func(b *testing.B, d rt.Durability)) {
 	for _, d := range []rt.Durability{rt.DurabilitySync, rt.DurabilityBatched} {
@@ -57,7 +77,11 @@ func BenchmarkEventLatencyWebSocket(b *testing.B) { modes(b, benchEventLatency) 
 
 func benchEventLatency(b *testing.B, d rt.Durability) {
 	const runs, conns = 1000, 50
-	e := benchEnv(b, d)
+	var writes writeCounter
+	e := newEnvTB(b, func(c *transportConfig) {
+		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
+		c.Engine.StoreObserver = writes.observe
+	})
 	graphID, _ := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
 	chats := make([]string, runs)
 	for i := range chats {
@@ -72,6 +96,7 @@ func benchEventLatency(b *testing.B, d rt.Durability) {
 		var events atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
+		writes0, commits0, commitNs0 := writes.n.Load(), writes.commits.Load(), writes.commitNs.Load()
 		for c := range conns {
 			wg.Add(1)
 			go func() {
@@ -131,6 +156,10 @@ func benchEventLatency(b *testing.B, d rt.Durability) {
 		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
 		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
 		b.ReportMetric(float64(events.Load())/took.Seconds(), "events/s")
+		b.ReportMetric(float64(writes.n.Load()-writes0)/took.Seconds(), "fsyncs/s")
+		if n := writes.commits.Load() - commits0; n > 0 {
+			b.ReportMetric(float64(writes.commitNs.Load()-commitNs0)/float64(n)/1e6, "ms/commit")
+		}
 	}
 }
 

@@ -76,7 +76,12 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
 	}
-	ecfg.StoreObserver = transport.StoreObserver(cfg.Metrics)
+	observe := transport.StoreObserver(cfg.Metrics)
+	if extra := cfg.Engine.StoreObserver; extra != nil {
+		ecfg.StoreObserver = func(op string, d time.Duration, err error) { observe(op, d, err); extra(op, d, err) }
+	} else {
+		ecfg.StoreObserver = observe
+	}
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,

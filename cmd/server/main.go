@@ -95,7 +95,9 @@ type config struct {
 	bodyLimit                                                         int64
 	rateLimit                                                         float64
 	// getenv reads the variables the config file names.
-	getenv func(string) string
+	getenv            func(string) string
+	instanceID, owner string
+	leaseTTL          time.Duration
 }
 
 func envOr(getenv func(string) string, key, def string) string {
@@ -137,6 +139,9 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.DurationVar(&c.interruptedRetention, "interrupted-retention", interrupted, "delete runs waiting for a human longer than this, hourly (negative: never) (CHATGRAPH_INTERRUPTED_RETENTION)")
 	fs.Int64Var(&c.bodyLimit, "body-limit", 1<<20, "largest request body in bytes")
 	fs.Float64Var(&c.rateLimit, "rate-limit", 50, "requests per second per client IP (negative: off)")
+	if err := instanceFlags(fs, c, ge); err != nil {
+		return nil, nil, err
+	}
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {
@@ -206,7 +211,7 @@ func runControl(ctx context.Context, c *config, log *slog.Logger) (runcontrol.Co
 		return nil, nil, nil, fmt.Errorf("redis url: %w", err)
 	}
 	rdb := goredis.NewClient(opts)
-	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log})
+	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log, BindingTTL: c.bindingTTL()})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, fmt.Errorf("redis run control: %w", err)
@@ -253,6 +258,11 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("--debug-addr: %w", err)
 	}
 	defer stopDebug()
+	unlock, err := claimInstance(c)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := openStores(ctx, c, log)
 	if err != nil {
 		return err

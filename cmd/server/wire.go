@@ -27,12 +27,12 @@ func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Set
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
-		Logger: log, StoreObserver: transport.StoreObserver(metrics)})
+		Logger: log, StoreObserver: transport.StoreObserver(metrics), Owner: c.owner, LeaseTTL: c.leaseTTL})
 	if err != nil {
 		return nil, err
 	}
 	svc, err := chat.New(chat.Config{Engine: eng, Store: st.chats, Control: ctl, Queue: queue, DrainTimeout: c.drainTimeout,
-		Retention: c.retention, InterruptedRetention: c.interruptedRetention, Logger: log})
+		Retention: c.retention, InterruptedRetention: c.interruptedRetention, Logger: log, RecoveryInterval: c.recoveryInterval()})
 	if err != nil {
 		eng.Close()
 		return nil, err

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envTurnWorker) == "1" {
 		os.Exit(turnWorker())
 	}
+	if os.Getenv(envStreamWorker) == "1" {
+		os.Exit(streamWorker())
+	}
 	os.Exit(m.Run())
 }
 

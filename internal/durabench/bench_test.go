@@ -322,7 +322,7 @@ func TestBenchEnginesSeeEveryCapability(t *testing.T) {
 		defer e.Close()
 		return e.Capabilities()
 	}
-	want := []string{"Leaser", "BulkClaimer", "Inspector", "BatchWriter", "BatchFinisher", "RunStarter", "EffectLedger"}
+	want := []string{"Leaser", "BulkClaimer", "Inspector", "BatchWriter", "BatchFinisher", "RunStarter", "EffectLedger", "OwnerLister"}
 	if got := caps(st); !slices.Equal(got, want) {
 		t.Fatalf("engine on the SQLite store sees %v, want %v", got, want)
 	}

@@ -40,11 +40,15 @@ func New() *Store {
 }
 
 var (
-	_ runtime.Store        = (*Store)(nil)
-	_ runtime.Leaser       = (*Store)(nil)
-	_ runtime.Inspector    = (*Store)(nil)
-	_ runtime.BatchWriter  = (*Store)(nil)
-	_ runtime.EffectLedger = (*Store)(nil)
+	_ runtime.Store         = (*Store)(nil)
+	_ runtime.Leaser        = (*Store)(nil)
+	_ runtime.Inspector     = (*Store)(nil)
+	_ runtime.BatchWriter   = (*Store)(nil)
+	_ runtime.BatchFinisher = (*Store)(nil)
+	_ runtime.RunStarter    = (*Store)(nil)
+	_ runtime.BulkClaimer   = (*Store)(nil)
+	_ runtime.OwnerLister   = (*Store)(nil)
+	_ runtime.EffectLedger  = (*Store)(nil)
 )
 
 // CreateRun implements runtime.Store. A pending record is a reservation:
@@ -58,6 +62,26 @@ func (s *Store) CreateRun(_ context.Context, r *runtime.RunRecord) error {
 	}
 	s.runs[r.ID] = &entry{rec: *r, cps: map[string]*runtime.Checkpoint{}}
 	return nil
+}
+
+// CreateClaimed implements runtime.RunStarter: CreateRun holding the
+// run's first lease (token r.Token+1).
+func (s *Store) CreateClaimed(_ context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := runtime.Lease{RunID: r.ID, Owner: owner, Token: r.Token + 1, ExpiresAt: time.Now().Add(ttl)}
+	if e, ok := s.runs[r.ID]; ok && e.rec.Status != runtime.RunPending {
+		return runtime.Lease{}, fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
+	}
+	s.create(r, l)
+	return l, nil
+}
+
+// create stores r holding lease l (under mu).
+func (s *Store) create(r *runtime.RunRecord, l runtime.Lease) {
+	e := &entry{rec: *r, cps: map[string]*runtime.Checkpoint{}, owner: l.Owner, expires: l.ExpiresAt}
+	e.rec.Token = l.Token
+	s.runs[r.ID] = e
 }
 
 // GetRun implements runtime.Store.
@@ -137,38 +161,67 @@ func (s *Store) AppendEvents(_ context.Context, runID string, token int64, evs [
 	return nil
 }
 
-// WriteBatches implements runtime.BatchWriter: it checks every write of
-// every batch first, then applies them all, so a refused write (ErrFenced,
-// ErrSeqConflict, ErrRunNotFound) leaves the store unchanged.
+// WriteBatches implements runtime.BatchWriter and runtime.BatchFinisher:
+// it checks every write first (creations, tokens, seqs) and applies the
+// batches only when all pass, so a refused write changes nothing.
 func (s *Store) WriteBatches(_ context.Context, batches []runtime.WriteBatch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	last := map[string]int64{} // LastSeq of each run as the batches move it
+	// The runs' tokens and last seqs as the batches move them.
+	type state struct{ token, last int64 }
+	moved := map[string]*state{}
+	check := func(id string, token int64) (*state, error) {
+		if st, ok := moved[id]; ok {
+			if token < st.token {
+				return nil, fmt.Errorf("%w: run %s holds token %d, write has %d", runtime.ErrFenced, id, st.token, token)
+			}
+			return st, nil
+		}
+		e, err := s.fenced(id, token)
+		if err != nil {
+			return nil, err
+		}
+		st := &state{e.rec.Token, e.rec.LastSeq}
+		moved[id] = st
+		return st, nil
+	}
 	for _, b := range batches {
+		if c := b.Create; c != nil {
+			if b.Lease == nil {
+				return fmt.Errorf("memory store: create %s in a batch needs its lease", c.ID)
+			}
+			if e, ok := s.runs[c.ID]; moved[c.ID] != nil || ok && e.rec.Status != runtime.RunPending {
+				return fmt.Errorf("%w: %s", runtime.ErrRunExists, c.ID)
+			}
+			moved[c.ID] = &state{b.Lease.Token, c.LastSeq}
+		}
 		for _, cp := range b.Checkpoints {
-			if _, err := s.fenced(cp.RunID, cp.Token); err != nil {
+			if _, err := check(cp.RunID, cp.Token); err != nil {
 				return err
 			}
 		}
-		if len(b.Events) == 0 {
-			continue
+		if len(b.Events) > 0 {
+			st, err := check(b.RunID, b.Token)
+			if err != nil {
+				return err
+			}
+			for i := range b.Events {
+				if want := st.last + 1 + int64(i); b.Events[i].Seq != want {
+					return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, b.RunID, want, b.Events[i].Seq)
+				}
+			}
+			st.last += int64(len(b.Events))
 		}
-		e, err := s.fenced(b.RunID, b.Token)
-		if err != nil {
-			return err
-		}
-		seq, ok := last[b.RunID]
-		if !ok {
-			seq = e.rec.LastSeq
-		}
-		for i := range b.Events {
-			if want := seq + 1 + int64(i); b.Events[i].Seq != want {
-				return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, b.RunID, want, b.Events[i].Seq)
+		if f := b.Finish; f != nil {
+			if _, err := check(f.ID, f.Token); err != nil {
+				return err
 			}
 		}
-		last[b.RunID] = seq + int64(len(b.Events))
 	}
 	for _, b := range batches {
+		if b.Create != nil {
+			s.create(b.Create, *b.Lease)
+		}
 		for _, cp := range b.Checkpoints {
 			e := s.runs[cp.RunID]
 			c := *cp
@@ -182,9 +235,24 @@ func (s *Store) WriteBatches(_ context.Context, batches []runtime.WriteBatch) er
 			e.events = append(e.events, b.Events...)
 			e.rec.LastSeq += int64(len(b.Events))
 		}
+		if f := b.Finish; f != nil {
+			e := s.runs[f.ID]
+			last := e.rec.LastSeq
+			e.rec = *f
+			e.rec.LastSeq = last
+		}
+		if l := b.Release; l != nil {
+			// Nothing to release when the lease already passed on.
+			if e := s.runs[l.RunID]; e != nil && e.owner == l.Owner && e.rec.Token == l.Token {
+				e.owner, e.expires = "", time.Time{}
+			}
+		}
 	}
 	return nil
 }
+
+// FinishesBatches marks the store as a runtime.BatchFinisher.
+func (s *Store) FinishesBatches() {}
 
 // Events implements runtime.Store.
 func (s *Store) Events(_ context.Context, runID string, after int64, limit int) ([]runtime.Event, error) {
@@ -272,9 +340,42 @@ func (s *Store) holder(l runtime.Lease) (*entry, error) {
 func (s *Store) ExpiredRuns(_ context.Context, now time.Time, limit int) ([]string, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	return s.runningIDs(expiredAt(now), limit), nil
+}
+
+func expiredAt(now time.Time) func(*entry) bool {
+	return func(e *entry) bool { return e.owner == "" || !e.expires.After(now) }
+}
+
+// ClaimExpired implements runtime.BulkClaimer.
+func (s *Store) ClaimExpired(_ context.Context, owner string, ttl time.Duration, now time.Time, limit int) ([]runtime.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := s.runningIDs(expiredAt(now), limit)
+	out := make([]runtime.Lease, 0, len(ids))
+	expires := time.Now().Add(ttl)
+	for _, id := range ids {
+		e := s.runs[id]
+		e.rec.Token++
+		e.owner, e.expires = owner, expires
+		out = append(out, runtime.Lease{RunID: id, Owner: owner, Token: e.rec.Token, ExpiresAt: expires})
+	}
+	return out, nil
+}
+
+// OwnedRuns implements runtime.OwnerLister.
+func (s *Store) OwnedRuns(_ context.Context, owner string, limit int) ([]string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.runningIDs(func(e *entry) bool { return owner != "" && e.owner == owner }, limit), nil
+}
+
+// runningIDs lists the running runs that match, oldest first, up to limit
+// (<= 0: all). The caller holds mu.
+func (s *Store) runningIDs(match func(*entry) bool, limit int) []string {
 	var found []*entry
 	for _, e := range s.runs {
-		if e.rec.Status == runtime.RunRunning && (e.owner == "" || !e.expires.After(now)) {
+		if e.rec.Status == runtime.RunRunning && match(e) {
 			found = append(found, e)
 		}
 	}
@@ -288,7 +389,7 @@ func (s *Store) ExpiredRuns(_ context.Context, now time.Time, limit int) ([]stri
 	for i, e := range found {
 		ids[i] = e.rec.ID
 	}
-	return ids, nil
+	return ids
 }
 
 // ListRuns implements runtime.Inspector: runs matching f, newest

@@ -108,6 +108,23 @@ func (s *Store) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]st
 	return ids, nil
 }
 
+// OwnedRuns implements runtime.OwnerLister.
+func (s *Store) OwnedRuns(ctx context.Context, owner string, limit int) ([]string, error) {
+	var lim any // NULL: no limit
+	if limit > 0 {
+		lim = limit
+	}
+	rows, err := s.pool.Query(ctx, s.q.owned, owner, lim)
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: owned runs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres store: owned runs: %w", err)
+	}
+	return ids, nil
+}
+
 // ClaimExpired implements runtime.BulkClaimer in one statement: every
 // running run whose lease expired at now (or that has none), oldest first,
 // up to limit (<= 0: all). Rows another process is claiming at the same

@@ -154,11 +154,14 @@ func (s *Store) appendEvents(ctx context.Context, runID string, token int64, evs
 	return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
 }
 
-// WriteBatches implements runtime.BatchWriter in one transaction: it locks
-// the runs involved (in id order, so concurrent calls cannot deadlock),
-// checks every token and seq, then sends all writes in one pipelined
-// round trip and commits. Any refused write (ErrFenced, ErrSeqConflict,
-// ErrRunNotFound) rolls the whole call back.
+// WriteBatches implements runtime.BatchWriter and runtime.BatchFinisher in
+// one transaction: it inserts the runs batches create (Create, with their
+// first Lease), locks the runs involved (in id order, so concurrent calls
+// cannot deadlock), checks every token and seq, then sends all writes —
+// checkpoints, events, the final records (Finish) and lease releases
+// (Release) — in one pipelined round trip and commits. Any refused write
+// (ErrFenced, ErrSeqConflict, ErrRunNotFound, ErrRunExists) rolls the
+// whole call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
 	return wrap(s.writeBatches(ctx, batches), "write batches")
 }
@@ -169,7 +172,7 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 		for _, cp := range b.Checkpoints {
 			ids = append(ids, cp.RunID)
 		}
-		if len(b.Events) > 0 {
+		if len(b.Events) > 0 || b.Create != nil || b.Finish != nil || b.Release != nil {
 			ids = append(ids, b.RunID)
 		}
 	}
@@ -184,6 +187,19 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
+
+	// Creations first: the lock below must see their rows.
+	for _, b := range batches {
+		if b.Create == nil {
+			continue
+		}
+		if b.Lease == nil {
+			return fmt.Errorf("create %s in a batch needs its lease", b.Create.ID)
+		}
+		if err := s.createClaimed(ctx, tx, b.Create, *b.Lease); err != nil {
+			return err
+		}
+	}
 
 	type state struct{ token, last int64 }
 	runs := make(map[string]*state, len(ids))
@@ -216,6 +232,11 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 	}
 
 	var batch pgx.Batch
+	var mayMiss []bool // per queued statement: matching no row is fine
+	queue := func(miss bool, sql string, args ...any) {
+		batch.Queue(sql, args...)
+		mayMiss = append(mayMiss, miss)
+	}
 	for _, b := range batches {
 		for _, cp := range b.Checkpoints {
 			if _, err := check(cp.RunID, cp.Token); err != nil {
@@ -225,29 +246,43 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 			if err != nil {
 				return fmt.Errorf("checkpoint %s/%s: %w", cp.RunID, cp.NodeID, err)
 			}
-			batch.Queue(s.q.saveCheckpoint, args...)
+			queue(false, s.q.saveCheckpoint, args...)
 		}
-		if len(b.Events) == 0 {
-			continue
+		if len(b.Events) > 0 {
+			st, err := check(b.RunID, b.Token)
+			if err != nil {
+				return err
+			}
+			if !consecutive(b.Events) || b.Events[0].Seq != st.last+1 {
+				return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, b.RunID, st.last+1, b.Events[0].Seq)
+			}
+			args, err := eventArgs(b.RunID, b.Token, b.Events)
+			if err != nil {
+				return err
+			}
+			queue(false, s.q.appendEvents, args...)
+			st.last += int64(len(b.Events))
 		}
-		st, err := check(b.RunID, b.Token)
-		if err != nil {
-			return err
+		if f := b.Finish; f != nil {
+			if _, err := check(f.ID, f.Token); err != nil {
+				return err
+			}
+			args, err := runArgs(f)
+			if err != nil {
+				return fmt.Errorf("finish run %s: %w", f.ID, err)
+			}
+			queue(false, s.q.updateRun, append(args, f.Token, f.ID)...)
 		}
-		if !consecutive(b.Events) || b.Events[0].Seq != st.last+1 {
-			return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, b.RunID, st.last+1, b.Events[0].Seq)
+		if l := b.Release; l != nil {
+			// Nothing to release when the lease already passed on: Finish
+			// was fenced above in that case.
+			queue(true, s.q.release, l.RunID, l.Token, l.Owner)
 		}
-		args, err := eventArgs(b.RunID, b.Token, b.Events)
-		if err != nil {
-			return err
-		}
-		batch.Queue(s.q.appendEvents, args...)
-		st.last += int64(len(b.Events))
 	}
 	br := tx.SendBatch(ctx, &batch)
-	for range batch.Len() {
+	for i := range batch.Len() {
 		tag, err := br.Exec()
-		if err == nil && tag.RowsAffected() == 0 {
+		if err == nil && tag.RowsAffected() == 0 && !mayMiss[i] {
 			// The rows are locked and were checked: this cannot happen.
 			err = fmt.Errorf("%w: a write matched no row", runtime.ErrFenced)
 		}
@@ -261,6 +296,10 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 	}
 	return tx.Commit(ctx)
 }
+
+// FinishesBatches marks the store as a runtime.BatchFinisher: WriteBatches
+// applies Create, Finish and Release in the batch's transaction.
+func (s *Store) FinishesBatches() {}
 
 // Events implements runtime.Store. Data comes back as json.RawMessage,
 // byte for byte as written.

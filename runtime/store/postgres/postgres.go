@@ -133,11 +133,12 @@ func wrap(err error, format string, args ...any) error {
 // queries are the store's statements with the schema filled in.
 type queries struct {
 	createRun, reserveRun, getRun, updateRun, fence   string
+	createClaimed                                     string
 	exists                                            string
 	saveCheckpoint, checkpoints, appendEvents, events string
 	lockRuns                                          string
 	claim, leaseState, renew, release, expired        string
-	claimExpired                                      string
+	claimExpired, owned                               string
 	listRuns, deleteRun, deleteFinished               string
 	putEffect, getEffect, deleteEffects, sweepEffects string
 }
@@ -171,6 +172,11 @@ func newQueries(ident string) queries {
 		createRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+` + overReservation),
+		createClaimed: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token,
+	lease_owner, lease_expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 ` + overReservation),
 		reserveRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
@@ -225,6 +231,9 @@ WHERE id IN (SELECT id FROM {s}.runs
 	WHERE status = 'running' AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= $3)
 	ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
 RETURNING id, token`),
+		owned: r.Replace(`SELECT id FROM {s}.runs
+WHERE status = 'running' AND lease_owner = $1 AND lease_owner <> ''
+ORDER BY created_at, id LIMIT $2`),
 		expired: r.Replace(`SELECT id FROM {s}.runs
 WHERE status = 'running' AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= $1)
 ORDER BY created_at, id LIMIT $2`),

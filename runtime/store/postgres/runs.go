@@ -61,6 +61,35 @@ func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 	return nil
 }
 
+// CreateClaimed implements runtime.RunStarter: one INSERT creates the
+// record holding its first lease (token r.Token+1), over a reservation
+// like CreateRun.
+func (s *Store) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
+	l := runtime.Lease{RunID: r.ID, Owner: owner, Token: r.Token + 1, ExpiresAt: s.now().Add(ttl).Truncate(time.Microsecond).UTC()}
+	if err := s.createClaimed(ctx, s.pool, r, l); err != nil {
+		return runtime.Lease{}, err
+	}
+	return l, nil
+}
+
+// createClaimed inserts r holding lease l through q (the pool or a tx).
+func (s *Store) createClaimed(ctx context.Context, q querier, r *runtime.RunRecord, l runtime.Lease) error {
+	args, err := runArgs(r)
+	if err != nil {
+		return fmt.Errorf("postgres store: create run %s: %w", r.ID, err)
+	}
+	args = append([]any{r.ID}, args...)
+	args = append(args, r.LastSeq, l.Token, l.Owner, l.ExpiresAt)
+	tag, err := q.Exec(ctx, s.q.createClaimed, args...)
+	if err != nil {
+		return fmt.Errorf("postgres store: create run %s: %w", r.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
+	}
+	return nil
+}
+
 // GetRun implements runtime.Store.
 func (s *Store) GetRun(ctx context.Context, id string) (*runtime.RunRecord, error) {
 	r, err := scanRun(s.pool.QueryRow(ctx, s.q.getRun, id))

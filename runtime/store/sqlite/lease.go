@@ -102,6 +102,19 @@ ORDER BY created_at, id LIMIT ?`, string(runtime.RunRunning), micros(now), limit
 	return collectIDs(rows)
 }
 
+// OwnedRuns implements runtime.OwnerLister.
+func (s *Store) OwnedRuns(ctx context.Context, owner string, limit int) ([]string, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.rs.query(ctx, `SELECT id FROM runs WHERE status = ? AND lease_owner = ? AND lease_owner != ''
+ORDER BY created_at, id LIMIT ?`, string(runtime.RunRunning), owner, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: owned runs: %w", err)
+	}
+	return collectIDs(rows)
+}
+
 func collectIDs(rows *sql.Rows) ([]string, error) {
 	defer rows.Close()
 	var ids []string

@@ -871,6 +871,22 @@ func (s *suite) testExpiredRuns(t *testing.T) {
 	ids, err = ls.ExpiredRuns(ctx, time.Now().Add(48*time.Hour), 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{"live", "expired-old", "no-lease-old", "released", "no-lease-new"}, ids)
+
+	// Running runs whose lease names A, expired or live; not released ones.
+	ol, ok := st.(runtime.OwnerLister)
+	require.True(t, ok, "a Leaser store implements OwnerLister")
+	ids, err = ol.OwnedRuns(ctx, "A", 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{"live", "expired-old"}, ids)
+	ids, err = ol.OwnedRuns(ctx, "A", 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"live"}, ids)
+	ids, err = ol.OwnedRuns(ctx, "B", 0)
+	require.NoError(t, err)
+	require.Empty(t, ids)
+	ids, err = ol.OwnedRuns(ctx, "", 0)
+	require.NoError(t, err)
+	require.Empty(t, ids, "no lease is no owner")
 }
 
 func (s *suite) testReopen(t *testing.T) {

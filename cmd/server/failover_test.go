@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Two server processes on one Postgres and one Redis, leases of 1 s: a
+// client follows through B a run that A executes; A is killed (SIGKILL)
+// mid-stream; B takes the run over once A's lease expires and finishes
+// it. What the client received through B — relayed from A, then from B's
+// own execution — is exactly the run's final log, and the chat's answer
+// is the deltas of the agent's final attempt.
+func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
+	schema, prefix := needShared(t)
+	shared := []string{"CHATGRAPH_DATABASE_URL=" + postgresURL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
+		"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix, "CHATGRAPH_LEASE_TTL=1s"}
+	a := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-a"}, shared...)...)
+	b := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-b"}, shared...)...)
+
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
+	words := strings.Fields("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma")
+	var tk map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Join(words, " ")}, &tk))
+	runID := tk["runId"].(string)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	evs, err := follow(ctx, b.url, runID, 0)
+	require.NoError(t, err)
+	var got []streamEvent
+	deltas := 0
+	killedAt := time.Time{}
+	for ev := range evs {
+		require.Equal(t, int64(len(got)+1), ev.Seq, "gap-free through B")
+		got = append(got, ev)
+		if ev.Type == "node_delta" {
+			if deltas++; deltas == 5 {
+				a.kill()
+				killedAt = time.Now()
+			}
+		}
+		if ev.Type == "run_completed" {
+			break
+		}
+	}
+	require.False(t, killedAt.IsZero())
+	require.Equal(t, "run_completed", got[len(got)-1].Type, "B finished the run")
+	for _, ev := range got {
+		if ev.Type == "node_retrying" {
+			t.Logf("B took the run over %v after A was killed", ev.at.Sub(killedAt))
+			break
+		}
+	}
+	// The final log, read from B's store view, is what the client got.
+	log, err := follow(ctx, b.url, runID, 0)
+	require.NoError(t, err)
+	var final []streamEvent
+	for ev := range log {
+		final = append(final, ev)
+	}
+	require.Equal(t, len(final), len(got))
+	var answer strings.Builder
+	started, ended := map[string]int{}, map[string]int{}
+	for i := range final {
+		f, g := final[i], got[i]
+		f.at, g.at = time.Time{}, time.Time{}
+		require.True(t, reflect.DeepEqual(f, g), "seq %d: the client saw %+v, the log has %+v", i+1, g, f)
+		switch f.Type {
+		case "node_started":
+			started[f.NodeID]++
+		case "node_completed", "node_failed", "node_cancelled":
+			ended[f.NodeID]++
+		case "node_retrying":
+			if f.NodeID == "a1" {
+				answer.Reset()
+			}
+		case "node_delta":
+			var d struct{ Text string }
+			require.NoError(t, jsonUnmarshal(f.Data, &d))
+			answer.WriteString(d.Text)
+		}
+	}
+	var retried bool
+	for _, ev := range got {
+		retried = retried || ev.Type == "node_retrying" && strings.Contains(string(ev.Data), "stale_running")
+	}
+	require.True(t, retried, "B re-ran the attempt A lost")
+
+	for _, n := range []string{"start", "a1", "out"} {
+		require.Equal(t, 1, started[n], n)
+		require.Equal(t, 1, ended[n], n)
+	}
+	var c map[string]any
+	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/chats/"+chatID, nil, &c))
+	m := c["messages"].([]any)[1].(map[string]any)
+	require.Equal(t, "completed", m["status"])
+	require.Equal(t, answer.String(), m["content"])
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// envChild makes the test binary run one server (Main) in its own
+// process, configured by the CHATGRAPH_* environment, so a test can kill
+// it with SIGKILL.
+const envChild = "CHATGRAPH_TEST_SERVER_CHILD"
+
+func childServer() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := Main(ctx, Env{Args: []string{"server", "--rate-limit", "-1"}, Getenv: os.Getenv, Stdout: io.Discard, Stderr: os.Stderr,
+		Ready: func(u string) { fmt.Println("ready " + u) }})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child server:", err)
+		return 1
+	}
+	return 0
+}
+
+// child is a server process started by a test.
+type child struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func startChild(t *testing.T, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{envChild + "=1", "CHATGRAPH_ADDR=127.0.0.1:0", "CHATGRAPH_LOG_LEVEL=warn"}, env...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	c := &child{cmd: cmd}
+	t.Cleanup(func() { c.kill() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the server did not start")
+	c.url = strings.TrimSpace(strings.TrimPrefix(line, "ready "))
+	return c
+}
+
+// kill ends the process with SIGKILL (no shutdown of any kind).
+func (c *child) kill() {
+	if c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
+	}
+}
+
+// streamEvent is one event as a client reads it from SSE.
+type streamEvent struct {
+	Seq     int64           `json:"seq"`
+	Type    string          `json:"type"`
+	NodeID  string          `json:"nodeId"`
+	Attempt int             `json:"attempt"`
+	Data    json.RawMessage `json:"data"`
+	at      time.Time
+}
+
+// follow streams GET /runs/{id}/events after seq `after` onto a channel,
+// closed when the stream ends (terminal event, server gone).
+func follow(ctx context.Context, base, runID string, after int64) (<-chan streamEvent, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/runs/"+runID+"/events", nil)
+	if err != nil {
+		return nil, err
+	}
+	if after > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET events: %s", resp.Status)
+	}
+	ch := make(chan streamEvent, 1024)
+	go func() {
+		defer close(ch)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+				var ev streamEvent
+				if json.Unmarshal([]byte(line[6:]), &ev) == nil {
+					ev.at = time.Now()
+					ch <- ev
+				}
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// After kill -9 and a restart on the same state dir, the server takes its
+// interrupted run back at once (its instance id is kept in the state dir):
+// the run's next event arrives within 1 s of /readyz answering 200, far
+// inside the 15 s lease a stranger would wait out.
+func TestRestartTakesRunsBackAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	a := startChild(t, "CHATGRAPH_STATE_DIR="+dir)
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":150}`)
+	var tk map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "one two three four five six seven eight nine ten"}, &tk))
+	runID := tk["runId"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	evs, err := follow(ctx, a.url, runID, 0)
+	require.NoError(t, err)
+	var seen []streamEvent
+	deltas := 0
+	for ev := range evs {
+		seen = append(seen, ev)
+		if ev.Type == "node_delta" {
+			if deltas++; deltas == 4 {
+				break
+			}
+		}
+	}
+	require.Equal(t, 4, deltas)
+	a.kill()
+	last := seen[len(seen)-1].Seq
+
+	b := startChild(t, "CHATGRAPH_STATE_DIR="+dir)
+	var ready time.Time
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get(b.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ready = time.Now()
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "ready")
+		time.Sleep(5 * time.Millisecond)
+	}
+	rest, err := follow(ctx, b.url, runID, last)
+	require.NoError(t, err)
+	next, ok := <-rest
+	require.True(t, ok, "the stream goes on")
+	require.Equal(t, last+1, next.Seq)
+	took := next.at.Sub(ready)
+	t.Logf("next event %s (seq %d) %v after ready", next.Type, next.Seq, took)
+	require.Less(t, took, time.Second, "the restarted server continues its run at once")
+	seen = append(seen, next)
+	for ev := range rest {
+		seen = append(seen, ev)
+	}
+	require.Equal(t, "run_completed", seen[len(seen)-1].Type)
+	for i, ev := range seen {
+		require.Equal(t, int64(i+1), ev.Seq, "one gap-free stream across the restart")
+	}
+}
+
+// The state dir is locked while a server runs on it; its instance id is
+// kept across starts.
+func TestStateDirInstance(t *testing.T) {
+	dir := t.TempDir()
+	c := &config{stateDir: dir}
+	unlock, err := claimInstance(c)
+	require.NoError(t, err)
+	id := c.owner
+	require.NotEmpty(t, id)
+	_, err = claimInstance(&config{stateDir: dir})
+	require.ErrorContains(t, err, "in use by another chatgraph process")
+	unlock()
+	c2 := &config{stateDir: dir}
+	unlock, err = claimInstance(c2)
+	require.NoError(t, err)
+	defer unlock()
+	require.Equal(t, id, c2.owner, "the same id after a restart")
+
+	pg := &config{databaseURL: "postgres://x", addr: "0.0.0.0:8080"}
+	_, err = claimInstance(pg)
+	require.NoError(t, err)
+	host, _ := os.Hostname()
+	require.Equal(t, host+":8080", pg.owner)
+	a, b := &config{databaseURL: "postgres://x", addr: "127.0.0.1:0"}, &config{databaseURL: "postgres://x", addr: "127.0.0.1:0"}
+	_, _ = claimInstance(a)
+	_, _ = claimInstance(b)
+	require.NotEqual(t, a.owner, b.owner, "a port picked at start gives no stable id")
+	pg = &config{databaseURL: "postgres://x", instanceID: "web-1"}
+	_, err = claimInstance(pg)
+	require.NoError(t, err)
+	require.Equal(t, "web-1", pg.owner)
+}
