@@ -71,6 +71,7 @@ type Engine struct {
 	owner      string
 	leaseTTL   time.Duration
 	recovering sync.WaitGroup
+	abandoned  atomic.Int64 // executor calls still running after being given up
 
 	durability Durability
 	batchEvery time.Duration

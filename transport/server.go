@@ -139,6 +139,9 @@ func New(cfg Config) (*Server, error) {
 		hub: newHub(cfg.SubscriberQueue), metrics: newMetrics(cfg.Metrics), validate: newValidator(),
 		cancelAt: map[string]time.Time{}, wsConns: map[*wsConn]struct{}{}}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_executors_abandoned",
+		Help: "Node executor calls still running after a cancel or timeout they ignored (see runtime.Engine.AbandonedExecutors)."},
+		func() float64 { return float64(s.engine.AbandonedExecutors()) }))
 	svc.SetPublisher(s)
 	s.echo = s.routes()
 	return s, nil
