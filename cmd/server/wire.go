@@ -37,5 +37,7 @@ func newServer(c *config, st *stores, reg *runtime.Registry, ctl runcontrol.Cont
 		return nil, err
 	}
 	return transport.New(transport.Config{Chat: svc, Relay: relay, Token: c.token, AllowedOrigins: splitList(c.allowedOrigins),
-		BodyLimit: c.bodyLimit, RateLimit: c.rateLimit, UI: webUI(), Logger: log, Metrics: metrics})
+		AllowedHosts: splitList(c.allowedHosts), TrustedProxies: splitList(c.trustedProxies),
+		BodyLimit: c.bodyLimit, BodyReadTimeout: c.bodyReadTimeout, RateLimit: c.rateLimit, MaxWebSocketsPerIP: c.maxWebSocketsPerIP,
+		UI: webUI(), Logger: log, Metrics: metrics})
 }
