@@ -272,9 +272,11 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	inv := a.invocation(root, scope, ts, fc.Emit, rs, "")
-	inv.delta = func(s string) { _ = fc.Emit(EventNodeDelta, &NodeDeltaData{Text: s}) }
+	ds := newDeltaStream(fc)
+	inv := a.invocation(root, scope, ts, ds.event, rs, "")
+	inv.delta = ds.delta
 	text, err := inv.run(ctx, a.messages(ai))
+	ds.flush()
 	var na *needApproval
 	if errors.As(err, &na) {
 		// Remember which call this interrupt asks about, so the resume
