@@ -1,6 +1,13 @@
 package runtime
 
-import "sync/atomic"
+import (
+	"errors"
+	"sync/atomic"
+)
+
+// ErrRunTimeLimit is the cause of a run cancelled for running longer than
+// Config.MaxRunDuration.
+var ErrRunTimeLimit = errors.New("the run exceeded its time limit")
 
 // execGuard tells whether one executor call returned before the kernel
 // gave up on it. The kernel never kills a goroutine (Go cannot): an

@@ -90,3 +90,21 @@ func TestTimedOutExecutorIsCounted(t *testing.T) {
 	close(release)
 	require.Eventually(t, func() bool { return e.AbandonedExecutors() == 0 }, 10*time.Second, 5*time.Millisecond)
 }
+
+// A run longer than MaxRunDuration is cancelled with ErrRunTimeLimit.
+func TestRunWallClockLimit(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	e := k.engine(t, newMem(), func(c *runtime.Config) { c.MaxRunDuration = 50 * time.Millisecond })
+	g := newGraph("g").node("s", "start").node("a", "step", `{"hang":true}`).node("b", "step").flow("s", "a").flow("a", "b").build()
+	var c collect
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, Sink: &c})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, res.Status)
+	require.ErrorIs(t, res.Err, runtime.ErrRunTimeLimit)
+	require.Equal(t, runtime.NodeSkipped, res.NodeStatus("b"))
+	checkLifecycle(t, c.events())
+	last := c.events()[len(c.events())-1]
+	require.Equal(t, runtime.EventRunCancelled, last.Type)
+	require.Equal(t, runtime.ErrRunTimeLimit.Error(), last.Data.(*runtime.RunCancelledData).Cause)
+}

@@ -331,6 +331,10 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 func (r *run) execute() (*RunResult, error) {
 	defer r.cancel(context.Canceled)
 	defer close(r.quit)
+	if r.e.maxRun > 0 {
+		clock := time.AfterFunc(r.e.maxRun, func() { r.cancel(ErrRunTimeLimit) })
+		defer clock.Stop()
+	}
 	if r.lease != nil {
 		stop := make(chan struct{})
 		defer close(stop)

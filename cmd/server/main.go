@@ -96,7 +96,7 @@ type config struct {
 	allowedHosts, trustedProxies                                      string
 	insecureNoAuth                                                    bool
 	maxConnections, maxWebSocketsPerIP                                int
-	bodyReadTimeout                                                   time.Duration
+	bodyReadTimeout, maxRunDuration                                   time.Duration
 	openAIBaseURL, openAIKey                                          string
 	drainTimeout, retention, interruptedRetention                     time.Duration
 	bodyLimit                                                         int64
@@ -146,6 +146,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.IntVar(&c.maxConnections, "max-connections", 1024, "open TCP connections the server accepts at once (0: no bound)")
 	fs.IntVar(&c.maxWebSocketsPerIP, "max-websockets-per-ip", 32, "open WebSocket connections per client IP (negative: no bound)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 30*time.Second, "how long a request body may take to arrive")
+	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {

@@ -26,7 +26,7 @@ func newServer(c *config, st *stores, reg *runtime.Registry, ctl runcontrol.Cont
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
-		Logger: log, StoreObserver: transport.StoreObserver(metrics)})
+		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: transport.StoreObserver(metrics)})
 	if err != nil {
 		return nil, err
 	}
