@@ -29,6 +29,9 @@ type Scope struct {
 	agents      []string // active agents, sorted
 	entryAgents map[string]bool
 	userTools   map[string]bool
+	// toolLists holds, per entry agent, the userTools allow-lists of the
+	// chat_starts reaching it (see UserToolAllowed).
+	toolLists map[string][][]string
 }
 
 // New computes the scope of a run of g started at entryIDs. With no entry
@@ -115,6 +118,7 @@ func New(g *runtime.Graph, entryIDs []string) *Scope {
 				return true
 			}
 			if s.entryAgents[id] {
+				s.addToolList(id, t.nodes[st])
 				reached[id]++
 				if !allow {
 					denied[id] = true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"chatgraph/nodes/llm"
@@ -150,6 +151,15 @@ func (a *agentNode) prepare(n *runtime.Node, in runtime.Inputs, fc *runtime.Flow
 	}
 	if userTools && entry {
 		ai.userTools = ci.UserTools
+		if pol, ok := scope.(UserToolPolicy); ok {
+			ai.userTools = slices.DeleteFunc(slices.Clone(ci.UserTools), func(name string) bool {
+				if pol.UserToolAllowed(n.ID, name) {
+					return false
+				}
+				a.e.Logger.Warn("user tool not allowed by the graph ignored", "agent", n.ID, "tool", name)
+				return true
+			})
+		}
 	}
 	for _, x := range in {
 		var m Message
@@ -272,7 +282,7 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	ds := newDeltaStream(fc)
+	ds := newDeltaStream(fc, a.e.DeltaEventsPerRun)
 	inv := a.invocation(root, scope, ts, ds.event, rs, "")
 	inv.delta = ds.delta
 	text, err := inv.run(ctx, a.messages(ai))

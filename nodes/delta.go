@@ -10,14 +10,13 @@ import (
 )
 
 // Streamed text is one node_delta per model chunk until a run has sent
-// deltaEventsPerRun of them; beyond that, a node's text is coalesced into
-// one delta every deltaInterval or every deltaChunk bytes, so a huge or
-// pathological answer (100k one-letter words) costs a bounded number of
-// events and log rows, while the concatenated text stays the same.
+// Deps.DeltaEventsPerRun of them; beyond that, a node's text is coalesced
+// into one delta every deltaInterval or every deltaChunk bytes, so a huge
+// or pathological answer (100k one-letter words) costs a bounded number
+// of events and log rows, while the concatenated text stays the same.
 const (
-	deltaEventsPerRun = 2000
-	deltaInterval     = 100 * time.Millisecond
-	deltaChunk        = 8 << 10
+	deltaInterval = 100 * time.Millisecond
+	deltaChunk    = 8 << 10
 )
 
 // deltaCountKey names the run-wide delta counter in the run cache.
@@ -30,13 +29,14 @@ const deltaCountKey = "nodes.deltaEvents"
 type deltaStream struct {
 	emit  func(runtime.EventType, any) error
 	count *atomic.Int64
+	limit int64 // deltas a run sends uncoalesced; negative: no limit
 
 	mu      sync.Mutex
 	pending strings.Builder
 	last    time.Time
 }
 
-func newDeltaStream(fc *runtime.FlowContext) *deltaStream {
+func newDeltaStream(fc *runtime.FlowContext, limit int) *deltaStream {
 	c, ok := fc.CacheGet(deltaCountKey)
 	if !ok {
 		c = new(atomic.Int64)
@@ -44,7 +44,7 @@ func newDeltaStream(fc *runtime.FlowContext) *deltaStream {
 		// the last, and the bound then holds per node instead of per run.
 		fc.CacheSet(deltaCountKey, c)
 	}
-	return &deltaStream{emit: fc.Emit, count: c.(*atomic.Int64)}
+	return &deltaStream{emit: fc.Emit, count: c.(*atomic.Int64), limit: int64(limit)}
 }
 
 // delta is called with each chunk of streamed text.
@@ -54,7 +54,7 @@ func (d *deltaStream) delta(s string) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.pending.Len() == 0 && d.count.Load() < deltaEventsPerRun {
+	if d.pending.Len() == 0 && (d.limit < 0 || d.count.Load() < d.limit) {
 		d.send(s)
 		return
 	}

@@ -43,6 +43,7 @@ type env struct {
 type transportConfig struct {
 	transport.Config
 	Engine            runtime.Config
+	Nodes             nodes.Deps
 	MaxRuns           int
 	Retention         time.Duration
 	RetentionInterval time.Duration
@@ -55,8 +56,6 @@ func newEnv(t *testing.T, opts ...option) *env { return newEnvTB(t, opts...) }
 
 func newEnvTB(t testing.TB, opts ...option) *env {
 	t.Helper()
-	reg := runtime.NewRegistry()
-	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
 	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
@@ -68,6 +67,8 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	reg := runtime.NewRegistry()
+	require.NoError(t, nodes.Register(reg, cfg.Nodes))
 	ecfg := cfg.Engine
 	ecfg.Registry, ecfg.Store = reg, st
 	if cfg.Metrics == nil {

@@ -95,7 +95,7 @@ type config struct {
 	allowedOrigins, httpAllowedHosts                                  string
 	allowedHosts, trustedProxies                                      string
 	insecureNoAuth                                                    bool
-	maxConnections, maxWebSocketsPerIP                                int
+	maxConnections, maxWebSocketsPerIP, deltaEventsPerRun             int
 	bodyReadTimeout, maxRunDuration                                   time.Duration
 	openAIBaseURL, openAIKey                                          string
 	drainTimeout, retention, interruptedRetention                     time.Duration
@@ -146,6 +146,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.IntVar(&c.maxConnections, "max-connections", 1024, "open TCP connections the server accepts at once (0: no bound)")
 	fs.IntVar(&c.maxWebSocketsPerIP, "max-websockets-per-ip", 32, "open WebSocket connections per client IP (negative: no bound)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 30*time.Second, "how long a request body may take to arrive")
+	fs.IntVar(&c.deltaEventsPerRun, "delta-events-per-run", 2000, "node_delta events a run sends one per model chunk before agents coalesce their text (negative: never)")
 	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
@@ -204,7 +205,7 @@ func registry(c *config, runs ...runtime.Store) (*runtime.Registry, error) {
 	if err := tools.RegisterBuiltins(tr, tools.Config{HTTP: tools.HTTPConfig{AllowedHosts: splitList(c.httpAllowedHosts)}}); err != nil {
 		return nil, err
 	}
-	deps := nodes.Deps{Models: models, Tools: tr}
+	deps := nodes.Deps{Models: models, Tools: tr, DeltaEventsPerRun: c.deltaEventsPerRun}
 	for _, st := range runs {
 		if el, ok := st.(runtime.EffectLedger); ok {
 			deps.Ledger = nodes.NewStoreLedger(el)
