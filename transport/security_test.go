@@ -3,11 +3,13 @@ package transport_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,8 +203,10 @@ func TestTrickledBodyClosed(t *testing.T) {
 	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
 	_, err = io.ReadAll(resp.Body)
 	require.NoError(t, err)
+	// And closes the connection: EOF, or a reset when the trickle's next
+	// byte met the closed socket first.
 	_, err = conn.Read(make([]byte, 1))
-	require.ErrorIs(t, err, io.EOF, "and closes the connection")
+	require.True(t, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET), "connection still open: %v", err)
 }
 
 // One client cannot hold more than MaxWebSocketsPerIP connections.
