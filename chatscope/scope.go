@@ -29,6 +29,9 @@ type Scope struct {
 	agents      []string // active agents, sorted
 	entryAgents map[string]bool
 	userTools   map[string]bool
+	// toolLists holds, per entry agent, the userTools allow-lists of the
+	// chat_starts reaching it (see UserToolAllowed).
+	toolLists map[string][][]string
 }
 
 // New computes the scope of a run of plan p started at entryIDs (none:
@@ -104,6 +107,7 @@ func New(p *runtime.Plan, entryIDs []string) *Scope {
 				return true
 			}
 			if s.entryAgents[id] {
+				s.addToolList(id, t.nodes[st])
 				reached[id]++
 				if !allow {
 					denied[id] = true

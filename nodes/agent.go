@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"chatgraph/nodes/llm"
 	"chatgraph/nodes/tools"
@@ -135,6 +136,15 @@ func (a *agentNode) prepare(n *runtime.Node, in runtime.Inputs, fc *runtime.Flow
 	}
 	if userTools && entry {
 		ai.userTools, ai.clientTools = ci.UserTools, ci.ClientTools
+		if pol, ok := scope.(UserToolPolicy); ok {
+			ai.userTools = slices.DeleteFunc(slices.Clone(ci.UserTools), func(name string) bool {
+				if pol.UserToolAllowed(n.ID, name) {
+					return false
+				}
+				a.e.Logger.Warn("user tool not allowed by the graph ignored", "agent", n.ID, "tool", name)
+				return true
+			})
+		}
 	}
 	for _, x := range in {
 		var m Message
@@ -268,10 +278,12 @@ func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inp
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	inv := a.invocation(root, scope, ts, fc.Emit, rs, "")
-	inv.delta = func(s string) { _ = fc.Emit(EventNodeDelta, &NodeDeltaData{Text: s}) }
+	ds := newDeltaStream(fc, a.e.DeltaEventsPerRun)
+	inv := a.invocation(root, scope, ts, ds.event, rs, "")
+	inv.delta = ds.delta
 	inv.usage = &usageTotal{}
 	text, err := inv.run(ctx, a.messages(ai))
+	ds.flush()
 	var na *needApproval
 	if errors.As(err, &na) {
 		// Remember which call this interrupt asks about, so the resume

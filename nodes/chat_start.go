@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"fmt"
 
 	"chatgraph/runtime"
 )
@@ -10,6 +11,9 @@ type chatStartData struct {
 	// IncludeUserTools (default true) gives the user's tools to every
 	// entry agent downstream (the chat scope applies it).
 	IncludeUserTools *bool `json:"includeUserTools"`
+	// UserTools, when set, lists the tools a user may enable for this
+	// graph's chats (each a registered tool); absent: any registered tool.
+	UserTools []string `json:"userTools" validate:"omitempty,max=64"`
 }
 
 func (e *env) chatStartType() runtime.NodeType {
@@ -20,11 +24,17 @@ func (e *env) chatStartType() runtime.NodeType {
 		Description: "Starts a chat turn: emits the user's new message. Entry agents downstream also get the chat history.",
 		Ports:       []runtime.Port{flowOut(PortMessage)},
 		DataSchema: schema(`{"type":"object","properties":{
-			"includeUserTools":{"type":"boolean","default":true,"description":"Give the user's tools to the entry agents downstream."}}}`),
+			"includeUserTools":{"type":"boolean","default":true,"description":"Give the user's tools to the entry agents downstream."},
+			"userTools":{"type":"array","items":{"type":"string"},"maxItems":64,"description":"The tools a user may enable (absent: any registered tool)."}}}`),
 		New: func(n *runtime.Node) (runtime.Executor, error) {
 			var d chatStartData
 			if err := e.data.decode(n, &d); err != nil {
 				return nil, err
+			}
+			for _, name := range d.UserTools {
+				if _, ok := e.Tools.Lookup(name); !ok {
+					return nil, &runtime.FieldError{Field: FieldUserTools, Message: fmt.Sprintf("no registered tool %q", name)}
+				}
 			}
 			return runtime.ExecutorFunc(execChatStart), nil
 		},

@@ -27,6 +27,10 @@ const (
 // the entry agents downstream get the user's tools (default true).
 const FieldIncludeUserTools = "includeUserTools"
 
+// FieldUserTools is the chat_start data field listing the user tools the
+// graph allows (absent: any registered tool).
+const FieldUserTools = "userTools"
+
 // Port names.
 const (
 	PortMessage = "message"
@@ -62,6 +66,10 @@ type Deps struct {
 	// MaxParallelTools bounds the tool calls of one model step that run at
 	// once (default 4).
 	MaxParallelTools int
+	// DeltaEventsPerRun is how many node_delta events a run sends one per
+	// model chunk before agents coalesce their text (one delta per 100 ms
+	// or 8 KiB); default 2000, negative: never coalesce.
+	DeltaEventsPerRun int
 }
 
 // env is Deps with defaults applied, shared by the node types.
@@ -92,6 +100,9 @@ func newEnv(d Deps) (*env, error) {
 	}
 	if d.MaxToolResultBytes <= 0 {
 		d.MaxToolResultBytes = 32 << 10
+	}
+	if d.DeltaEventsPerRun == 0 {
+		d.DeltaEventsPerRun = 2000
 	}
 	if d.MaxParallelTools <= 0 {
 		d.MaxParallelTools = 4

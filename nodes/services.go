@@ -10,6 +10,13 @@ type ChatScope interface {
 	IncludeUserTools(nodeID string) bool
 }
 
+// UserToolPolicy is an optional ChatScope capability: whether an agent
+// may use one of the user's tools (the graph's allow-list). A scope
+// without it allows every registered tool.
+type UserToolPolicy interface {
+	UserToolAllowed(nodeID, tool string) bool
+}
+
 // ChatScoper is what agents look for in FlowContext.Services: a services
 // value that hands out the run's chat scope. A Services value that is a
 // ChatScope itself works too.

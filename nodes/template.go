@@ -50,12 +50,12 @@ func (e *env) templateType() runtime.NodeType {
 			if err := e.data.decode(n, &d); err != nil {
 				return nil, err
 			}
-			tpl, err := template.New(n.ID).Funcs(templateFuncs).Parse(d.Template)
+			tpl, err := parseTemplate(n.ID, d.Template)
 			if err != nil {
 				return nil, &runtime.FieldError{Field: "template", Message: err.Error()}
 			}
-			return runtime.ExecutorFunc(func(_ context.Context, _ *runtime.Node, in runtime.Inputs, _ *runtime.FlowContext) (runtime.Result, error) {
-				return renderTemplate(tpl, in)
+			return runtime.ExecutorFunc(func(ctx context.Context, _ *runtime.Node, in runtime.Inputs, _ *runtime.FlowContext) (runtime.Result, error) {
+				return renderTemplate(ctx, tpl, in)
 			}), nil
 		},
 	}
@@ -75,15 +75,21 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 	return b.Builder.Write(p)
 }
 
-func renderTemplate(tpl *template.Template, in runtime.Inputs) (runtime.Result, error) {
+func renderTemplate(ctx context.Context, tpl *template.Template, in runtime.Inputs) (runtime.Result, error) {
 	var dot any
 	if len(in) > 0 {
 		dot = jsonValue(in[0].Value)
 	}
 	b := &limitedBuilder{max: maxTemplateOutput}
-	if err := tpl.Execute(b, dot); err != nil {
-		if errors.Is(err, errTooLong) {
+	run, budget := withBudget(ctx, tpl)
+	if err := run.Execute(b, dot); err != nil {
+		switch {
+		case errors.Is(err, errTooLong):
 			return runtime.Result{}, runtime.Errorf(CodeTemplate, "template output is longer than %d bytes", maxTemplateOutput)
+		case budget.stopped != nil:
+			return runtime.Result{}, budget.stopped
+		case errors.Is(err, errTemplateSteps):
+			return runtime.Result{}, runtime.Errorf(CodeTemplate, "template takes more than %d steps (range iterations and template calls)", maxTemplateSteps)
 		}
 		return runtime.Result{}, runtime.Errorf(CodeTemplate, "%v", err)
 	}

@@ -34,6 +34,11 @@ type Config struct {
 	// (default 5s). A node with timeoutMs is abandoned at its deadline plus
 	// at most this grace.
 	CancelGrace time.Duration
+	// MaxRunDuration bounds one run's wall-clock time; a run still going
+	// then is cancelled with cause ErrRunTimeLimit (0: no bound). Time
+	// spent interrupted (waiting for a human) does not count: the run has
+	// ended, and its resume is a new run with a new clock.
+	MaxRunDuration time.Duration
 	// Logger receives run transitions at debug level (default: discard).
 	Logger *slog.Logger
 	// Owner names this process in run leases (default: a random id).
@@ -65,12 +70,14 @@ type Engine struct {
 	sem        chan struct{}
 	maxPar     int
 	grace      time.Duration
+	maxRun     time.Duration
 	log        *slog.Logger
 	idPrefix   string
 	idSeq      atomic.Uint64
 	owner      string
 	leaseTTL   time.Duration
 	recovering sync.WaitGroup
+	abandoned  atomic.Int64 // executor calls still running after being given up
 
 	durability Durability
 	batchEvery time.Duration
@@ -98,7 +105,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("runtime: condition environment: %w", err)
 	}
 	e := &Engine{reg: cfg.Registry, raw: cfg.Store, lim: lim, conds: conds,
-		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, log: cfg.Logger, quit: make(chan struct{}), held: map[string]int{}}
+		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, maxRun: cfg.MaxRunDuration, log: cfg.Logger, quit: make(chan struct{}), held: map[string]int{}}
 	// The store's capabilities are probed here, once; the kernel uses
 	// e.store's fields and never type-asserts the store again.
 	e.store = newStoreView(cfg.Store, cfg.StoreObserver)

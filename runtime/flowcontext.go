@@ -31,6 +31,8 @@ type FlowContext struct {
 	chain []int32
 	// closed (guarded by run.emu) is set with the node's terminal event.
 	closed bool
+	// guard tracks the worker executing this node (see execGuard).
+	guard execGuard
 }
 
 // NodeID is the id of the node this context belongs to.

@@ -349,6 +349,10 @@ func (r *run) execute() (*RunResult, error) {
 	defer r.e.unhold(r.rec.ID)
 	defer r.cancel(context.Canceled)
 	defer close(r.quit)
+	if r.e.maxRun > 0 {
+		clock := time.AfterFunc(r.e.maxRun, func() { r.cancel(ErrRunTimeLimit) })
+		defer clock.Stop()
+	}
 	if r.lease != nil {
 		stop := make(chan struct{})
 		defer close(stop)
@@ -535,12 +539,8 @@ func (r *run) start(n int32) {
 		r.cancelNode(n, fc, causeText(r.ctx))
 		return
 	}
-	if r.inflight == 0 && r.ready.len() == 0 && pn.opts.TimeoutMs == 0 {
-		// Nothing else can run until this node ends: run it here and save
-		// a goroutine and two channel hand-offs.
-		r.complete(r.exec(n, in, fc))
-		return
-	}
+	// Always on a worker, never on the dispatcher: a cancel must end the
+	// run even when the executor ignores its context.
 	r.inflight++
 	j := job{n: n, in: in, fc: fc}
 	select {
@@ -562,7 +562,9 @@ type job struct {
 // when the run ends.
 func (r *run) worker(j job) {
 	for {
-		r.done <- r.exec(j.n, j.in, j.fc)
+		c := r.exec(j.n, j.in, j.fc)
+		j.fc.guard.returned(r.e)
+		r.done <- c
 		select {
 		case j = <-r.work:
 		case <-r.quit:
@@ -722,7 +724,12 @@ func (r *run) attempt(pn *pnode, n int32, in Inputs, fc *FlowContext) completion
 	ctx, cancel := context.WithTimeoutCause(r.ctx, d, ErrNodeTimeout)
 	defer cancel()
 	ch := make(chan completion, 1)
-	go func() { ch <- r.call(ctx, pn, n, in, fc) }()
+	g := new(execGuard)
+	go func() {
+		c := r.call(ctx, pn, n, in, fc)
+		g.returned(r.e)
+		ch <- c
+	}()
 	select {
 	case c := <-ch:
 		if c.err != nil && ctx.Err() != nil && r.ctx.Err() == nil {
@@ -741,6 +748,7 @@ func (r *run) attempt(pn *pnode, n int32, in Inputs, fc *FlowContext) completion
 		}
 		return c
 	case <-t.C:
+		g.abandon(r.e)
 		if r.ctx.Err() != nil {
 			return completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
 		}
@@ -1004,6 +1012,7 @@ var replayedStart = &NodeStartedData{Replayed: true}
 func (r *run) abandon() {
 	for _, n := range r.as.nodes {
 		if r.state[n] == NodeRunning {
+			r.fcs[n].guard.abandon(r.e)
 			r.cancelNode(n, r.fcs[n], causeText(r.ctx)+" (executor did not stop within the grace period)")
 			r.inflight--
 		}

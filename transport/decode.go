@@ -68,6 +68,10 @@ func readBody(c echo.Context) ([]byte, error) {
 		if errors.As(err, &he) {
 			return nil, he
 		}
+		var ae *Error
+		if errors.As(err, &ae) {
+			return nil, ae
+		}
 		if strings.Contains(err.Error(), "too large") {
 			return nil, echo.ErrStatusRequestEntityTooLarge
 		}

@@ -87,10 +87,14 @@ func FuzzRequestBodies(f *testing.F) {
 			if i == 2 {
 				method = http.MethodPut
 			}
-			req := httptest.NewRequest(method, p, bytes.NewReader(b))
+			// A loopback Host: the request reaches the decoders.
+			req := httptest.NewRequest(method, "http://127.0.0.1"+p, bytes.NewReader(b))
 			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
+			if rec.Code == http.StatusMisdirectedRequest {
+				t.Fatalf("%s %s: refused by the Host check, not fuzzing the decoders", method, p)
+			}
 			if rec.Code >= 500 {
 				t.Fatalf("%s %s: %d %s", method, p, rec.Code, rec.Body.String())
 			}

@@ -200,6 +200,11 @@ func TestGoldenErrors(t *testing.T) {
 	add("unauthorized", anon.do("GET", "/api/v1/graphs", nil, nil), 401)
 	add("payload_too_large", e.do("POST", "/api/v1/graphs", `{"name":"`+strings.Repeat("x", 5000)+`"}`, nil), 413)
 	add("method_not_allowed", e.do("PATCH", "/api/v1/graphs", nil, nil), 405)
+	add("cross_origin", e.send("POST", "/api/v1/graphs", "{}", map[string]string{"Origin": "http://evil.example",
+		"Content-Type": "application/json", "Authorization": "Bearer tok"}), 403)
+	add("unsupported_media_type", e.send("POST", "/api/v1/graphs", "{}", map[string]string{"Content-Type": "text/plain",
+		"Authorization": "Bearer tok"}), 415)
+	add("host_not_allowed", e.send("GET", "/api/v1/graphs", "", map[string]string{"Host": "evil.example", "Authorization": "Bearer tok"}), 421)
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/cancel", nil, nil), http.StatusAccepted)
 	var limited *http.Response
 	for range 100 {

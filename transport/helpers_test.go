@@ -44,6 +44,7 @@ type env struct {
 type transportConfig struct {
 	transport.Config
 	Engine            runtime.Config
+	Nodes             nodes.Deps
 	MaxRuns           int
 	Retention         time.Duration
 	RetentionInterval time.Duration
@@ -63,8 +64,12 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	deps := cfg.Nodes
+	if cfg.Models != nil {
+		deps.Models = cfg.Models
+	}
 	reg := runtime.NewRegistry()
-	require.NoError(t, nodes.Register(reg, nodes.Deps{Models: cfg.Models}))
+	require.NoError(t, nodes.Register(reg, deps))
 	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })

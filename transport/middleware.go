@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 )
@@ -51,7 +52,7 @@ func (s *Server) rateLimiter() echo.MiddlewareFunc {
 	if s.cfg.RateLimit < 0 {
 		return func(next echo.HandlerFunc) echo.HandlerFunc { return next }
 	}
-	l := &ipLimiter{limit: rate.Limit(s.cfg.RateLimit), burst: s.cfg.RateBurst, m: map[string]*ipBucket{}}
+	l := newIPLimiter(rate.Limit(s.cfg.RateLimit), s.cfg.RateBurst, s.cfg.RateLimitClients)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			ok, wait := l.allow(c.RealIP(), time.Now())
@@ -64,38 +65,29 @@ func (s *Server) rateLimiter() echo.MiddlewareFunc {
 	}
 }
 
+// ipLimiter holds one token bucket per client IP in an LRU of bounded
+// size, so a flood of addresses cannot grow it without limit.
 type ipLimiter struct {
 	limit rate.Limit
 	burst int
-
-	mu    sync.Mutex
-	m     map[string]*ipBucket
-	sweep time.Time
+	mu    sync.Mutex // ReserveN/CancelAt on one bucket stay together
+	m     *lru.Cache[string, *rate.Limiter]
 }
 
-type ipBucket struct {
-	l    *rate.Limiter
-	seen time.Time
+func newIPLimiter(limit rate.Limit, burst, size int) *ipLimiter {
+	m, _ := lru.New[string, *rate.Limiter](max(size, 1))
+	return &ipLimiter{limit: limit, burst: burst, m: m}
 }
 
 func (l *ipLimiter) allow(ip string, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Sub(l.sweep) > time.Minute {
-		for k, b := range l.m {
-			if now.Sub(b.seen) > 3*time.Minute {
-				delete(l.m, k)
-			}
-		}
-		l.sweep = now
+	b, ok := l.m.Get(ip)
+	if !ok {
+		b = rate.NewLimiter(l.limit, l.burst)
+		l.m.Add(ip, b)
 	}
-	b := l.m[ip]
-	if b == nil {
-		b = &ipBucket{l: rate.NewLimiter(l.limit, l.burst)}
-		l.m[ip] = b
-	}
-	b.seen = now
-	r := b.l.ReserveN(now, 1)
+	r := b.ReserveN(now, 1)
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now)
 		return false, d

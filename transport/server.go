@@ -34,12 +34,28 @@ type Config struct {
 	// (path.Match syntax, e.g. "localhost:5173"); the server's own origin
 	// is always allowed.
 	AllowedOrigins []string
+	// AllowedHosts are extra Host names served, besides IP literals and
+	// localhost (exact names, "*.example.com", or "*" for any). Another
+	// Host gets 421 host_not_allowed.
+	AllowedHosts []string
+	// TrustedProxies are CIDRs (or IPs) of reverse proxies whose
+	// X-Forwarded-For names the client; without them the client is the
+	// peer address and X-Forwarded-For is ignored.
+	TrustedProxies []string
 	// BodyLimit bounds request bodies (default 1 MiB).
 	BodyLimit int64
+	// BodyReadTimeout bounds reading a request body (default 30s).
+	BodyReadTimeout time.Duration
 	// RateLimit is requests per second per client IP (default 50;
 	// negative disables); RateBurst its burst (default 2*RateLimit).
 	RateLimit float64
 	RateBurst int
+	// RateLimitClients bounds the client IPs the rate limiter tracks; the
+	// least recently seen is forgotten first (default 10000).
+	RateLimitClients int
+	// MaxWebSocketsPerIP bounds open WebSocket connections per client IP
+	// (default 32; negative: no bound).
+	MaxWebSocketsPerIP int
 	// RequestTimeout bounds non-streaming requests (default 30s).
 	RequestTimeout time.Duration
 	// Heartbeat is the SSE comment interval (default 15s).
@@ -102,6 +118,7 @@ type Server struct {
 	mu       sync.Mutex
 	cancelAt map[string]time.Time // run id -> when a cancel reached it
 	wsConns  map[*wsConn]struct{}
+	wsSlots  *ipSlots
 	pingOnce sync.Once
 }
 
@@ -127,6 +144,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.RateBurst = int(2 * cfg.RateLimit)
 	}
 	def(&cfg.RequestTimeout, 30*time.Second)
+	def(&cfg.BodyReadTimeout, 30*time.Second)
+	if cfg.RateLimitClients <= 0 {
+		cfg.RateLimitClients = 10000
+	}
+	if cfg.MaxWebSocketsPerIP == 0 {
+		cfg.MaxWebSocketsPerIP = 32
+	}
 	def(&cfg.Heartbeat, 15*time.Second)
 	def(&cfg.WriteTimeout, 10*time.Second)
 	def(&cfg.WSPing, 20*time.Second)
@@ -144,10 +168,18 @@ func New(cfg Config) (*Server, error) {
 	svc := cfg.Chat
 	s := &Server{cfg: cfg, log: log, svc: svc, engine: svc.Engine(), store: svc.Engine().Store(), chats: svc.Store(),
 		hub: newHub(cfg.SubscriberQueue), metrics: newMetrics(cfg.Metrics), validate: newValidator(),
-		cancelAt: map[string]time.Time{}, wsConns: map[*wsConn]struct{}{}}
+		cancelAt: map[string]time.Time{}, wsConns: map[*wsConn]struct{}{},
+		wsSlots: &ipSlots{max: cfg.MaxWebSocketsPerIP, n: map[string]int{}}}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_executors_abandoned",
+		Help: "Node executor calls still running after a cancel or timeout they ignored (see runtime.Engine.AbandonedExecutors)."},
+		func() float64 { return float64(s.engine.AbandonedExecutors()) }))
 	svc.SetPublisher(s)
-	s.echo = s.routes()
+	e, err := s.routes()
+	if err != nil {
+		return nil, err
+	}
+	s.echo = e
 	return s, nil
 }
 
@@ -165,16 +197,40 @@ func (s *Server) Handler() http.Handler { return s.echo }
 func (s *Server) Echo() *echo.Echo { return s.echo }
 
 // streaming reports whether a request holds its connection open for
-// events: the echo Timeout middleware stays off these.
+// events: the echo Timeout middleware stays off these. Only the event
+// routes and the chat calls that answer with SSE stream; an Accept
+// header on any other route changes nothing.
 func streaming(c echo.Context) bool {
 	p := c.Path()
-	return strings.HasSuffix(p, "/events") || strings.HasSuffix(p, "/ws") || strings.HasPrefix(p, "/api/v1/ag-ui/") ||
-		strings.Contains(c.Request().Header.Get("Accept"), "text/event-stream")
+	if strings.HasSuffix(p, "/events") || strings.HasSuffix(p, "/ws") {
+		return true
+	}
+	if c.Request().Method != http.MethodPost {
+		return false
+	}
+	switch p {
+	case "/api/v1/ag-ui/graphs/:id", "/v1/chat/completions":
+		// A turn answered whole or streamed: as long as the graph runs.
+		return true
+	case "/api/v1/chats/:id/messages", "/api/v1/chats/:id/agent-messages", "/api/v1/chats/:id/messages/:mid/continue",
+		"/api/v1/chats/:id/messages/:mid/retry", "/api/v1/chats/:id/messages/:mid/edit", "/api/v1/runs/:id/resume":
+		return wantsSSE(c)
+	}
+	return false
 }
 
-func (s *Server) routes() *echo.Echo {
+func (s *Server) routes() (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	ipx, err := ipExtractor(s.cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	e.IPExtractor = ipx
+	crossOrigin, err := s.newCrossOrigin()
+	if err != nil {
+		return nil, err
+	}
 	e.HTTPErrorHandler = s.errorHandler
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		DisablePrintStack: true,
@@ -197,6 +253,7 @@ func (s *Server) routes() *echo.Echo {
 			return nil
 		},
 	}))
+	e.Use(securityHeaders, s.hostCheck, crossOrigin)
 	e.GET("/healthz", s.healthz)
 	e.HEAD("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -206,7 +263,8 @@ func (s *Server) routes() *echo.Echo {
 	// routes for GET, a JSON 404 for the rest (and for /api/...).
 	e.RouteNotFound("/*", s.ui)
 
-	api := e.Group("/api/v1", s.auth, s.rateLimiter(),
+	// The limiter runs before auth, so token guessing is limited too.
+	api := e.Group("/api/v1", s.rateLimiter(), s.auth, jsonOnly, s.bodyDeadline,
 		middleware.BodyLimit(strconv.FormatInt(s.cfg.BodyLimit, 10)),
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
 			Timeout: s.cfg.RequestTimeout, Skipper: streaming}))
@@ -244,33 +302,35 @@ func (s *Server) routes() *echo.Echo {
 	api.RouteNotFound("/*", s.ui)
 
 	s.openAIRoutes(e)
-	return e
+	return e, nil
 }
 
 func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readyz names each dependency and whether it answers; the errors
+// themselves (which may carry addresses or paths) go to the log only.
 func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	checks := map[string]string{}
 	ok := true
-	if err := s.chats.Ping(ctx); err != nil {
-		checks["chats"], ok = err.Error(), false
-	} else {
-		checks["chats"] = "ok"
-	}
-	if p, isPinger := s.store.(interface{ Ping(context.Context) error }); isPinger {
-		if err := p.Ping(ctx); err != nil {
-			checks["runs"], ok = err.Error(), false
-		} else {
-			checks["runs"] = "ok"
+	check := func(name string, err error) {
+		if err != nil {
+			s.log.Warn("readiness check failed", "dependency", name, "err", err)
+			checks[name], ok = "unavailable", false
+			return
 		}
+		checks[name] = "ok"
+	}
+	check("chats", s.chats.Ping(ctx))
+	if p, isPinger := s.store.(interface{ Ping(context.Context) error }); isPinger {
+		check("runs", p.Ping(ctx))
 	} else if _, err := s.store.GetRun(ctx, "readyz-probe"); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
-		checks["runs"], ok = err.Error(), false
+		check("runs", err)
 	} else {
-		checks["runs"] = "ok"
+		check("runs", nil)
 	}
 	if s.svc.Closing() {
 		checks["server"], ok = "shutting down", false

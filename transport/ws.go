@@ -139,6 +139,12 @@ func (s *Server) websocket(c echo.Context) error {
 	if s.svc.Closing() {
 		return chat.ErrShuttingDown
 	}
+	ip := c.RealIP()
+	if !s.wsSlots.acquire(ip) {
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeTooManyConnections, RetryAfter: 5,
+			Message: "too many WebSocket connections from this client"}
+	}
+	defer s.wsSlots.release(ip)
 	conn, err := websocket.Accept(c.Response(), r, &websocket.AcceptOptions{
 		Subprotocols: []string{Subprotocol}, OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {

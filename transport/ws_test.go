@@ -243,7 +243,11 @@ func TestWebSocketCloseCodes(t *testing.T) {
 
 func TestWebSocketSlowClientClosed(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *transportConfig) { c.WSSendQueue = 8; c.WriteTimeout = 4 * time.Second })
+	e := newEnv(t, func(c *transportConfig) {
+		c.WSSendQueue = 8
+		c.WriteTimeout = 4 * time.Second
+		c.Nodes.DeltaEventsPerRun = -1 // one frame per word: a flood
+	})
 	_, chatID := e.newChat(basicGraph(""))
 	// A client with a tiny receive buffer that stops reading.
 	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {

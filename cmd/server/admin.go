@@ -208,7 +208,7 @@ func runsResume(ctx context.Context, env Env, args []string) error {
 		}
 		body = `{"value":` + value + `}`
 	}
-	req := httptest.NewRequest(http.MethodPost, "/api/v1/runs/"+fs.Arg(0)+"/resume", strings.NewReader(body)).WithContext(ctx)
+	req := httptest.NewRequest(http.MethodPost, "http://localhost/api/v1/runs/"+fs.Arg(0)+"/resume", strings.NewReader(body)).WithContext(ctx)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	if c.token != "" {

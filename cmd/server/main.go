@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"golang.org/x/net/netutil"
 
 	setupcfg "chatgraph/config"
 	"chatgraph/nodes"
@@ -91,6 +93,10 @@ type config struct {
 	databaseSchema, redisPrefix, durability, debugAddr                string
 	allowedOrigins, httpAllowedHosts                                  string
 	openAIBaseURL, openAIKey, configFile                              string
+	allowedHosts, trustedProxies                                      string
+	insecureNoAuth                                                    bool
+	maxConnections, maxWebSocketsPerIP, deltaEventsPerRun             int
+	bodyReadTimeout, maxRunDuration                                   time.Duration
 	drainTimeout, retention, interruptedRetention                     time.Duration
 	bodyLimit                                                         int64
 	rateLimit                                                         float64
@@ -142,6 +148,14 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	if err := instanceFlags(fs, c, ge); err != nil {
 		return nil, nil, err
 	}
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", ge("CHATGRAPH_ALLOWED_HOSTS"), "Host names served besides IP literals and localhost, comma separated (*.example.com, or * for any) (CHATGRAPH_ALLOWED_HOSTS)")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", ge("CHATGRAPH_TRUSTED_PROXIES"), "CIDRs of reverse proxies whose X-Forwarded-For names the client, comma separated (CHATGRAPH_TRUSTED_PROXIES)")
+	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", false, "serve a non-loopback --addr without CHATGRAPH_TOKEN")
+	fs.IntVar(&c.maxConnections, "max-connections", 1024, "open TCP connections the server accepts at once (0: no bound)")
+	fs.IntVar(&c.maxWebSocketsPerIP, "max-websockets-per-ip", 32, "open WebSocket connections per client IP (negative: no bound)")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 30*time.Second, "how long a request body may take to arrive")
+	fs.IntVar(&c.deltaEventsPerRun, "delta-events-per-run", 2000, "node_delta events a run sends one per model chunk before agents coalesce their text (negative: never)")
+	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {
@@ -187,6 +201,7 @@ func registry(c *config, log *slog.Logger, runs ...runtime.Store) (*runtime.Regi
 	}
 	deps := setup.Deps()
 	deps.Logger = log
+	deps.DeltaEventsPerRun = c.deltaEventsPerRun
 	for _, st := range runs {
 		if el, ok := st.(runtime.EffectLedger); ok {
 			deps.Ledger = nodes.NewStoreLedger(el)
@@ -252,6 +267,9 @@ func serve(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.checkExposure(); err != nil {
+		return err
+	}
 	log := newLogger(c, env.Stderr)
 	_, stopDebug, err := debugListener(c.debugAddr, log)
 	if err != nil {
@@ -295,8 +313,11 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	base := "http://" + ln.Addr().String()
+	if c.maxConnections > 0 {
+		ln = netutil.LimitListener(ln, c.maxConnections)
+	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		MaxHeaderBytes: maxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	recovered := srv.Start(ctx)
@@ -340,4 +361,31 @@ func describeState(c *config) string {
 		parts = append(parts, "redis run control")
 	}
 	return strings.Join(parts, ", ")
+}
+
+// maxHeaderBytes bounds a request's header block.
+const maxHeaderBytes = 64 << 10
+
+// checkExposure refuses to serve the API without a token on an address
+// other machines reach, unless --insecure-no-auth says so.
+func (c *config) checkExposure() error {
+	if c.token != "" || c.insecureNoAuth || loopbackAddr(c.addr) {
+		return nil
+	}
+	return fmt.Errorf("--addr %s is reachable from other machines: set CHATGRAPH_TOKEN, or pass --insecure-no-auth to serve it without one", c.addr)
+}
+
+// loopbackAddr reports whether a listen address only accepts local
+// connections (a loopback IP or localhost; an empty host means every
+// interface).
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

@@ -27,7 +27,7 @@ func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Set
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
-		Logger: log, StoreObserver: transport.StoreObserver(metrics), Owner: c.owner, LeaseTTL: c.leaseTTL})
+		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: transport.StoreObserver(metrics), Owner: c.owner, LeaseTTL: c.leaseTTL})
 	if err != nil {
 		return nil, err
 	}
@@ -39,6 +39,7 @@ func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Set
 	}
 	nodeTypes, models := catalog(reg, setup)
 	return transport.New(transport.Config{Chat: svc, Relay: relay, Token: c.token, AllowedOrigins: splitList(c.allowedOrigins),
-		BodyLimit: c.bodyLimit, RateLimit: c.rateLimit, UI: webUI(), Logger: log, Metrics: metrics,
-		NodeTypes: nodeTypes, Models: models})
+		AllowedHosts: splitList(c.allowedHosts), TrustedProxies: splitList(c.trustedProxies),
+		BodyLimit: c.bodyLimit, BodyReadTimeout: c.bodyReadTimeout, RateLimit: c.rateLimit, MaxWebSocketsPerIP: c.maxWebSocketsPerIP,
+		UI: webUI(), Logger: log, Metrics: metrics, NodeTypes: nodeTypes, Models: models})
 }

@@ -28,7 +28,11 @@ type HTTPConfig struct {
 	Timeout time.Duration
 	// MaxRedirects followed (default 5).
 	MaxRedirects int
-	// Transport sends requests (default http.DefaultTransport).
+	// Transport sends requests. Default: a transport that ignores
+	// HTTP(S)_PROXY and dials public addresses only — an allowed name that
+	// resolves to a loopback, link-local, private or unspecified address
+	// is refused (ErrAddressNotAllowed). A Transport set here replaces
+	// that check.
 	Transport http.RoundTripper
 	// UserAgent header (default "chatgraph-http-request").
 	UserAgent string
@@ -78,7 +82,7 @@ func HTTPRequest(cfg HTTPConfig) Tool {
 	t := &httpTool{cfg: cfg}
 	tr := cfg.Transport
 	if tr == nil {
-		tr = http.DefaultTransport
+		tr = publicTransport()
 	}
 	t.client = &http.Client{Transport: tr, Timeout: cfg.Timeout,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {

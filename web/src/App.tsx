@@ -495,10 +495,23 @@ function Shell() {
   }, [notice])
 
   const agents = useMemo(() => ed.nodes.filter((n) => n.type === 'agent').map((n) => ({ id: n.id, label: String(n.data.name || n.id) })), [ed.nodes])
+  // The registered tools, narrowed to what every chat_start listing
+  // userTools allows (the server ignores the others).
+  // (A string key: node statuses change while a run streams, the lists
+  // rarely, and the tool list must keep its identity meanwhile.)
+  const toolLists = useMemo(
+    () =>
+      JSON.stringify(
+        ed.nodes.filter((n) => n.type === 'chat_start' && Array.isArray(n.data.userTools)).map((n) => (n.data.userTools as unknown[]).map(String)),
+      ),
+    [ed.nodes],
+  )
   const userToolNames = useMemo(() => {
     const s = typeIndex.tool?.dataSchema as { properties?: { name?: { enum?: unknown[] } } } | undefined
-    return (s?.properties?.name?.enum ?? []).map(String)
-  }, [typeIndex])
+    const all = (s?.properties?.name?.enum ?? []).map(String)
+    const lists = JSON.parse(toolLists) as string[][]
+    return all.filter((t) => lists.every((l) => l.includes(t)))
+  }, [typeIndex, toolLists])
   const tries = useMemo(() => suggestions(ed.nodes, ed.edges), [ed.nodes, ed.edges])
 
   return (

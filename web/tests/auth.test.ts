@@ -35,4 +35,18 @@ describe.skipIf(!haveChromium)('a server with CHATGRAPH_TOKEN', () => {
     await expect.poll(() => lastAssistant(page).getByTestId('msg-body').textContent(), { timeout: 10_000 }).toBe('echo: with a token')
     await ctx.close()
   })
+
+  it('takes ?token= from the URL once, keeps it in sessionStorage and drops it from the address bar', async () => {
+    const { page, ctx } = await newPage(browser!)
+    await page.goto(`${server!.url}/?token=s3cret`)
+    await page.getByTestId('palette-agent').waitFor()
+    await expect.poll(() => page.getByTestId('socket-status').getAttribute('data-status')).toBe('open')
+    expect(page.url()).not.toContain('token')
+    expect(await page.evaluate(() => sessionStorage.getItem('chatgraph.token'))).toBe('s3cret')
+    expect(await page.evaluate(() => localStorage.getItem('chatgraph.token'))).toBeNull()
+    const res = await page.request.get(`${server!.url}/`)
+    expect(res.headers()['content-security-policy']).toContain("frame-ancestors 'none'")
+    expect(res.headers()['x-content-type-options']).toBe('nosniff')
+    await ctx.close()
+  })
 })

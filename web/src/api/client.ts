@@ -6,19 +6,32 @@ import type { ApiErrorBody, Diagnostic } from './types'
 
 const TOKEN_KEY = 'chatgraph.token'
 
-/** The bearer token: ?token= in the page URL (kept), else the stored one. */
+/**
+ * The bearer token, kept in sessionStorage (this tab, until it closes). A
+ * ?token= in the page URL is taken once and removed from the address bar,
+ * so it stays out of the history and of Referer headers.
+ */
 export function token(): string {
-  const fromUrl = new URLSearchParams(location.search).get('token')
+  const url = new URL(location.href)
+  const fromUrl = url.searchParams.get('token')
   if (fromUrl) {
-    localStorage.setItem(TOKEN_KEY, fromUrl)
+    sessionStorage.setItem(TOKEN_KEY, fromUrl)
+    url.searchParams.delete('token')
+    history.replaceState(history.state, '', url.pathname + url.search + url.hash)
     return fromUrl
   }
-  return localStorage.getItem(TOKEN_KEY) ?? ''
+  // A token an older version kept in localStorage moves to this tab.
+  const legacy = localStorage.getItem(TOKEN_KEY)
+  if (legacy !== null) {
+    localStorage.removeItem(TOKEN_KEY)
+    if (legacy && !sessionStorage.getItem(TOKEN_KEY)) sessionStorage.setItem(TOKEN_KEY, legacy)
+  }
+  return sessionStorage.getItem(TOKEN_KEY) ?? ''
 }
 
 export function setToken(t: string) {
-  if (t) localStorage.setItem(TOKEN_KEY, t)
-  else localStorage.removeItem(TOKEN_KEY)
+  if (t) sessionStorage.setItem(TOKEN_KEY, t)
+  else sessionStorage.removeItem(TOKEN_KEY)
 }
 
 /** An answer of the API that is not 2xx. */

@@ -1,0 +1,93 @@
+package nodes
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"chatgraph/runtime"
+)
+
+// Streamed text is one node_delta per model chunk until a run has sent
+// Deps.DeltaEventsPerRun of them; beyond that, a node's text is coalesced
+// into one delta every deltaInterval or every deltaChunk bytes, so a huge
+// or pathological answer (100k one-letter words) costs a bounded number
+// of events and log rows, while the concatenated text stays the same.
+const (
+	deltaInterval = 100 * time.Millisecond
+	deltaChunk    = 8 << 10
+)
+
+// deltaCountKey names the run-wide delta counter in the run cache.
+const deltaCountKey = "nodes.deltaEvents"
+
+// deltaStream emits a node's text deltas, coalescing them once the run is
+// over its budget. Any other event of the node flushes the pending text
+// first, so the order of text and tool events is kept. Safe for
+// concurrent use.
+type deltaStream struct {
+	emit  func(runtime.EventType, any) error
+	count *atomic.Int64
+	limit int64 // deltas a run sends uncoalesced; negative: no limit
+
+	mu      sync.Mutex
+	pending strings.Builder
+	last    time.Time
+}
+
+func newDeltaStream(fc *runtime.FlowContext, limit int) *deltaStream {
+	c, ok := fc.CacheGet(deltaCountKey)
+	if !ok {
+		c = new(atomic.Int64)
+		// Two nodes starting at once may each set one; the cache keeps
+		// the last, and the bound then holds per node instead of per run.
+		fc.CacheSet(deltaCountKey, c)
+	}
+	return &deltaStream{emit: fc.Emit, count: c.(*atomic.Int64), limit: int64(limit)}
+}
+
+// delta is called with each chunk of streamed text.
+func (d *deltaStream) delta(s string) {
+	if s == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending.Len() == 0 && (d.limit < 0 || d.count.Load() < d.limit) {
+		d.send(s)
+		return
+	}
+	d.pending.WriteString(s)
+	if d.pending.Len() >= deltaChunk || time.Since(d.last) >= deltaInterval {
+		d.flushLocked()
+	}
+}
+
+// event emits another event of the node after the pending text.
+func (d *deltaStream) event(t runtime.EventType, data any) error {
+	d.flush()
+	return d.emit(t, data)
+}
+
+// flush emits the pending text, if any.
+func (d *deltaStream) flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.flushLocked()
+}
+
+func (d *deltaStream) flushLocked() {
+	if d.pending.Len() == 0 {
+		return
+	}
+	s := d.pending.String()
+	d.pending.Reset()
+	d.send(s)
+}
+
+func (d *deltaStream) send(s string) {
+	d.count.Add(1)
+	d.last = time.Now()
+	_ = d.emit(EventNodeDelta, &NodeDeltaData{Text: s})
+}
