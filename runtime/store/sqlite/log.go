@@ -191,7 +191,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, runID string, toke
 // refused write (ErrFenced, ErrSeqConflict, ErrRunNotFound) rolls the
 // whole call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTxGated(ctx, true, func(tx *sql.Tx) error {
 		for _, b := range batches {
 			if b.Create != nil {
 				if b.Lease == nil {
@@ -240,6 +240,16 @@ func (s *Store) FinishesBatches() {}
 // inTx runs fn in an IMMEDIATE transaction on the writer and commits it
 // when fn returns nil.
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return s.inTxGated(ctx, false, fn)
+}
+
+// inTxGated is inTx taking its turn at the writer through the gate;
+// urgent transactions go before the others waiting.
+func (s *Store) inTxGated(ctx context.Context, urgent bool, fn func(*sql.Tx) error) error {
+	if err := s.gate.enter(ctx, urgent); err != nil {
+		return err
+	}
+	defer s.gate.leave()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err

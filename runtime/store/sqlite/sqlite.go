@@ -59,6 +59,8 @@ type Config struct {
 type Store struct {
 	path string
 	w    *sql.DB // exactly one connection: every write, in IMMEDIATE transactions
+	// gate orders the transactions waiting for w (group commits first).
+	gate writerGate
 	r    *sql.DB // read-only pool
 	// ws and rs hold the prepared statements of w and r: parsing SQL
 	// costs more than running these statements.

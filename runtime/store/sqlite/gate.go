@@ -1,0 +1,75 @@
+package sqlite
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// writerGate orders the transactions that wait for the file's one writer
+// connection. The engine's group commits (WriteBatches: the events and
+// checkpoints of every live run, which subscribers see only once they are
+// committed) go before every other waiting transaction, so a burst of
+// other writes — a thousand turns starting at once, each writing its chat
+// messages — delays a commit by at most the one transaction in progress,
+// not by the whole queue. The committer is one goroutine per engine and
+// waits for its commit before it gathers the next, so the other writes get
+// the writer between two commits and are never starved.
+type writerGate struct {
+	mu             sync.Mutex
+	busy           bool
+	urgent, normal []chan struct{}
+}
+
+// enter waits for the writer; urgent waiters go first.
+func (g *writerGate) enter(ctx context.Context, urgent bool) error {
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	if urgent {
+		g.urgent = append(g.urgent, ch)
+	} else {
+		g.normal = append(g.normal, ch)
+	}
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		g.mu.Lock()
+		if i := slices.Index(g.urgent, ch); i >= 0 {
+			g.urgent = slices.Delete(g.urgent, i, i+1)
+			g.mu.Unlock()
+			return ctx.Err()
+		}
+		if i := slices.Index(g.normal, ch); i >= 0 {
+			g.normal = slices.Delete(g.normal, i, i+1)
+			g.mu.Unlock()
+			return ctx.Err()
+		}
+		g.mu.Unlock()
+		g.leave() // the writer was handed over meanwhile: pass it on
+		return ctx.Err()
+	}
+}
+
+// leave hands the writer to the next waiter, urgent first.
+func (g *writerGate) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var next chan struct{}
+	switch {
+	case len(g.urgent) > 0:
+		next, g.urgent = g.urgent[0], g.urgent[1:]
+	case len(g.normal) > 0:
+		next, g.normal = g.normal[0], g.normal[1:]
+	default:
+		g.busy = false
+		return
+	}
+	close(next)
+}
