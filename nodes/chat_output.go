@@ -9,8 +9,9 @@ import (
 
 func (e *env) chatOutputType() runtime.NodeType {
 	return runtime.NodeType{
-		Name:  TypeChatOutput,
-		Label: "Chat output",
+		Name:   TypeChatOutput,
+		Inline: true, // a pure function of its inputs
+		Label:  "Chat output",
 		Description: "Writes the assistant message: its output is the message the chat keeps " +
 			"(several inputs are joined by blank lines, in edge order).",
 		Ports:      []runtime.Port{flowIn(true, true)},

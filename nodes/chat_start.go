@@ -20,6 +20,7 @@ func (e *env) chatStartType() runtime.NodeType {
 	return runtime.NodeType{
 		Name:        TypeChatStart,
 		Entry:       true,
+		Inline:      true, // a pure function of its inputs
 		Label:       "Chat start",
 		Description: "Starts a chat turn: emits the user's new message. Entry agents downstream also get the chat history.",
 		Ports:       []runtime.Port{flowOut(PortMessage)},

@@ -8,8 +8,9 @@ import (
 
 func (e *env) routerType() runtime.NodeType {
 	return runtime.NodeType{
-		Name:  TypeRouter,
-		Label: "Router",
+		Name:   TypeRouter,
+		Inline: true, // a pure function of its inputs
+		Label:  "Router",
 		Description: "Passes its input on unchanged; the conditions on its outgoing edges choose where it goes " +
 			"(e.g. output.content.contains(\"weather\")).",
 		Ports:      []runtime.Port{flowIn(true, false), flowOut(PortOutput)},

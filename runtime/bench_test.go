@@ -23,8 +23,8 @@ func benchRegistry() *runtime.Registry {
 	})
 	newPass := func(*runtime.Node) (runtime.Executor, error) { return pass, nil }
 	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
-	reg.MustRegister(runtime.NodeType{Name: "src", Entry: true, Ports: []runtime.Port{out}, New: newPass})
-	reg.MustRegister(runtime.NodeType{Name: "pass", New: newPass, Ports: []runtime.Port{
+	reg.MustRegister(runtime.NodeType{Name: "src", Entry: true, Inline: true, Ports: []runtime.Port{out}, New: newPass})
+	reg.MustRegister(runtime.NodeType{Name: "pass", Inline: true, New: newPass, Ports: []runtime.Port{
 		{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}, out}})
 	return reg
 }

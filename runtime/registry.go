@@ -45,6 +45,14 @@ type NodeType struct {
 	// DefaultEffect applies when a node's data sets no effect (default
 	// pure): a type that calls out to the world declares it here once.
 	DefaultEffect Effect
+	// Inline promises that the type's executors never block: they compute
+	// from their inputs and return at once. When nothing else of the run
+	// can run, the dispatcher then executes the node itself, saving a
+	// goroutine hand-off each way. Every other node runs on a worker, so a
+	// cancel ends the run after the grace even when an executor ignores its
+	// context; an Inline executor that blocked would hold the run's cancel
+	// until it returned.
+	Inline bool
 	// Label, Description and DataSchema (a JSON Schema of data) are for
 	// editors; the runtime does not read them.
 	Label       string

@@ -539,8 +539,15 @@ func (r *run) start(n int32) {
 		r.cancelNode(n, fc, causeText(r.ctx))
 		return
 	}
-	// Always on a worker, never on the dispatcher: a cancel must end the
-	// run even when the executor ignores its context.
+	if pn.typ.Inline && r.inflight == 0 && r.ready.len() == 0 && pn.opts.TimeoutMs == 0 {
+		// Nothing else can run until this node ends, and its type promises
+		// not to block: run it here and save a goroutine and two channel
+		// hand-offs.
+		r.complete(r.exec(n, in, fc))
+		return
+	}
+	// On a worker, not on the dispatcher: a cancel must end the run even
+	// when the executor ignores its context.
 	r.inflight++
 	j := job{n: n, in: in, fc: fc}
 	select {
