@@ -37,6 +37,7 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "how long each cell is measured (after a warm-up)")
 	warmup := flag.Duration("warmup", 2*time.Second, "warm-up before each cell")
 	extra := flag.String("server-flags", "", "more server flags, space separated (e.g. --debug-addr :6060 to profile a cell)")
+	flag.IntVar(&turnsPerChat, "turns-per-chat", 20, "turns a client sends in one chat before it opens the next (a chat's history is part of every turn)")
 	flag.Parse()
 	serverFlags = strings.Fields(*extra)
 	fmt.Printf("chatgraph server load, %s, %d CPUs, %s per cell\n\n", time.Now().UTC().Format("2006-01-02"), numCPU(), *duration)
@@ -83,13 +84,16 @@ type server struct {
 // serverFlags are added to every server's command line.
 var serverFlags []string
 
+// turnsPerChat is how long a client's conversations are.
+var turnsPerChat int
+
 func startServer(bin, mode string) (*server, error) {
 	dir, err := os.MkdirTemp("", "loadbench-")
 	if err != nil {
 		return nil, err
 	}
 	args := append([]string{"server", "--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"),
-		"--durability", mode, "--rate-limit", "-1", "--log-level", "warn"}, serverFlags...)
+		"--durability", mode, "--rate-limit", "-1", "--max-websockets-per-ip", "-1", "--log-level", "warn"}, serverFlags...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -184,9 +188,10 @@ func graph() map[string]any {
 	}}
 }
 
-// turnFunc sends one turn and returns when its run completed: the time
-// to the first node_delta, and the answer the deltas spelled.
-type turnFunc func(ctx context.Context) (first time.Duration, text string, err error)
+// turnFunc sends one turn in chat chatID and returns when its run
+// completed: the time to the first node_delta, and the answer the deltas
+// spelled.
+type turnFunc func(ctx context.Context, chatID string) (first time.Duration, text string, err error)
 
 func cell(bin, mode, tr string, clients int, warmup, duration time.Duration) (*result, error) {
 	s, err := startServer(bin, mode)
@@ -200,16 +205,12 @@ func cell(bin, mode, tr string, clients int, warmup, duration time.Duration) (*r
 	}
 	turns := make([]turnFunc, clients)
 	for i := range turns {
-		var c struct{ ID string }
-		if err := s.post("/chats", map[string]any{"graphId": g.ID}, &c); err != nil {
-			return nil, err
-		}
 		if tr == "ws" {
-			if turns[i], err = wsClient(s, c.ID); err != nil {
+			if turns[i], err = wsClient(s); err != nil {
 				return nil, err
 			}
 		} else {
-			turns[i] = sseClient(s, c.ID)
+			turns[i] = sseClient(s)
 		}
 	}
 	var (
@@ -223,9 +224,23 @@ func cell(bin, mode, tr string, clients int, warmup, duration time.Duration) (*r
 	var wg sync.WaitGroup
 	for _, turn := range turns {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			var chatID string
+			for n := 0; ctx.Err() == nil; n++ {
+				if n%turnsPerChat == 0 {
+					var c struct{ ID string }
+					if err := s.post("/chats", map[string]any{"graphId": g.ID}, &c); err != nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+							cancel()
+						}
+						mu.Unlock()
+						return
+					}
+					chatID = c.ID
+				}
 				start := time.Now()
-				first, text, err := turn(ctx)
+				first, text, err := turn(ctx, chatID)
 				took := time.Since(start)
 				if err == nil && text != answer {
 					err = fmt.Errorf("the answer was %q", text)
@@ -284,10 +299,10 @@ type envelope struct {
 }
 
 // sseClient sends turns as POST .../messages with Accept: text/event-stream.
-func sseClient(s *server, chatID string) turnFunc {
+func sseClient(s *server) turnFunc {
 	hc := &http.Client{}
 	body, _ := json.Marshal(map[string]any{"content": message})
-	return func(ctx context.Context) (time.Duration, string, error) {
+	return func(ctx context.Context, chatID string) (time.Duration, string, error) {
 		start := time.Now()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/chats/"+chatID+"/messages", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -339,7 +354,7 @@ func read(ev envelope, start time.Time, first *time.Duration, text *strings.Buil
 }
 
 // wsClient sends turns as stream_chat frames on one WebSocket.
-func wsClient(s *server, chatID string) (turnFunc, error) {
+func wsClient(s *server) (turnFunc, error) {
 	url := "ws" + strings.TrimPrefix(s.base, "http") + "/ws"
 	conn, _, err := websocket.Dial(context.Background(), url, &websocket.DialOptions{Subprotocols: []string{"chatgraph.v1"}})
 	if err != nil {
@@ -347,7 +362,7 @@ func wsClient(s *server, chatID string) (turnFunc, error) {
 	}
 	conn.SetReadLimit(1 << 20)
 	seq := 0
-	return func(ctx context.Context) (time.Duration, string, error) {
+	return func(ctx context.Context, chatID string) (time.Duration, string, error) {
 		seq++
 		start := time.Now()
 		frame, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("%s-%d", chatID, seq), "type": "stream_chat", "chatId": chatID, "content": message})
