@@ -159,6 +159,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	if c.Request().Context().Err() != nil && errors.Is(err, context.Canceled) {
+		// The client went away mid-request: nobody reads an answer, and it
+		// is not the server's failure.
+		s.log.Debug("client went away", "method", c.Request().Method, "path", c.Path(), "err", err)
+		return
+	}
 	e := apiError(err)
 	if e.Status >= 500 {
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
