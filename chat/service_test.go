@@ -408,6 +408,49 @@ func TestStartWritesAnswersOfEndedRuns(t *testing.T) {
 	require.Equal(t, "echo: one two", m.Content)
 }
 
+// countingChats counts FinishMessage calls per message.
+type countingChats struct {
+	chat.Store
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (s *countingChats) FinishMessage(ctx context.Context, m *chat.Message) error {
+	s.mu.Lock()
+	s.n[m.ID]++
+	s.mu.Unlock()
+	return s.Store.FinishMessage(ctx, m)
+}
+
+func (s *countingChats) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[id]
+}
+
+// A turn that starts at once writes its answer running with the turn
+// (one write less per turn); a turn queued behind another stays pending
+// until its run starts.
+func TestTurnWrittenRunningWhenItStartsAtOnce(t *testing.T) {
+	t.Parallel()
+	mem := memory.New()
+	chats := &countingChats{Store: chatmemory.New(mem), n: map[string]int{}}
+	f := newFixture(t, mem, chats, runtime.Config{})
+	_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":30}`)
+	first := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three"})
+	m, err := chats.GetMessage(context.Background(), chatID, first.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusRunning, m.Status, "running from the turn's own write")
+	second := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "again", Strategy: runcontrol.Enqueue})
+	m, err = chats.GetMessage(context.Background(), chatID, second.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusPending, m.Status, "queued behind the first turn")
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, first.MessageID).Status)
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, second.MessageID).Status)
+	require.Equal(t, 1, chats.count(first.MessageID), "only the final write")
+	require.Equal(t, 2, chats.count(second.MessageID), "running when it started, then final")
+}
+
 // lostLease is a store whose lease renewals fail once lost is set, as when
 // another process has taken the run over.
 type lostLease struct {

@@ -122,7 +122,7 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 	}
 	err = s.launch(ctx, launch{
 		run: lr, scopes: scopes, strategy: t.req.Strategy, tryTurn: true,
-		write:    func(ctx context.Context) error { return s.writeTurn(ctx, t, runID) },
+		write:    func(ctx context.Context, holding bool) error { return s.writeTurn(ctx, t, runID, holding) },
 		rollback: func(ctx context.Context, victims []string) { s.rollback(ctx, t, victims) },
 		exec: func(ctx context.Context, sink runtime.EventSink) (*runtime.RunResult, error) {
 			return s.execTurn(ctx, t, runID, sink)
@@ -174,7 +174,9 @@ type launch struct {
 	// cancel that came first still lets the run record and run_started be
 	// written, then stops the run before any node starts.
 	linkNow bool
-	write   func(ctx context.Context) error
+	// write persists the turn; holding says the run already holds its
+	// chat's turn (it will start at once, not wait in the chat's queue).
+	write func(ctx context.Context, holding bool) error
 	// rollback undoes the turns a rollback strategy superseded.
 	rollback func(ctx context.Context, victims []string)
 	// exec runs the graph; started reports run_started was emitted.
@@ -213,7 +215,7 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 		}
 	}
 	if l.write != nil {
-		if err := l.write(ctx); err != nil {
+		if err := l.write(ctx, held != nil); err != nil {
 			if held != nil {
 				held.Release()
 			}
@@ -582,8 +584,10 @@ func (t *turn) attrs() map[string]any {
 
 // writeTurn persists the turn's messages (or claims the continued one)
 // with the reservation of its run, in one transaction, before the run id
-// is revealed.
-func (s *Service) writeTurn(ctx context.Context, t *turn, runID string) error {
+// is revealed. A new answer whose run holds its chat's turn (it starts at
+// once) is written running; one that waits in the chat's queue is
+// written pending and marked running when its run starts.
+func (s *Service) writeTurn(ctx context.Context, t *turn, runID string, holding bool) error {
 	w := Turn{ChatID: t.chat.ID, Run: s.reservation(t, runID)}
 	if t.req.Kind == KindContinueMessage {
 		w.Claim = &Claim{MessageID: t.assistant.ID, FromRunID: t.assistant.RunID}
@@ -594,6 +598,9 @@ func (s *Service) writeTurn(ctx context.Context, t *turn, runID string) error {
 		return nil
 	}
 	t.assistant.RunID, t.assistant.TurnRunID = runID, runID
+	if holding {
+		t.assistant.Status = StatusRunning
+	}
 	w.ActiveLeafID = t.assistant.ID
 	w.Messages = []*Message{t.assistant}
 	if t.newUser {
@@ -611,7 +618,7 @@ func (s *Service) writeTurn(ctx context.Context, t *turn, runID string) error {
 
 // execTurn executes (or, for a continue, resumes) the turn's run.
 func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runtime.EventSink) (*runtime.RunResult, error) {
-	if t.req.Kind != KindContinueMessage {
+	if t.req.Kind != KindContinueMessage && t.assistant.Status != StatusRunning {
 		t.assistant.Status = StatusRunning
 		_ = s.chats.FinishMessage(ctx, t.assistant)
 	}
