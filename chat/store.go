@@ -144,6 +144,27 @@ type Claim struct {
 	FromRunID string
 }
 
+// Page selects one page of a list: at most Limit items (0: all) that come
+// after After in the list's order. After is the last item of the previous
+// page: its time in that order (UpdatedAt for graphs, CreatedAt for
+// chats) and its id, as the store returned them; the zero Cursor starts
+// at the beginning. Keyset paging: a page never repeats or skips an item
+// of the pages before it, whatever is written meanwhile (an item moved by
+// an update may appear again, at its new place).
+type Page struct {
+	Limit int
+	After Cursor
+}
+
+// Cursor is a position in a list: the time and id of an item.
+type Cursor struct {
+	At time.Time
+	ID string
+}
+
+// IsZero reports whether c is the start of a list.
+func (c Cursor) IsZero() bool { return c.ID == "" && c.At.IsZero() }
+
 // Store persists graphs and chats, in the same database as the run store
 // it was opened with. Implementations are safe for concurrent use; the
 // caller closes them (closing a chat store never closes its run store).
@@ -155,8 +176,9 @@ type Store interface {
 	CreateGraph(ctx context.Context, g *Graph) error
 	// GetGraph returns the graph; ErrNotFound if absent or deleted.
 	GetGraph(ctx context.Context, id string) (*Graph, error)
-	// ListGraphs returns every live graph, most recently updated first.
-	ListGraphs(ctx context.Context) ([]*Graph, error)
+	// ListGraphs returns live graphs, most recently updated first (ties
+	// by id), one page of them (see Page).
+	ListGraphs(ctx context.Context, p Page) ([]*Graph, error)
 	// UpdateGraph replaces name and body and bumps PlanVersion by one,
 	// setting g.PlanVersion and the timestamps. With ifVersion > 0 it fails
 	// with ErrConflict unless the stored version is ifVersion.
@@ -172,8 +194,9 @@ type Store interface {
 	CreateChat(ctx context.Context, c *Chat) error
 	// GetChat returns the chat; ErrNotFound if absent.
 	GetChat(ctx context.Context, id string) (*Chat, error)
-	// ListChats returns the chats of graphID ("" = all), newest first.
-	ListChats(ctx context.Context, graphID string) ([]*Chat, error)
+	// ListChats returns the chats of graphID ("" = all), newest first
+	// (ties by id), one page of them (see Page).
+	ListChats(ctx context.Context, graphID string, p Page) ([]*Chat, error)
 	// DeleteChat deletes a chat and its messages.
 	DeleteChat(ctx context.Context, id string) error
 

@@ -110,9 +110,17 @@ func (s *Server) getChat(c echo.Context) error {
 }
 
 func (s *Server) listChats(c echo.Context) error {
-	chats, err := s.chats.ListChats(c.Request().Context(), c.QueryParam("graphId"))
+	p, err := pageOf(c)
 	if err != nil {
 		return err
+	}
+	chats, err := s.chats.ListChats(c.Request().Context(), c.QueryParam("graphId"), p)
+	if err != nil {
+		return err
+	}
+	if len(chats) > 0 {
+		last := chats[len(chats)-1]
+		setNext(c, p, len(chats), chat.Cursor{At: last.CreatedAt, ID: last.ID})
 	}
 	out := make([]chatJSON, len(chats))
 	for i, ch := range chats {

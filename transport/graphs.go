@@ -269,9 +269,17 @@ func (s *Server) getGraph(c echo.Context) error {
 }
 
 func (s *Server) listGraphs(c echo.Context) error {
-	gs, err := s.chats.ListGraphs(c.Request().Context())
+	p, err := pageOf(c)
 	if err != nil {
 		return err
+	}
+	gs, err := s.chats.ListGraphs(c.Request().Context(), p)
+	if err != nil {
+		return err
+	}
+	if len(gs) > 0 {
+		last := gs[len(gs)-1]
+		setNext(c, p, len(gs), chat.Cursor{At: last.UpdatedAt, ID: last.ID})
 	}
 	out := make([]map[string]any, 0, len(gs))
 	for _, g := range gs {

@@ -54,7 +54,7 @@ func toModel(g *chat.Graph) oaiModel {
 }
 
 func (s *Server) listModels(c echo.Context) error {
-	gs, err := s.chats.ListGraphs(c.Request().Context())
+	gs, err := s.chats.ListGraphs(c.Request().Context(), chat.Page{})
 	if err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (s *Server) modelGraph(ctx context.Context, model string) (*chat.Graph, err
 	if !errors.Is(err, chat.ErrNotFound) {
 		return nil, err
 	}
-	gs, err := s.chats.ListGraphs(ctx)
+	gs, err := s.chats.ListGraphs(ctx, chat.Page{})
 	if err != nil {
 		return nil, err
 	}

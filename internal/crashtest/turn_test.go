@@ -229,7 +229,7 @@ func unsettled(ctx context.Context, runs runtime.Store, chats chat.Store) ([]str
 			bad = append(bad, "run "+r.ID+" "+string(r.Status))
 		}
 	}
-	cs, err := chats.ListChats(ctx, "")
+	cs, err := chats.ListChats(ctx, "", chat.Page{})
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func unsettled(ctx context.Context, runs runtime.Store, chats chat.Store) ([]str
 func checkTurns(t *testing.T, runs runtime.Store, chats chat.Store) (messages, lost int) {
 	t.Helper()
 	ctx := context.Background()
-	cs, err := chats.ListChats(ctx, "")
+	cs, err := chats.ListChats(ctx, "", chat.Page{})
 	require.NoError(t, err)
 	for _, c := range cs {
 		msgs, err := chats.Messages(ctx, c.ID)

@@ -253,11 +253,11 @@ function Shell() {
     setRoute(r)
   }, [])
 
-  const loadGraphs = useCallback(() => call(api.GET('/api/v1/graphs')).then(setGraphs).catch(fail), [fail])
+  const loadGraphs = useCallback(() => call(api.GET('/api/v1/graphs', { params: { query: { limit: 1000 } } })).then(setGraphs).catch(fail), [fail])
   const loadChats = useCallback(
     (graphId?: string) => {
       if (!graphId) return setChats([])
-      call(api.GET('/api/v1/chats', { params: { query: { graphId } } }))
+      call(api.GET('/api/v1/chats', { params: { query: { graphId, limit: 1000 } } }))
         .then(setChats)
         .catch(fail)
     },

@@ -99,7 +99,7 @@ func (s *Store) GetGraph(_ context.Context, id string) (*chat.Graph, error) {
 }
 
 // ListGraphs implements chat.Store.
-func (s *Store) ListGraphs(_ context.Context) ([]*chat.Graph, error) {
+func (s *Store) ListGraphs(_ context.Context, p chat.Page) ([]*chat.Graph, error) {
 	s.mu.RLock()
 	out := make([]*chat.Graph, 0, len(s.graphs))
 	for _, g := range s.graphs {
@@ -112,7 +112,7 @@ func (s *Store) ListGraphs(_ context.Context) ([]*chat.Graph, error) {
 		}
 		return out[i].ID < out[j].ID
 	})
-	return out, nil
+	return page(out, p, func(g *chat.Graph) chat.Cursor { return chat.Cursor{At: g.UpdatedAt, ID: g.ID} }), nil
 }
 
 // UpdateGraph implements chat.Store.
@@ -179,7 +179,7 @@ func (s *Store) GetChat(_ context.Context, id string) (*chat.Chat, error) {
 }
 
 // ListChats implements chat.Store.
-func (s *Store) ListChats(_ context.Context, graphID string) ([]*chat.Chat, error) {
+func (s *Store) ListChats(_ context.Context, graphID string, p chat.Page) ([]*chat.Chat, error) {
 	s.mu.RLock()
 	var out []*chat.Chat
 	for _, c := range s.chats {
@@ -195,7 +195,28 @@ func (s *Store) ListChats(_ context.Context, graphID string) ([]*chat.Chat, erro
 		}
 		return out[i].ID < out[j].ID
 	})
-	return out, nil
+	if out == nil {
+		out = []*chat.Chat{}
+	}
+	return page(out, p, func(c *chat.Chat) chat.Cursor { return chat.Cursor{At: c.CreatedAt, ID: c.ID} }), nil
+}
+
+// page cuts one page out of a list sorted newest first (ties by id).
+func page[T any](all []T, p chat.Page, pos func(T) chat.Cursor) []T {
+	if !p.After.IsZero() {
+		i := 0
+		for ; i < len(all); i++ {
+			c := pos(all[i])
+			if c.At.Before(p.After.At) || c.At.Equal(p.After.At) && c.ID > p.After.ID {
+				break
+			}
+		}
+		all = all[i:]
+	}
+	if p.Limit > 0 && len(all) > p.Limit {
+		all = all[:p.Limit]
+	}
+	return all
 }
 
 // DeleteChat implements chat.Store.

@@ -182,9 +182,20 @@ func (s *Store) GetGraphVersion(ctx context.Context, id string, version int64) (
 	return g, err
 }
 
+// pageArgs are p's cursor (time, id) and limit (nil: none) as query
+// arguments.
+func pageArgs(p chat.Page) (at time.Time, id string, limit *int) {
+	if p.Limit > 0 {
+		limit = &p.Limit
+	}
+	return p.After.At, p.After.ID, limit
+}
+
 // ListGraphs implements chat.Store.
-func (s *Store) ListGraphs(ctx context.Context) ([]*chat.Graph, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs WHERE NOT deleted ORDER BY updated_at DESC, id`)
+func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, error) {
+	at, id, limit := pageArgs(p)
+	rows, err := s.pool.Query(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs WHERE NOT deleted
+		AND ($1 = '' OR updated_at < $2 OR (updated_at = $2 AND id > $1)) ORDER BY updated_at DESC, id LIMIT $3`, id, at, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -265,9 +276,11 @@ func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
 }
 
 // ListChats implements chat.Store.
-func (s *Store) ListChats(ctx context.Context, graphID string) ([]*chat.Chat, error) {
+func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*chat.Chat, error) {
+	at, id, limit := pageArgs(p)
 	rows, err := s.pool.Query(ctx, `SELECT id, graph_id, title, active_leaf_id, created_at, updated_at FROM chats
-		WHERE ($1 = '' OR graph_id = $1) ORDER BY created_at DESC, id`, graphID)
+		WHERE ($1 = '' OR graph_id = $1) AND ($2 = '' OR created_at < $3 OR (created_at = $3 AND id > $2))
+		ORDER BY created_at DESC, id LIMIT $4`, graphID, id, at, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,19 @@ func ts(t time.Time) int64 { return t.UnixNano() }
 
 func fromTS(n int64) time.Time { return time.Unix(0, n).UTC() }
 
+// pageArgs are p's cursor (time as stored, id) and limit (-1: none) as
+// query arguments.
+func pageArgs(p chat.Page) (at int64, id string, limit int) {
+	limit = p.Limit
+	if limit <= 0 {
+		limit = -1
+	}
+	if !p.After.IsZero() {
+		at, id = ts(p.After.At), p.After.ID
+	}
+	return at, id, limit
+}
+
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 type scanner interface{ Scan(...any) error }
@@ -140,8 +153,10 @@ func (s *Store) GetGraph(ctx context.Context, id string) (*chat.Graph, error) {
 }
 
 // ListGraphs implements chat.Store.
-func (s *Store) ListGraphs(ctx context.Context) ([]*chat.Graph, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+graphCols+` FROM graphs WHERE deleted = 0 ORDER BY updated_at DESC, id`)
+func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, error) {
+	at, id, limit := pageArgs(p)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+graphCols+` FROM graphs WHERE deleted = 0
+		AND (? = '' OR updated_at < ? OR (updated_at = ? AND id > ?)) ORDER BY updated_at DESC, id LIMIT ?`, id, at, at, id, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -231,8 +246,11 @@ func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
 }
 
 // ListChats implements chat.Store.
-func (s *Store) ListChats(ctx context.Context, graphID string) ([]*chat.Chat, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+chatCols+` FROM chats WHERE (? = '' OR graph_id = ?) ORDER BY created_at DESC, id`, graphID, graphID)
+func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*chat.Chat, error) {
+	at, id, limit := pageArgs(p)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+chatCols+` FROM chats WHERE (? = '' OR graph_id = ?)
+		AND (? = '' OR created_at < ? OR (created_at = ? AND id > ?)) ORDER BY created_at DESC, id LIMIT ?`,
+		graphID, graphID, id, at, at, id, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"ClaimRace", s.testClaimRace},
 		{"FinishMessageComparesRun", s.testFinishMessage},
 		{"UnsettledListsOpenAnswers", s.testUnsettled},
+		{"ListsPage", s.testPages},
 		{"UpdateMessage", s.testUpdateMessage},
 		{"CloseKeepsRunStore", s.testClose},
 		{"ReopenKeepsData", s.testReopen},
@@ -162,7 +163,7 @@ func (s *suite) testGraphs(t *testing.T) {
 	require.ErrorIs(t, err, chat.ErrNotFound)
 
 	require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: "g2", Body: json.RawMessage(`{}`)}))
-	list, err := cs.ListGraphs(ctx)
+	list, err := cs.ListGraphs(ctx, chat.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.Equal(t, "g2", list[0].ID, "most recently updated first")
@@ -211,10 +212,10 @@ func (s *suite) testChats(t *testing.T) {
 	require.ErrorIs(t, err, chat.ErrNotFound)
 
 	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c2", GraphID: "g2"}))
-	list, err := cs.ListChats(ctx, "g1")
+	list, err := cs.ListChats(ctx, "g1", chat.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	list, err = cs.ListChats(ctx, "")
+	list, err = cs.ListChats(ctx, "", chat.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 
@@ -530,6 +531,70 @@ func (s *suite) testUnsettled(t *testing.T) {
 	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a3.ID, FromRunID: "r3"},
 		Run: reservation("r4", "c1")}))
 	require.Equal(t, []string{a2.ID, a3.ID}, ids(10))
+}
+
+// testPages: pages of graphs and chats cover each list once, in order,
+// also with ties in time, and a page never repeats what came before.
+func (s *suite) testPages(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	const n = 7
+	for i := range n {
+		require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: fmt.Sprintf("g%d", i), Body: json.RawMessage(`{}`)}))
+		require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: fmt.Sprintf("c%d", i), GraphID: "g0"}))
+	}
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "other", GraphID: "g1"}))
+	all, err := cs.ListGraphs(ctx, chat.Page{})
+	require.NoError(t, err)
+	require.Len(t, all, n)
+	var paged []string
+	var after chat.Cursor
+	for {
+		got, err := cs.ListGraphs(ctx, chat.Page{Limit: 3, After: after})
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(got), 3)
+		if len(got) == 0 {
+			break
+		}
+		for _, g := range got {
+			paged = append(paged, g.ID)
+		}
+		last := got[len(got)-1]
+		after = chat.Cursor{At: last.UpdatedAt, ID: last.ID}
+	}
+	want := []string{}
+	for _, g := range all {
+		want = append(want, g.ID)
+	}
+	require.Equal(t, want, paged, "the pages are the list")
+
+	allChats, err := cs.ListChats(ctx, "g0", chat.Page{})
+	require.NoError(t, err)
+	require.Len(t, allChats, n)
+	paged, after = nil, chat.Cursor{}
+	for {
+		got, err := cs.ListChats(ctx, "g0", chat.Page{Limit: 2, After: after})
+		require.NoError(t, err)
+		if len(got) == 0 {
+			break
+		}
+		for _, c := range got {
+			require.Equal(t, "g0", c.GraphID)
+			paged = append(paged, c.ID)
+		}
+		last := got[len(got)-1]
+		after = chat.Cursor{At: last.CreatedAt, ID: last.ID}
+	}
+	want = []string{}
+	for _, c := range allChats {
+		want = append(want, c.ID)
+	}
+	require.Equal(t, want, paged)
+
+	// A cursor inside a run of equal times continues by id.
+	got, err := cs.ListChats(ctx, "g0", chat.Page{After: chat.Cursor{At: allChats[0].CreatedAt, ID: allChats[0].ID}})
+	require.NoError(t, err)
+	require.Len(t, got, n-1)
 }
 
 func (s *suite) testUpdateMessage(t *testing.T) {
