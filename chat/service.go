@@ -29,6 +29,7 @@ type LiveRun struct {
 	ChatID    string
 	MessageID string
 	nodeTypes map[string]string
+	client    string // who started it (WithClient), "" if unknown
 	done      chan struct{}
 }
 
@@ -56,6 +57,10 @@ type Config struct {
 	// (default 1000); MaxRunsPerChat those of one chat (default 16).
 	MaxRuns        int
 	MaxRunsPerChat int
+	// MaxRunsPerClient bounds the runs queued or executing in this process
+	// that one client started (see WithClient; default 64, negative: no
+	// bound).
+	MaxRunsPerClient int
 	// RecoveryInterval is how often Start's loop looks for runs whose
 	// process died (default 5s).
 	RecoveryInterval time.Duration
@@ -90,11 +95,12 @@ type Service struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 
-	mu       sync.Mutex
-	closing  bool
-	live     map[string]*LiveRun
-	perChat  map[string]int
-	runsDone sync.WaitGroup
+	mu        sync.Mutex
+	closing   bool
+	live      map[string]*LiveRun
+	perChat   map[string]int
+	perClient map[string]int
+	runsDone  sync.WaitGroup
 }
 
 // Errors of the service's own (not of a request).
@@ -115,6 +121,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.MaxRuns <= 0 {
 		cfg.MaxRuns = 1000
+	}
+	if cfg.MaxRunsPerClient == 0 {
+		cfg.MaxRunsPerClient = 64
 	}
 	if cfg.MaxRunsPerChat <= 0 {
 		cfg.MaxRunsPerChat = 16
@@ -142,7 +151,8 @@ func New(cfg Config) (*Service, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{cfg: cfg, log: log, engine: cfg.Engine, runs: cfg.Engine.Store(), chats: cfg.Store,
-		ctl: cfg.Control, queue: cfg.Queue, pub: cfg.Publisher, live: map[string]*LiveRun{}, perChat: map[string]int{}}
+		ctl: cfg.Control, queue: cfg.Queue, pub: cfg.Publisher, live: map[string]*LiveRun{}, perChat: map[string]int{},
+		perClient: map[string]int{}}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -209,8 +219,14 @@ func (s *Service) admit(lr *LiveRun) error {
 	if s.perChat[lr.ChatID] >= s.cfg.MaxRunsPerChat {
 		return fmt.Errorf("%w: the chat has %d runs queued or running (the limit)", ErrTooManyRuns, s.perChat[lr.ChatID])
 	}
+	if lr.client != "" && s.cfg.MaxRunsPerClient > 0 && s.perClient[lr.client] >= s.cfg.MaxRunsPerClient {
+		return fmt.Errorf("%w: this client has %d runs queued or running (the limit)", ErrTooManyRuns, s.perClient[lr.client])
+	}
 	s.live[lr.ID] = lr
 	s.perChat[lr.ChatID]++
+	if lr.client != "" {
+		s.perClient[lr.client]++
+	}
 	s.runsDone.Add(1)
 	return nil
 }
@@ -221,6 +237,11 @@ func (s *Service) retire(lr *LiveRun, opened bool) {
 	delete(s.live, lr.ID)
 	if s.perChat[lr.ChatID]--; s.perChat[lr.ChatID] <= 0 {
 		delete(s.perChat, lr.ChatID)
+	}
+	if lr.client != "" {
+		if s.perClient[lr.client]--; s.perClient[lr.client] <= 0 {
+			delete(s.perClient, lr.client)
+		}
 	}
 	s.mu.Unlock()
 	if opened {

@@ -408,6 +408,41 @@ func TestStartWritesAnswersOfEndedRuns(t *testing.T) {
 	require.Equal(t, "echo: one two", m.Content)
 }
 
+// One client's runs are bounded by MaxRunsPerClient; another client (and
+// a call with no client named) is not held back by them.
+func TestRunsPerClientBounded(t *testing.T) {
+	t.Parallel()
+	runs := memory.New()
+	chats := chatmemory.New(runs)
+	reg := runtime.NewRegistry()
+	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
+	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: runs})
+	require.NoError(t, err)
+	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: runcontrol.NewMemory(runcontrol.MemoryConfig{}),
+		MaxRunsPerClient: 2, DrainTimeout: time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
+	f := &fixture{t: t, runs: runs, chats: chats, svc: svc}
+	graphID, _ := f.chatOn(`{"name":"Helper","tokenDelayMs":10000}`)
+	newChat := func() string {
+		id := chat.NewID("c_")
+		require.NoError(t, chats.CreateChat(context.Background(), &chat.Chat{ID: id, GraphID: graphID}))
+		return id
+	}
+	a := chat.WithClient(context.Background(), "10.0.0.1")
+	b := chat.WithClient(context.Background(), "10.0.0.2")
+	for range 2 {
+		_, err := svc.Send(a, chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "slow"})
+		require.NoError(t, err)
+	}
+	_, err = svc.Send(a, chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "one too many"})
+	require.ErrorIs(t, err, chat.ErrTooManyRuns)
+	_, err = svc.Send(b, chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "another client"})
+	require.NoError(t, err)
+	_, err = svc.Send(context.Background(), chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "no client"})
+	require.NoError(t, err)
+}
+
 // countingChats counts FinishMessage calls per message.
 type countingChats struct {
 	chat.Store

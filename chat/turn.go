@@ -116,6 +116,7 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 	}
 	runID := NewID("r_")
 	lr := newLiveRun(runID, t.chat.ID, t.assistant.ID, t.graph)
+	lr.client = clientOf(ctx)
 	scopes := []runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}
 	if t.req.ClientRequestID != "" {
 		scopes = append(scopes, runcontrol.RequestScope(t.req.ClientRequestID))

@@ -32,7 +32,7 @@ import (
 func benchEnv(b *testing.B, d rt.Durability) *env {
 	return newEnvTB(b, func(c *transportConfig) {
 		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
-		c.MaxWebSocketsPerIP = -1 // every benchmark client dials from loopback
+		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
 	})
 }
 
@@ -81,7 +81,7 @@ func benchEventLatency(b *testing.B, d rt.Durability) {
 	var writes writeCounter
 	e := newEnvTB(b, func(c *transportConfig) {
 		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
-		c.MaxWebSocketsPerIP = -1 // every benchmark client dials from loopback
+		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
 		c.Engine.StoreObserver = writes.observe
 	})
 	graphID, _ := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))

@@ -253,7 +253,7 @@ func (s *Server) routes() (*echo.Echo, error) {
 			return nil
 		},
 	}))
-	e.Use(securityHeaders, s.hostCheck, crossOrigin)
+	e.Use(securityHeaders, s.hostCheck, crossOrigin, clientContext)
 	e.GET("/healthz", s.healthz)
 	e.HEAD("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -359,4 +359,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancelBase()
 	return err
+}
+
+// clientContext names the request's client (its IP, as the rate limiter
+// sees it) to the chat service: the runs it starts count against the
+// per-client run limit.
+func clientContext(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		c.SetRequest(r.WithContext(chat.WithClient(r.Context(), c.RealIP())))
+		return next(c)
+	}
 }

@@ -158,7 +158,8 @@ func (s *Server) websocket(c echo.Context) error {
 	conn.SetReadLimit(s.cfg.WSReadLimit)
 	wc := &wsConn{s: s, conn: conn, out: make(chan []byte, s.cfg.WSSendQueue), cmds: make(chan *clientFrame, 64),
 		subs: map[string]context.CancelFunc{}, onCancel: map[string]bool{}}
-	wc.ctx, wc.stop = context.WithCancel(s.base)
+	// The connection's commands count against the client's run limit.
+	wc.ctx, wc.stop = context.WithCancel(chat.WithClient(s.base, c.RealIP()))
 	s.mu.Lock()
 	s.wsConns[wc] = struct{}{}
 	s.mu.Unlock()

@@ -32,7 +32,8 @@ func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Set
 		return nil, err
 	}
 	svc, err := chat.New(chat.Config{Engine: eng, Store: st.chats, Control: ctl, Queue: queue, DrainTimeout: c.drainTimeout,
-		Retention: c.retention, InterruptedRetention: c.interruptedRetention, Logger: log, RecoveryInterval: c.recoveryInterval()})
+		Retention: c.retention, InterruptedRetention: c.interruptedRetention, Logger: log, RecoveryInterval: c.recoveryInterval(),
+		MaxRunsPerClient: c.maxRunsPerClient})
 	if err != nil {
 		eng.Close()
 		return nil, err
