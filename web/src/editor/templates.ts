@@ -14,63 +14,53 @@ export interface Template {
 const flow = { channel: 'flow' as const }
 const link = { channel: 'link' as const }
 
+/**
+ * Chat start → agent "assistant" → chat output, and a calculator tool
+ * node linked to the agent's tools port when calculator is given.
+ */
+function assistantGraph(agent: Record<string, unknown>, calculator?: Record<string, unknown>): Template['graph'] {
+  const graph: Template['graph'] = {
+    nodes: [
+      { id: 'start', type: 'chat_start', position: { x: 0, y: 0 }, data: {} },
+      { id: 'assistant', type: 'agent', position: { x: 300, y: 0 }, data: agent },
+      { id: 'out', type: 'chat_output', position: { x: 620, y: 0 }, data: {} },
+    ],
+    edges: [
+      { id: 'e1', source: 'start', sourceHandle: 'message', target: 'assistant', targetHandle: 'input', data: flow },
+      { id: 'e2', source: 'assistant', sourceHandle: 'output', target: 'out', targetHandle: 'input', data: flow },
+    ],
+  }
+  if (calculator) {
+    graph.nodes.splice(2, 0, { id: 'calculator', type: 'tool', position: { x: 0, y: 220 }, data: calculator })
+    graph.edges.push({ id: 'e3', source: 'calculator', sourceHandle: 'tool', target: 'assistant', targetHandle: 'tools', data: link })
+  }
+  return graph
+}
+
 export const templates: Template[] = [
   {
     id: 'simple-chat',
     name: 'Simple chat',
     description: 'Chat start → agent → chat output: the smallest graph that answers.',
-    graph: {
-      nodes: [
-        { id: 'start', type: 'chat_start', position: { x: 0, y: 0 }, data: {} },
-        { id: 'assistant', type: 'agent', position: { x: 300, y: 0 }, data: { name: 'Assistant', model: 'echo', tokenDelayMs: 40 } },
-        { id: 'out', type: 'chat_output', position: { x: 620, y: 0 }, data: {} },
-      ],
-      edges: [
-        { id: 'e1', source: 'start', sourceHandle: 'message', target: 'assistant', targetHandle: 'input', data: flow },
-        { id: 'e2', source: 'assistant', sourceHandle: 'output', target: 'out', targetHandle: 'input', data: flow },
-      ],
-    },
+    graph: assistantGraph({ name: 'Assistant', model: 'echo', tokenDelayMs: 40 }),
   },
   {
     id: 'agent-tool',
     name: 'Agent with a tool',
     description: 'An agent that can call the calculator (a tool linked to its tools port).',
-    graph: {
-      nodes: [
-        { id: 'start', type: 'chat_start', position: { x: 0, y: 0 }, data: {} },
-        {
-          id: 'assistant',
-          type: 'agent',
-          position: { x: 300, y: 0 },
-          data: { name: 'Assistant', model: 'echo', systemPrompt: 'Use the calculator for arithmetic.', tokenDelayMs: 40 },
-        },
-        { id: 'calculator', type: 'tool', position: { x: 0, y: 220 }, data: { name: 'calculator' } },
-        { id: 'out', type: 'chat_output', position: { x: 620, y: 0 }, data: {} },
-      ],
-      edges: [
-        { id: 'e1', source: 'start', sourceHandle: 'message', target: 'assistant', targetHandle: 'input', data: flow },
-        { id: 'e2', source: 'assistant', sourceHandle: 'output', target: 'out', targetHandle: 'input', data: flow },
-        { id: 'e3', source: 'calculator', sourceHandle: 'tool', target: 'assistant', targetHandle: 'tools', data: link },
-      ],
-    },
+    graph: assistantGraph(
+      { name: 'Assistant', model: 'echo', systemPrompt: 'Use the calculator for arithmetic.', tokenDelayMs: 40 },
+      { name: 'calculator' },
+    ),
   },
   {
     id: 'approval-tool',
     name: 'Approval before a tool',
     description: 'The agent asks you before every calculator call; approve or deny in the chat.',
-    graph: {
-      nodes: [
-        { id: 'start', type: 'chat_start', position: { x: 0, y: 0 }, data: {} },
-        { id: 'assistant', type: 'agent', position: { x: 300, y: 0 }, data: { name: 'Careful assistant', model: 'echo', tokenDelayMs: 40 } },
-        { id: 'calculator', type: 'tool', position: { x: 0, y: 220 }, data: { name: 'calculator', requireApproval: true } },
-        { id: 'out', type: 'chat_output', position: { x: 620, y: 0 }, data: {} },
-      ],
-      edges: [
-        { id: 'e1', source: 'start', sourceHandle: 'message', target: 'assistant', targetHandle: 'input', data: flow },
-        { id: 'e2', source: 'assistant', sourceHandle: 'output', target: 'out', targetHandle: 'input', data: flow },
-        { id: 'e3', source: 'calculator', sourceHandle: 'tool', target: 'assistant', targetHandle: 'tools', data: link },
-      ],
-    },
+    graph: assistantGraph(
+      { name: 'Careful assistant', model: 'echo', tokenDelayMs: 40 },
+      { name: 'calculator', requireApproval: true },
+    ),
   },
   {
     id: 'router',
