@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,7 +182,7 @@ func (f *File) Build(opts Options) (*Setup, error) {
 	if err := tools.RegisterBuiltins(s.Tools, opts.Builtins); err != nil {
 		return nil, err
 	}
-	for _, name := range sortedKeys(f.Providers) {
+	for _, name := range slices.Sorted(maps.Keys(f.Providers)) {
 		p, err := f.Providers[name].build(name, opts.Getenv)
 		if err != nil {
 			return nil, fmt.Errorf("providers.%s: %w", name, err)
@@ -197,7 +198,7 @@ func (f *File) Build(opts Options) (*Setup, error) {
 		}
 		s.Models.SetDefault(p)
 	}
-	for _, name := range sortedKeys(f.MCPServers) {
+	for _, name := range slices.Sorted(maps.Keys(f.MCPServers)) {
 		m := f.MCPServers[name]
 		if m.Disabled {
 			continue
@@ -285,7 +286,7 @@ func expandAll(m map[string]string, getenv func(string) string, field string) (m
 		return nil, nil
 	}
 	out := make(map[string]string, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v, err := expand(m[k], getenv)
 		if err != nil {
 			return nil, fmt.Errorf("%s.%s: %w", field, k, err)
@@ -293,13 +294,4 @@ func expandAll(m map[string]string, getenv func(string) string, field string) (m
 		out[k] = v
 	}
 	return out, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
