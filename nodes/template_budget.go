@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -37,9 +38,7 @@ var stepAction = func() parse.Node {
 // the execution budget.
 func parseTemplate(name, src string) (*template.Template, error) {
 	funcs := template.FuncMap{stepFunc: func() string { return "" }}
-	for k, v := range templateFuncs {
-		funcs[k] = v
-	}
+	maps.Copy(funcs, templateFuncs)
 	tpl, err := template.New(name).Funcs(funcs).Parse(src)
 	if err != nil {
 		return nil, err
@@ -97,12 +96,7 @@ func callCycle(calls map[string][]string) []string {
 		state[name] = closed
 		return nil
 	}
-	names := make([]string, 0, len(calls))
-	for n := range calls {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(calls)) {
 		if cyc := visit(n); cyc != nil {
 			return cyc
 		}
