@@ -249,14 +249,10 @@ func (s *Server) cancelRun(c echo.Context) error {
 	return s.httpCommand(c, &clientFrame{Type: "cancel", RunID: c.Param("id")})
 }
 
-// routeFields are the fields a route takes from its path, never from the
-// body.
-type routeFields struct{ typ, chatID, messageID, runID string }
-
-// httpCommand reads the request body into f's fields (the route's own
-// fields win), runs the command, and answers 202 with the ticket or the
-// cancel outcome — or, for a chat call whose client accepts SSE, streams
-// the run's events.
+// httpCommand reads the request body into f's body fields (httpBody
+// leaves the route's ids alone), runs the command, and answers 202 with
+// the ticket or the cancel outcome — or, for a chat call whose client
+// accepts SSE, streams the run's events.
 func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	b, err := readBody(c)
 	if err != nil {
@@ -265,11 +261,9 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		b = []byte("{}")
 	}
-	route := routeFields{f.Type, f.ChatID, f.MessageID, f.RunID}
 	if err := unmarshalStrictShape(b, (*httpBody)(f)); err != nil {
 		return err
 	}
-	f.Type, f.ChatID, f.MessageID, f.RunID = route.typ, route.chatID, route.messageID, route.runID
 	res, _, err := s.exec(c.Request().Context(), f)
 	if err != nil {
 		return err
