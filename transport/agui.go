@@ -226,12 +226,6 @@ func (s *Server) aguiContinue(ctx context.Context, ch *chat.Chat, given map[stri
 			return nil, err
 		}
 		switch {
-		case p != nil && reason == reasonClientTool:
-			if str, ok := p.(string); ok {
-				vals[iid] = str
-			} else {
-				vals[iid] = p
-			}
 		case p != nil:
 			vals[iid] = p
 		case reason == reasonClientTool:
