@@ -206,6 +206,25 @@ type runStartedInfo struct {
 	ParentRunID  string   `json:"parentRunId"`
 }
 
+// startedAnswerNodes are the answer nodes of the run a run_started event
+// opens (see answerNodes).
+func startedAnswerNodes(g *runtime.Graph, ev runEvent) map[string]bool {
+	var d runStartedInfo
+	_ = json.Unmarshal(ev.Data, &d)
+	return answerNodes(g, d.EntryNodeIDs)
+}
+
+// deltaText is the text a node_delta event carries ("" when none).
+func deltaText(ev runEvent) string {
+	var d struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(ev.Data, &d) != nil {
+		return ""
+	}
+	return d.Text
+}
+
 // graphOfChat loads the graph a chat runs on.
 func (s *Server) graphOfChat(ctx context.Context, chatID string) (*runtime.Graph, error) {
 	c, err := s.chats.GetChat(ctx, chatID)

@@ -333,9 +333,7 @@ func (st *aguiStream) toolCall(id, name, args string) error {
 func (st *aguiStream) event(ev runEvent) error {
 	switch ev.Type {
 	case runtime.EventRunStarted:
-		var d runStartedInfo
-		_ = json.Unmarshal(ev.Data, &d)
-		st.answer = answerNodes(st.graph, d.EntryNodeIDs)
+		st.answer = startedAnswerNodes(st.graph, ev)
 	case runtime.EventNodeStarted:
 		st.steps[ev.NodeID] = true
 		return st.send(map[string]any{"type": "STEP_STARTED", "stepName": ev.NodeID})
@@ -354,10 +352,8 @@ func (st *aguiStream) event(ev runEvent) error {
 		if !st.answer[ev.NodeID] {
 			return nil
 		}
-		var d struct {
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(ev.Data, &d) != nil || d.Text == "" {
+		text := deltaText(ev)
+		if text == "" {
 			return nil
 		}
 		if !st.textOpen {
@@ -366,7 +362,7 @@ func (st *aguiStream) event(ev runEvent) error {
 				return err
 			}
 		}
-		return st.send(map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": st.ticket.MessageID, "delta": d.Text})
+		return st.send(map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": st.ticket.MessageID, "delta": text})
 	case eventToolCall:
 		var d toolCallEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Replayed || d.ClientTool {
