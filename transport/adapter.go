@@ -225,19 +225,6 @@ func deltaText(ev runEvent) string {
 	return d.Text
 }
 
-// graphOfChat loads the graph a chat runs on.
-func (s *Server) graphOfChat(ctx context.Context, chatID string) (*runtime.Graph, error) {
-	c, err := s.chats.GetChat(ctx, chatID)
-	if err != nil {
-		return nil, err
-	}
-	rec, err := s.chats.GetGraph(ctx, c.GraphID)
-	if err != nil {
-		return nil, err
-	}
-	return chat.LoadGraph(rec)
-}
-
 // A tool call id an adapter gives a client for an interrupt names the
 // run and the interrupt, so the answer a client sends back (an OpenAI
 // tool message, an AG-UI tool message or resume entry) finds the run to
