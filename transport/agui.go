@@ -94,9 +94,7 @@ func (s *Server) aguiRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h := c.Response().Header()
-	h.Set("X-Run-Id", t.RunID)
-	h.Set("X-Message-Id", t.MessageID)
+	setTicketHeaders(c, t)
 	st := &aguiStream{s: s, in: &in, graph: graph, ticket: t, steps: map[string]bool{}, calls: map[string]bool{}}
 	st.serve(c)
 	if ctx.Err() != nil {

@@ -275,9 +275,7 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	if !wantsSSE(c) {
 		return c.JSON(http.StatusAccepted, ticket)
 	}
-	h := c.Response().Header()
-	h.Set("X-Run-Id", ticket.RunID)
-	h.Set("X-Message-Id", ticket.MessageID)
+	setTicketHeaders(c, ticket)
 	err = s.serveSSE(c, ticket.RunID, 0)
 	if f.OnDisconnect == "cancel" && c.Request().Context().Err() != nil {
 		s.cancelRunQuietly(ticket.RunID)
@@ -307,6 +305,14 @@ func (b *httpBody) UnmarshalJSON(data []byte) error {
 	b.ClientRequestID, b.AgentNodeID, b.Content, b.ParentID, b.UserTools = v.ClientRequestID, v.AgentNodeID, v.Content, v.ParentID, v.UserTools
 	b.MultitaskStrategy, b.OnDisconnect, b.Resume, b.Value = v.MultitaskStrategy, v.OnDisconnect, v.Resume, v.Value
 	return nil
+}
+
+// setTicketHeaders names a streamed turn's run and assistant message in
+// the response headers.
+func setTicketHeaders(c echo.Context, t *chat.Ticket) {
+	h := c.Response().Header()
+	h.Set("X-Run-Id", t.RunID)
+	h.Set("X-Message-Id", t.MessageID)
 }
 
 // wantsSSE reports whether the client asked for an event stream.

@@ -348,10 +348,8 @@ func (s *Server) chatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h := c.Response().Header()
-	h.Set(HeaderChatID, t.ChatID)
-	h.Set("X-Run-Id", t.RunID)
-	h.Set("X-Message-Id", t.MessageID)
+	c.Response().Header().Set(HeaderChatID, t.ChatID)
+	setTicketHeaders(c, t)
 	cc := &completion{s: s, req: req, graph: graph, ticket: t, id: "chatcmpl-" + t.RunID, created: time.Now().Unix(), agents: map[string]bool{}}
 	for _, n := range graph.Nodes {
 		if n.Type == typeAgent {
