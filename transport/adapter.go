@@ -206,17 +206,23 @@ type runStartedInfo struct {
 	ParentRunID  string   `json:"parentRunId"`
 }
 
-// graphOfChat loads the graph a chat runs on.
-func (s *Server) graphOfChat(ctx context.Context, chatID string) (*runtime.Graph, error) {
-	c, err := s.chats.GetChat(ctx, chatID)
-	if err != nil {
-		return nil, err
+// startedAnswerNodes are the answer nodes of the run a run_started event
+// opens (see answerNodes).
+func startedAnswerNodes(g *runtime.Graph, ev runEvent) map[string]bool {
+	var d runStartedInfo
+	_ = json.Unmarshal(ev.Data, &d)
+	return answerNodes(g, d.EntryNodeIDs)
+}
+
+// deltaText is the text a node_delta event carries ("" when none).
+func deltaText(ev runEvent) string {
+	var d struct {
+		Text string `json:"text"`
 	}
-	rec, err := s.chats.GetGraph(ctx, c.GraphID)
-	if err != nil {
-		return nil, err
+	if json.Unmarshal(ev.Data, &d) != nil {
+		return ""
 	}
-	return chat.LoadGraph(rec)
+	return d.Text
 }
 
 // A tool call id an adapter gives a client for an interrupt names the

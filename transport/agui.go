@@ -94,9 +94,7 @@ func (s *Server) aguiRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h := c.Response().Header()
-	h.Set("X-Run-Id", t.RunID)
-	h.Set("X-Message-Id", t.MessageID)
+	setTicketHeaders(c, t)
 	st := &aguiStream{s: s, in: &in, graph: graph, ticket: t, steps: map[string]bool{}, calls: map[string]bool{}}
 	st.serve(c)
 	if ctx.Err() != nil {
@@ -226,12 +224,6 @@ func (s *Server) aguiContinue(ctx context.Context, ch *chat.Chat, given map[stri
 			return nil, err
 		}
 		switch {
-		case p != nil && reason == reasonClientTool:
-			if str, ok := p.(string); ok {
-				vals[iid] = str
-			} else {
-				vals[iid] = p
-			}
 		case p != nil:
 			vals[iid] = p
 		case reason == reasonClientTool:
@@ -339,9 +331,7 @@ func (st *aguiStream) toolCall(id, name, args string) error {
 func (st *aguiStream) event(ev runEvent) error {
 	switch ev.Type {
 	case runtime.EventRunStarted:
-		var d runStartedInfo
-		_ = json.Unmarshal(ev.Data, &d)
-		st.answer = answerNodes(st.graph, d.EntryNodeIDs)
+		st.answer = startedAnswerNodes(st.graph, ev)
 	case runtime.EventNodeStarted:
 		st.steps[ev.NodeID] = true
 		return st.send(map[string]any{"type": "STEP_STARTED", "stepName": ev.NodeID})
@@ -360,10 +350,8 @@ func (st *aguiStream) event(ev runEvent) error {
 		if !st.answer[ev.NodeID] {
 			return nil
 		}
-		var d struct {
-			Text string `json:"text"`
-		}
-		if json.Unmarshal(ev.Data, &d) != nil || d.Text == "" {
+		text := deltaText(ev)
+		if text == "" {
 			return nil
 		}
 		if !st.textOpen {
@@ -372,7 +360,7 @@ func (st *aguiStream) event(ev runEvent) error {
 				return err
 			}
 		}
-		return st.send(map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": st.ticket.MessageID, "delta": d.Text})
+		return st.send(map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": st.ticket.MessageID, "delta": text})
 	case eventToolCall:
 		var d toolCallEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Replayed || d.ClientTool {

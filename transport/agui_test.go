@@ -19,6 +19,18 @@ func aguiTypes(evs []*sseEvent) []string {
 	return out
 }
 
+// untilAGUIText reads st up to its first TEXT_MESSAGE_CONTENT.
+func untilAGUIText(t *testing.T, st *sseStream) {
+	t.Helper()
+	for {
+		ev, err := st.next(false)
+		require.NoError(t, err)
+		if ev.Data["type"] == "TEXT_MESSAGE_CONTENT" {
+			return
+		}
+	}
+}
+
 func TestAGUITranslatesARun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -103,13 +115,7 @@ func TestAGUIRunCancelledElsewhere(t *testing.T) {
 	in := map[string]any{"threadId": "t-cancel", "runId": "r1", "messages": []any{
 		map[string]any{"id": "u1", "role": "user", "content": "one two three four five six seven eight nine ten"}}}
 	st := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil)
-	for {
-		ev, err := st.next(false)
-		require.NoError(t, err)
-		if ev.Data["type"] == "TEXT_MESSAGE_CONTENT" {
-			break
-		}
-	}
+	untilAGUIText(t, st)
 	e.mustStatus(e.do("POST", "/api/v1/chats/t-cancel/cancel", map[string]any{}, nil), http.StatusAccepted)
 	evs := st.all(t)
 	types := aguiTypes(evs)
@@ -165,13 +171,7 @@ func TestAGUIRunRolledBack(t *testing.T) {
 	in := map[string]any{"threadId": "t-rollback", "runId": "r1", "messages": []any{
 		map[string]any{"id": "u1", "role": "user", "content": "one two three four five six seven eight nine ten"}}}
 	st := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+gid, in, nil)
-	for {
-		ev, err := st.next(false)
-		require.NoError(t, err)
-		if ev.Data["type"] == "TEXT_MESSAGE_CONTENT" {
-			break
-		}
-	}
+	untilAGUIText(t, st)
 	e.mustStatus(e.do("POST", "/api/v1/chats/t-rollback/messages", map[string]any{"content": "instead", "multitaskStrategy": "rollback"}, nil),
 		http.StatusAccepted)
 	evs := st.all(t)

@@ -249,14 +249,10 @@ func (s *Server) cancelRun(c echo.Context) error {
 	return s.httpCommand(c, &clientFrame{Type: "cancel", RunID: c.Param("id")})
 }
 
-// routeFields are the fields a route takes from its path, never from the
-// body.
-type routeFields struct{ typ, chatID, messageID, runID string }
-
-// httpCommand reads the request body into f's fields (the route's own
-// fields win), runs the command, and answers 202 with the ticket or the
-// cancel outcome — or, for a chat call whose client accepts SSE, streams
-// the run's events.
+// httpCommand reads the request body into f's body fields (httpBody
+// leaves the route's ids alone), runs the command, and answers 202 with
+// the ticket or the cancel outcome — or, for a chat call whose client
+// accepts SSE, streams the run's events.
 func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	b, err := readBody(c)
 	if err != nil {
@@ -265,11 +261,9 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		b = []byte("{}")
 	}
-	route := routeFields{f.Type, f.ChatID, f.MessageID, f.RunID}
 	if err := unmarshalStrictShape(b, (*httpBody)(f)); err != nil {
 		return err
 	}
-	f.Type, f.ChatID, f.MessageID, f.RunID = route.typ, route.chatID, route.messageID, route.runID
 	res, _, err := s.exec(c.Request().Context(), f)
 	if err != nil {
 		return err
@@ -281,9 +275,7 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	if !wantsSSE(c) {
 		return c.JSON(http.StatusAccepted, ticket)
 	}
-	h := c.Response().Header()
-	h.Set("X-Run-Id", ticket.RunID)
-	h.Set("X-Message-Id", ticket.MessageID)
+	setTicketHeaders(c, ticket)
 	err = s.serveSSE(c, ticket.RunID, 0)
 	if f.OnDisconnect == "cancel" && c.Request().Context().Err() != nil {
 		s.cancelRunQuietly(ticket.RunID)
@@ -313,6 +305,14 @@ func (b *httpBody) UnmarshalJSON(data []byte) error {
 	b.ClientRequestID, b.AgentNodeID, b.Content, b.ParentID, b.UserTools = v.ClientRequestID, v.AgentNodeID, v.Content, v.ParentID, v.UserTools
 	b.MultitaskStrategy, b.OnDisconnect, b.Resume, b.Value = v.MultitaskStrategy, v.OnDisconnect, v.Resume, v.Value
 	return nil
+}
+
+// setTicketHeaders names a streamed turn's run and assistant message in
+// the response headers.
+func setTicketHeaders(c echo.Context, t *chat.Ticket) {
+	h := c.Response().Header()
+	h.Set("X-Run-Id", t.RunID)
+	h.Set("X-Message-Id", t.MessageID)
 }
 
 // wantsSSE reports whether the client asked for an event stream.

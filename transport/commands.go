@@ -51,13 +51,18 @@ func chatCall(kind chat.Kind, body func(f *clientFrame) any) command {
 			if kind == chat.KindContinueMessage {
 				req.Resume = orValue(f.Resume, f.Value)
 			}
-			t, err := s.svc.Send(ctx, req)
-			if err != nil {
-				return nil, err
-			}
-			return &commandResult{ticket: t}, nil
+			return s.send(ctx, req)
 		},
 	}
+}
+
+// send sends a chat request; its ticket is the command's answer.
+func (s *Server) send(ctx context.Context, req chat.Request) (*commandResult, error) {
+	t, err := s.svc.Send(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &commandResult{ticket: t}, nil
 }
 
 func orValue(a, b any) any {
@@ -100,12 +105,8 @@ var commands = map[string]command{
 			return nil
 		},
 		run: func(s *Server, ctx context.Context, f *clientFrame) (*commandResult, error) {
-			t, err := s.svc.Send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: f.RunID, Resume: orValue(f.Value, f.Resume),
+			return s.send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: f.RunID, Resume: orValue(f.Value, f.Resume),
 				ClientRequestID: f.ClientRequestID, Strategy: runcontrol.Strategy(f.MultitaskStrategy)})
-			if err != nil {
-				return nil, err
-			}
-			return &commandResult{ticket: t}, nil
 		},
 	},
 	"cancel": {

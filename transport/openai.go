@@ -348,10 +348,8 @@ func (s *Server) chatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h := c.Response().Header()
-	h.Set(HeaderChatID, t.ChatID)
-	h.Set("X-Run-Id", t.RunID)
-	h.Set("X-Message-Id", t.MessageID)
+	c.Response().Header().Set(HeaderChatID, t.ChatID)
+	setTicketHeaders(c, t)
 	cc := &completion{s: s, req: req, graph: graph, ticket: t, id: "chatcmpl-" + t.RunID, created: time.Now().Unix(), agents: map[string]bool{}}
 	for _, n := range graph.Nodes {
 		if n.Type == typeAgent {
@@ -418,18 +416,13 @@ func (cc *completion) follow(ctx context.Context, text func(string) error, idle 
 	err := cc.s.watchRun(ctx, cc.ticket.RunID, func(ev runEvent) error {
 		switch {
 		case ev.Type == runtime.EventRunStarted:
-			var d runStartedInfo
-			_ = json.Unmarshal(ev.Data, &d)
-			cc.answer = answerNodes(cc.graph, d.EntryNodeIDs)
+			cc.answer = startedAnswerNodes(cc.graph, ev)
 		case ev.Type == runtime.EventNodeCompleted && cc.agents[ev.NodeID]:
 			cc.addUsage(ev.Data)
 		case ev.Type == eventNodeDelta && cc.answer[ev.NodeID]:
-			var d struct {
-				Text string `json:"text"`
-			}
-			if err := json.Unmarshal(ev.Data, &d); err == nil && d.Text != "" {
-				cc.sent.WriteString(d.Text)
-				return text(d.Text)
+			if t := deltaText(ev); t != "" {
+				cc.sent.WriteString(t)
+				return text(t)
 			}
 		case ev.Type.Terminal():
 			e := readRunEnd(ev)

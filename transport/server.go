@@ -327,10 +327,12 @@ func (s *Server) readyz(c echo.Context) error {
 	check("chats", s.chats.Ping(ctx))
 	if p, isPinger := s.store.(interface{ Ping(context.Context) error }); isPinger {
 		check("runs", p.Ping(ctx))
-	} else if _, err := s.store.GetRun(ctx, "readyz-probe"); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
-		check("runs", err)
 	} else {
-		check("runs", nil)
+		_, err := s.store.GetRun(ctx, "readyz-probe")
+		if errors.Is(err, runtime.ErrRunNotFound) {
+			err = nil
+		}
+		check("runs", err)
 	}
 	if s.svc.Closing() {
 		checks["server"], ok = "shutting down", false

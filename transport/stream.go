@@ -279,17 +279,6 @@ func (s *Server) replay(ctx context.Context, runID string, after *int64, until i
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // sseWriter writes Server-Sent Events with a deadline on every write.
 type sseWriter struct {
 	w       http.ResponseWriter
