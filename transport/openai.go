@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"chatgraph/chat"
 	"chatgraph/runtime"
@@ -29,8 +28,8 @@ const HeaderChatID = "X-Chatgraph-Chat-Id"
 // shown an interrupt that is not a client tool call (an approval).
 const approvalToolName = "chatgraph_approval"
 
-func (s *Server) openAIRoutes(e *echo.Echo) {
-	v1 := e.Group("/v1", s.auth, s.rateLimiter(), middleware.BodyLimit(strconv.FormatInt(s.cfg.BodyLimit, 10)))
+func (s *Server) openAIRoutes(e *echo.Echo, guard []echo.MiddlewareFunc) {
+	v1 := e.Group("/v1", guard...)
 	v1.GET("/models", s.listModels)
 	v1.GET("/models/:model", s.getModel)
 	v1.POST("/chat/completions", s.chatCompletions)

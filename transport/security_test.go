@@ -136,6 +136,30 @@ func TestForeignHostRefused(t *testing.T) {
 	}
 }
 
+// The OpenAI-compatible routes spend the same per-client budget as the
+// API, limited before the token is checked: alternating between them
+// does not double a client's requests.
+func TestOpenAIRoutesShareTheRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *transportConfig) { c.RateLimit, c.RateBurst, c.Token = 1, 5, "secret" })
+	passed := 0
+	for i := range 40 {
+		path := "/api/v1/graphs"
+		if i%2 == 1 {
+			path = "/v1/models"
+		}
+		status, _ := e.raw("GET", path, "", map[string]string{"Authorization": "Bearer wrong"})
+		switch status {
+		case http.StatusUnauthorized:
+			passed++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("%s: status %d", path, status)
+		}
+	}
+	require.LessOrEqual(t, passed, 6, "one burst for both route families")
+}
+
 // The rate limit keys on the peer address: rotating X-Forwarded-For does
 // not buy requests, and wrong-token guesses are limited as well.
 func TestRotatedForwardedForStillLimited(t *testing.T) {

@@ -263,11 +263,15 @@ func (s *Server) routes() (*echo.Echo, error) {
 	// routes for GET, a JSON 404 for the rest (and for /api/...).
 	e.RouteNotFound("/*", s.ui)
 
-	// The limiter runs before auth, so token guessing is limited too.
-	api := e.Group("/api/v1", s.rateLimiter(), s.auth, jsonOnly, s.bodyDeadline,
+	// The API and the OpenAI-compatible routes share one chain: one rate
+	// budget per client, the limiter before auth (token guessing is
+	// limited too), JSON-only bodies read within their deadline, and the
+	// request timeout off the streaming routes.
+	guard := []echo.MiddlewareFunc{s.rateLimiter(), s.auth, jsonOnly, s.bodyDeadline,
 		middleware.BodyLimit(strconv.FormatInt(s.cfg.BodyLimit, 10)),
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
-			Timeout: s.cfg.RequestTimeout, Skipper: streaming}))
+			Timeout: s.cfg.RequestTimeout, Skipper: streaming})}
+	api := e.Group("/api/v1", guard...)
 	api.GET("/openapi.json", s.openapi)
 	api.GET("/node-types", s.nodeTypes)
 	api.GET("/models", s.models)
@@ -301,7 +305,7 @@ func (s *Server) routes() (*echo.Echo, error) {
 	api.POST("/ag-ui/graphs/:id", s.aguiRun)
 	api.RouteNotFound("/*", s.ui)
 
-	s.openAIRoutes(e)
+	s.openAIRoutes(e, guard)
 	return e, nil
 }
 
