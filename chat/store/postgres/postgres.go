@@ -199,16 +199,7 @@ func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, err
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Graph{}
-	for rows.Next() {
-		g, err := scanGraph(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, g)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Graph, error) { return scanGraph(r) })
 }
 
 // UpdateGraph implements chat.Store.
@@ -284,16 +275,7 @@ func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Chat{}
-	for rows.Next() {
-		c, err := scanChat(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Chat, error) { return scanChat(r) })
 }
 
 // DeleteChat implements chat.Store.
@@ -447,16 +429,7 @@ func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, e
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Message{}
-	for rows.Next() {
-		m, err := scanMsg(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
 }
 
 // Unsettled implements chat.Store.
