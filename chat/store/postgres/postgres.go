@@ -422,14 +422,19 @@ func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Messag
 
 // Messages implements chat.Store.
 func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, error) {
-	if _, err := s.GetChat(ctx, chatID); err != nil {
-		return nil, err
-	}
 	rows, err := s.pool.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, chatID)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
+	if err == nil && len(out) == 0 {
+		// No rows: an empty chat, or none (ErrNotFound).
+		_, err = s.GetChat(ctx, chatID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Unsettled implements chat.Store.
