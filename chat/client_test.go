@@ -44,9 +44,7 @@ func TestHistorySeedsTheChat(t *testing.T) {
 
 	_, err = f.svc.Send(context.Background(), chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "x",
 		History: []chat.HistoryMessage{{Role: "tool", Content: "?"}}})
-	var ce *chat.Error
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, chat.CodeInvalid, ce.Code)
+	requireCode(t, err, chat.CodeInvalid)
 }
 
 // A client tool call interrupts the turn; a continue with the result

@@ -246,6 +246,9 @@ func (s *Service) settleMessages(ctx context.Context) int {
 	plans := map[string]*runtime.Plan{}
 	n := 0
 	for _, m := range msgs {
+		if s.Live(m.RunID) != nil {
+			continue // running here: its process writes the message
+		}
 		rec, err := s.runs.GetRun(ctx, m.RunID)
 		if err != nil || !rec.Status.Finished() || s.Bound(ctx, rec.ID) {
 			continue // not ended (recovery or the reservation pass has it)

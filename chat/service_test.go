@@ -57,7 +57,8 @@ type fixture struct {
 	pub   *recorder
 }
 
-func newFixture(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime.Config) *fixture {
+// newFixture builds a service on runs and chats; opts adjust its config.
+func newFixture(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime.Config, opts ...func(*chat.Config)) *fixture {
 	t.Helper()
 	reg := runtime.NewRegistry()
 	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
@@ -66,8 +67,12 @@ func newFixture(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime
 	require.NoError(t, err)
 	ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
 	pub := newRecorder()
-	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, Publisher: pub, DrainTimeout: time.Second,
-		RecoveryInterval: 50 * time.Millisecond})
+	cfg := chat.Config{Engine: eng, Store: chats, Control: ctl, Publisher: pub, DrainTimeout: time.Second,
+		RecoveryInterval: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := chat.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
 	return &fixture{t: t, runs: runs, chats: chats, ctl: ctl, svc: svc, pub: pub}
@@ -115,6 +120,15 @@ func (f *fixture) settled(chatID, id string) *chat.Message {
 	return m
 }
 
+// requireCode requires err to be a *chat.Error with code and returns it.
+func requireCode(t *testing.T, err error, code chat.Code) *chat.Error {
+	t.Helper()
+	var ce *chat.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, code, ce.Code)
+	return ce
+}
+
 func (f *fixture) send(req chat.Request) *chat.Ticket {
 	f.t.Helper()
 	tk, err := f.svc.Send(context.Background(), req)
@@ -155,9 +169,7 @@ func TestStreamAgentChatStartsAtTheAgent(t *testing.T) {
 	require.Equal(t, []string{"helper"}, rec.EntryNodeIDs)
 
 	_, err = f.svc.Send(context.Background(), chat.Request{Kind: chat.KindStreamAgentChat, ChatID: chatID, AgentNodeID: "out", Content: "x"})
-	var ce *chat.Error
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, chat.CodeInvalid, ce.Code)
+	requireCode(t, err, chat.CodeInvalid)
 }
 
 func TestRetryAndEditBranch(t *testing.T) {
@@ -204,9 +216,7 @@ func TestContinueAfterApproval(t *testing.T) {
 
 	// The interrupted run was continued: a second continue from it loses.
 	_, err := f.svc.Send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: tk.RunID})
-	var ce *chat.Error
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, chat.CodeConflict, ce.Code)
+	requireCode(t, err, chat.CodeConflict)
 }
 
 func TestCancelBeforeTheRunExists(t *testing.T) {
@@ -232,9 +242,7 @@ func TestCancelFinishedRunIsAConflict(t *testing.T) {
 	f.settled(chatID, tk.MessageID)
 	<-waitClosed(t, f, tk.RunID)
 	_, err := f.svc.Cancel(context.Background(), chat.CancelRequest{RunID: tk.RunID})
-	var ce *chat.Error
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, chat.CodeConflict, ce.Code)
+	ce := requireCode(t, err, chat.CodeConflict)
 	require.Contains(t, ce.Message, "already ended completed")
 }
 
@@ -413,16 +421,10 @@ func TestStartWritesAnswersOfEndedRuns(t *testing.T) {
 func TestRunsPerClientBounded(t *testing.T) {
 	t.Parallel()
 	runs := memory.New()
-	chats := chatmemory.New(runs)
-	reg := runtime.NewRegistry()
-	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
-	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: runs})
-	require.NoError(t, err)
-	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: runcontrol.NewMemory(runcontrol.MemoryConfig{}),
-		MaxRunsPerClient: 2, DrainTimeout: time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
-	f := &fixture{t: t, runs: runs, chats: chats, svc: svc}
+	f := newFixture(t, runs, chatmemory.New(runs), runtime.Config{}, func(c *chat.Config) {
+		c.MaxRunsPerClient, c.DrainTimeout = 2, time.Millisecond
+	})
+	chats, svc := f.chats, f.svc
 	graphID, _ := f.chatOn(`{"name":"Helper","tokenDelayMs":10000}`)
 	newChat := func() string {
 		id := chat.NewID("c_")
@@ -435,7 +437,7 @@ func TestRunsPerClientBounded(t *testing.T) {
 		_, err := svc.Send(a, chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "slow"})
 		require.NoError(t, err)
 	}
-	_, err = svc.Send(a, chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "one too many"})
+	_, err := svc.Send(a, chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "one too many"})
 	require.ErrorIs(t, err, chat.ErrTooManyRuns)
 	_, err = svc.Send(b, chat.Request{Kind: chat.KindStreamChat, ChatID: newChat(), Content: "another client"})
 	require.NoError(t, err)

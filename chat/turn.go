@@ -625,14 +625,14 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 	}
 	services := &nodes.Services{Scope: chatscope.New(t.plan, t.entries)}
 	if t.req.Kind == KindContinueMessage {
-		return s.engine.Resume(ctx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: runID, Graph: t.graph,
+		return s.engine.Resume(ctx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: runID, Plan: t.plan,
 			Kind: string(KindContinueMessage), Value: t.value, Values: t.values, Attrs: t.attrs(), Services: services, Sink: sink})
 	}
 	in, err := s.turnInput(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	return s.engine.Invoke(ctx, runtime.RunRequest{RunID: runID, ChatID: t.chat.ID, Plan: t.plan, Graph: t.graph,
+	return s.engine.Invoke(ctx, runtime.RunRequest{RunID: runID, ChatID: t.chat.ID, Plan: t.plan,
 		EntryNodeIDs: t.entries, Input: in, Kind: string(t.req.Kind), Attrs: t.attrs(), Services: services, Sink: sink})
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"slices"
 
 	setupcfg "chatgraph/config"
 	"chatgraph/nodes"
@@ -33,7 +34,7 @@ func loadSetup(c *config, log *slog.Logger) (*setupcfg.Setup, error) {
 		return nil, err
 	}
 	if c.openAIBaseURL != "" || c.openAIKey != "" {
-		if hasProvider(s.Models, "openai") {
+		if slices.Contains(s.Models.Names(), "openai") {
 			log.Warn("--openai-base-url ignored: the config file defines a provider named openai")
 			return s, nil
 		}
@@ -47,15 +48,6 @@ func loadSetup(c *config, log *slog.Logger) (*setupcfg.Setup, error) {
 		}
 	}
 	return s, nil
-}
-
-func hasProvider(m *llm.Models, name string) bool {
-	for _, p := range m.Providers() {
-		if p.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // catalog is what the editor offers: the palette with the tools

@@ -85,7 +85,7 @@ func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
 			}
 		case "node_delta":
 			var d struct{ Text string }
-			require.NoError(t, jsonUnmarshal(f.Data, &d))
+			require.NoError(t, json.Unmarshal(f.Data, &d))
 			answer.WriteString(d.Text)
 		}
 	}
@@ -105,5 +105,3 @@ func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
 	require.Equal(t, "completed", m["status"])
 	require.Equal(t, answer.String(), m["content"])
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -39,8 +39,13 @@ func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Set
 		return nil, err
 	}
 	nodeTypes, models := catalog(reg, setup)
-	return transport.New(transport.Config{Chat: svc, Relay: relay, Token: c.token, AllowedOrigins: splitList(c.allowedOrigins),
+	srv, err := transport.New(transport.Config{Chat: svc, Relay: relay, Token: c.token, AllowedOrigins: splitList(c.allowedOrigins),
 		AllowedHosts: splitList(c.allowedHosts), TrustedProxies: splitList(c.trustedProxies),
 		BodyLimit: c.bodyLimit, BodyReadTimeout: c.bodyReadTimeout, RateLimit: c.rateLimit, MaxWebSocketsPerIP: c.maxWebSocketsPerIP,
 		UI: webUI(), Logger: log, Metrics: metrics, NodeTypes: nodeTypes, Models: models})
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	return srv, nil
 }

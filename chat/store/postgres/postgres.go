@@ -199,16 +199,7 @@ func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, err
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Graph{}
-	for rows.Next() {
-		g, err := scanGraph(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, g)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Graph, error) { return scanGraph(r) })
 }
 
 // UpdateGraph implements chat.Store.
@@ -284,16 +275,7 @@ func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Chat{}
-	for rows.Next() {
-		c, err := scanChat(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Chat, error) { return scanChat(r) })
 }
 
 // DeleteChat implements chat.Store.
@@ -440,23 +422,19 @@ func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Messag
 
 // Messages implements chat.Store.
 func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, error) {
-	if _, err := s.GetChat(ctx, chatID); err != nil {
-		return nil, err
-	}
 	rows, err := s.pool.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, chatID)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Message{}
-	for rows.Next() {
-		m, err := scanMsg(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
+	if err == nil && len(out) == 0 {
+		// No rows: an empty chat, or none (ErrNotFound).
+		_, err = s.GetChat(ctx, chatID)
 	}
-	return out, rows.Err()
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Unsettled implements chat.Store.

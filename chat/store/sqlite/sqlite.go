@@ -73,6 +73,20 @@ func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 type scanner interface{ Scan(...any) error }
 
+// collect scans every row of rows with scan and closes them.
+func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 // affected is nil when res changed a row, else sentinel with what.
 func affected(res sql.Result, sentinel error, what string) error {
 	n, err := res.RowsAffected()
@@ -160,16 +174,7 @@ func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, err
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Graph{}
-	for rows.Next() {
-		g, err := scanGraph(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, g)
-	}
-	return out, rows.Err()
+	return collect(rows, scanGraph)
 }
 
 // UpdateGraph implements chat.Store.
@@ -254,16 +259,7 @@ func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Chat{}
-	for rows.Next() {
-		c, err := scanChat(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return collect(rows, scanChat)
 }
 
 // DeleteChat implements chat.Store.
@@ -448,16 +444,8 @@ func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, e
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := []*chat.Message{}
-	for rows.Next() {
-		m, err := scanMsg(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collect(rows, scanMsg)
+	if err != nil {
 		return nil, err
 	}
 	if len(out) == 0 {
@@ -475,16 +463,7 @@ func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, erro
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []*chat.Message
-	for rows.Next() {
-		m, err := scanMsg(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return collect(rows, scanMsg)
 }
 
 // DeleteMessages implements chat.Store.
