@@ -701,10 +701,7 @@ func truncate(s string, n int) string {
 // entryIDs mean the default entries (every node of an Entry type). Nil
 // when an entry is unknown.
 func (p *Plan) ActiveNodes(entryIDs []string) []string {
-	if len(entryIDs) == 0 {
-		entryIDs = p.defaultEntries()
-	}
-	as := p.active(entryIDs)
+	as := p.activeFrom(entryIDs)
 	if len(as.entries) == 0 {
 		return nil
 	}
@@ -717,10 +714,7 @@ func (p *Plan) ActiveNodes(entryIDs []string) []string {
 // use), raised to errors. Empty entryIDs mean the default entries. Nil
 // when the run can start.
 func (p *Plan) CheckEntries(entryIDs []string) Diagnostics {
-	if len(entryIDs) == 0 {
-		entryIDs = p.defaultEntries()
-	}
-	as := p.active(entryIDs)
+	as := p.activeFrom(entryIDs)
 	var ge *GraphError
 	switch {
 	case as.err == nil:

@@ -129,8 +129,12 @@ func latestPerNode(cps []*Checkpoint) []*Checkpoint {
 }
 
 // applyBatches writes batches to st: in one call when it is a BatchWriter,
-// else write by write.
+// else write by write. No batches, no call (a commit whose runs were all
+// refused before it took their buffers opens no empty transaction).
 func applyBatches(ctx context.Context, st *storeView, batches []WriteBatch) error {
+	if len(batches) == 0 {
+		return nil
+	}
 	if st.finisher != nil {
 		return st.finisher.WriteBatches(ctx, batches)
 	}

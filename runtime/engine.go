@@ -183,9 +183,9 @@ func (e *Engine) Owner() string { return e.owner }
 func (e *Engine) Store() Store { return e.raw }
 
 // Capabilities names the optional store interfaces (Leaser, BulkClaimer,
-// Inspector, BatchWriter, BatchFinisher, RunStarter, EffectLedger) the
-// engine found on its store when it was made: the ones it uses, timed when
-// a StoreObserver is set. Empty without a store.
+// Inspector, BatchWriter, BatchFinisher, RunStarter, EffectLedger,
+// OwnerLister) the engine found on its store when it was made: the ones
+// it uses, timed when a StoreObserver is set. Empty without a store.
 func (e *Engine) Capabilities() []string { return e.store.names() }
 
 // Validate returns every diagnostic of g (errors and warnings) without

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -369,23 +370,18 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 		req.RunID = id
 		if cfg.Launch != nil {
 			lease := leases[id]
-			var once sync.Once
-			start := func(runCtx context.Context) (res *RunResult, err error) {
-				ran := false
-				once.Do(func() {
-					ran = true
-					var r *run
-					if r, err = e.recoverClaimed(runCtx, req, rec, lease); err != nil {
-						release()
-						return
-					}
-					unhold() // the run holds itself now
-					res, err = r.execute()
-				})
-				if !ran {
+			var launched atomic.Bool
+			start := func(runCtx context.Context) (*RunResult, error) {
+				if !launched.CompareAndSwap(false, true) {
 					return nil, errors.New("runtime: a recovered run was started twice")
 				}
-				return res, err
+				r, err := e.recoverClaimed(runCtx, req, rec, lease)
+				if err != nil {
+					release()
+					return nil, err
+				}
+				unhold() // the run holds itself now
+				return r.execute()
 			}
 			if err := cfg.Launch(rec, start); err != nil {
 				e.log.Warn("recovered run not launched", "run", id, "err", err)

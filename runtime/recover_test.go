@@ -222,6 +222,23 @@ func TestRecoverKeepsAttemptID(t *testing.T) {
 	require.ErrorIs(t, err, runtime.ErrRunNotResumable, "a finished run is not recovered")
 }
 
+// crashBeforeB runs g as runID on an engine of owner with lease ttl whose
+// store dies as node b's running checkpoint is written, and returns the
+// run's record as the dead process left it.
+func crashBeforeB(t *testing.T, k *kit, mem runtime.Store, g *runtime.Graph, runID, owner string, ttl time.Duration) *runtime.RunRecord {
+	t.Helper()
+	ctx, kill := context.WithCancel(context.Background())
+	cs := &crashStore{Store: mem, kill: kill, failpoint: func(cp *runtime.Checkpoint) (bool, bool) {
+		return false, cp.NodeID == "b" && cp.Status == runtime.NodeRunning
+	}}
+	dead := k.engine(t, cs, func(c *runtime.Config) { c.LeaseTTL = ttl; c.Owner = owner })
+	_, _ = dead.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: runID, Input: "x"})
+	require.True(t, cs.crashed.Load())
+	rec, err := mem.GetRun(context.Background(), runID)
+	require.NoError(t, err)
+	return rec
+}
+
 // A crashed run's lease expires; another engine's recovery pass claims it,
 // and the dead holder's late writes are fenced off.
 func TestRecoverExpiredLeases(t *testing.T) {
@@ -229,15 +246,7 @@ func TestRecoverExpiredLeases(t *testing.T) {
 	k := newKit(t)
 	mem := newMem()
 	g := newGraph("lease").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
-	ctx, kill := context.WithCancel(context.Background())
-	cs := &crashStore{Store: mem, kill: kill, failpoint: func(cp *runtime.Checkpoint) (bool, bool) {
-		return false, cp.NodeID == "b" && cp.Status == runtime.NodeRunning
-	}}
-	dead := k.engine(t, cs, func(c *runtime.Config) { c.LeaseTTL = 150 * time.Millisecond; c.Owner = "dead" })
-	_, _ = dead.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "lr", Input: "x"})
-	require.True(t, cs.crashed.Load())
-	oldRec, err := mem.GetRun(context.Background(), "lr")
-	require.NoError(t, err)
+	oldRec := crashBeforeB(t, k, mem, g, "lr", "dead", 150*time.Millisecond)
 
 	fresh := k.engine(t, mem, func(c *runtime.Config) { c.LeaseTTL = time.Second; c.Owner = "fresh" })
 	done := make(chan *runtime.RunResult, 1)
@@ -280,15 +289,7 @@ func TestRecoverOwnRunsAtOnce(t *testing.T) {
 	k := newKit(t)
 	mem := newMem()
 	g := newGraph("own").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
-	ctx, kill := context.WithCancel(context.Background())
-	cs := &crashStore{Store: mem, kill: kill, failpoint: func(cp *runtime.Checkpoint) (bool, bool) {
-		return false, cp.NodeID == "b" && cp.Status == runtime.NodeRunning
-	}}
-	dead := k.engine(t, cs, func(c *runtime.Config) { c.LeaseTTL = time.Hour; c.Owner = "srv-1" })
-	_, _ = dead.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "own", Input: "x"})
-	require.True(t, cs.crashed.Load())
-	oldRec, err := mem.GetRun(context.Background(), "own")
-	require.NoError(t, err)
+	oldRec := crashBeforeB(t, k, mem, g, "own", "srv-1", time.Hour)
 
 	cfg := func(done chan<- *runtime.RunResult) runtime.RecoveryConfig {
 		return runtime.RecoveryConfig{

@@ -31,11 +31,7 @@ func (e *Engine) Result(ctx context.Context, rec *RunRecord, g *Graph) (*RunResu
 	}
 	res := &RunResult{RunID: rec.ID, Status: rec.Status, Interrupts: rec.Interrupts, LastSeq: rec.LastSeq, plan: p,
 		outputs: make([]any, len(p.nodes)), states: make([]NodeStatus, len(p.nodes))}
-	entries := rec.EntryNodeIDs
-	if len(entries) == 0 {
-		entries = p.defaultEntries()
-	}
-	for _, n := range p.active(entries).nodes {
+	for _, n := range p.activeFrom(rec.EntryNodeIDs).nodes {
 		res.states[n] = NodePending // active; a checkpoint says more
 	}
 	var failed *Checkpoint

@@ -113,11 +113,7 @@ func (e *Engine) newRun(ctx context.Context, req RunRequest) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries := req.EntryNodeIDs
-	if len(entries) == 0 {
-		entries = p.defaultEntries()
-	}
-	as := p.active(entries)
+	as := p.activeFrom(req.EntryNodeIDs)
 	if as.err != nil {
 		return nil, as.err
 	}
@@ -257,6 +253,14 @@ func matchAnswers(parent *RunRecord, req ResumeRequest) (map[string]any, error) 
 		answers[parent.Interrupts[0].ID] = req.Value
 	}
 	return answers, nil
+}
+
+// activeFrom is active with empty entryIDs meaning the default entries.
+func (p *Plan) activeFrom(entryIDs []string) *activeSet {
+	if len(entryIDs) == 0 {
+		entryIDs = p.defaultEntries()
+	}
+	return p.active(entryIDs)
 }
 
 func (p *Plan) defaultEntries() []string {

@@ -22,6 +22,22 @@ func (o StoreObserver) since(op string, start time.Time, err error) {
 	o(op, time.Since(start), err)
 }
 
+// timed makes a store call that returns only an error and tells o.
+func (o StoreObserver) timed(op string, call func() error) error {
+	start := time.Now()
+	err := call()
+	o.since(op, start, err)
+	return err
+}
+
+// timed makes a store call that returns a value and an error and tells o.
+func timed[T any](o StoreObserver, op string, call func() (T, error)) (T, error) {
+	start := time.Now()
+	v, err := call()
+	o.since(op, start, err)
+	return v, err
+}
+
 // storeView is the engine's view of its store: the Store the kernel calls
 // and each optional capability of the store (nil when it lacks it), found
 // once by newStoreView so that no other code type-asserts the store. With
@@ -94,7 +110,7 @@ func (v *storeView) names() []string {
 	if v == nil {
 		return []string{}
 	}
-	var out []string
+	out := []string{}
 	for _, c := range []struct {
 		name string
 		has  bool
@@ -112,9 +128,6 @@ func (v *storeView) names() []string {
 			out = append(out, c.name)
 		}
 	}
-	if out == nil {
-		out = []string{}
-	}
 	return out
 }
 
@@ -124,52 +137,31 @@ type timedStore struct {
 }
 
 func (t timedStore) CreateRun(ctx context.Context, r *RunRecord) error {
-	start := time.Now()
-	err := t.st.CreateRun(ctx, r)
-	t.obs.since("create_run", start, err)
-	return err
+	return t.obs.timed("create_run", func() error { return t.st.CreateRun(ctx, r) })
 }
 
 func (t timedStore) GetRun(ctx context.Context, id string) (*RunRecord, error) {
-	start := time.Now()
-	r, err := t.st.GetRun(ctx, id)
-	t.obs.since("get_run", start, err)
-	return r, err
+	return timed(t.obs, "get_run", func() (*RunRecord, error) { return t.st.GetRun(ctx, id) })
 }
 
 func (t timedStore) UpdateRun(ctx context.Context, r *RunRecord) error {
-	start := time.Now()
-	err := t.st.UpdateRun(ctx, r)
-	t.obs.since("update_run", start, err)
-	return err
+	return t.obs.timed("update_run", func() error { return t.st.UpdateRun(ctx, r) })
 }
 
 func (t timedStore) SaveCheckpoint(ctx context.Context, cp *Checkpoint) error {
-	start := time.Now()
-	err := t.st.SaveCheckpoint(ctx, cp)
-	t.obs.since("save_checkpoint", start, err)
-	return err
+	return t.obs.timed("save_checkpoint", func() error { return t.st.SaveCheckpoint(ctx, cp) })
 }
 
 func (t timedStore) Checkpoints(ctx context.Context, runID string) ([]*Checkpoint, error) {
-	start := time.Now()
-	cps, err := t.st.Checkpoints(ctx, runID)
-	t.obs.since("checkpoints", start, err)
-	return cps, err
+	return timed(t.obs, "checkpoints", func() ([]*Checkpoint, error) { return t.st.Checkpoints(ctx, runID) })
 }
 
 func (t timedStore) AppendEvents(ctx context.Context, runID string, token int64, events []Event) error {
-	start := time.Now()
-	err := t.st.AppendEvents(ctx, runID, token, events)
-	t.obs.since("append_events", start, err)
-	return err
+	return t.obs.timed("append_events", func() error { return t.st.AppendEvents(ctx, runID, token, events) })
 }
 
 func (t timedStore) Events(ctx context.Context, runID string, after int64, limit int) ([]Event, error) {
-	start := time.Now()
-	evs, err := t.st.Events(ctx, runID, after, limit)
-	t.obs.since("events", start, err)
-	return evs, err
+	return timed(t.obs, "events", func() ([]Event, error) { return t.st.Events(ctx, runID, after, limit) })
 }
 
 type timedLeaser struct {
@@ -178,31 +170,19 @@ type timedLeaser struct {
 }
 
 func (t timedLeaser) ClaimRun(ctx context.Context, runID, owner string, ttl time.Duration) (Lease, error) {
-	start := time.Now()
-	l, err := t.l.ClaimRun(ctx, runID, owner, ttl)
-	t.obs.since("claim_run", start, err)
-	return l, err
+	return timed(t.obs, "claim_run", func() (Lease, error) { return t.l.ClaimRun(ctx, runID, owner, ttl) })
 }
 
 func (t timedLeaser) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
-	start := time.Now()
-	next, err := t.l.RenewLease(ctx, l, ttl)
-	t.obs.since("renew_lease", start, err)
-	return next, err
+	return timed(t.obs, "renew_lease", func() (Lease, error) { return t.l.RenewLease(ctx, l, ttl) })
 }
 
 func (t timedLeaser) ReleaseLease(ctx context.Context, l Lease) error {
-	start := time.Now()
-	err := t.l.ReleaseLease(ctx, l)
-	t.obs.since("release_lease", start, err)
-	return err
+	return t.obs.timed("release_lease", func() error { return t.l.ReleaseLease(ctx, l) })
 }
 
 func (t timedLeaser) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	start := time.Now()
-	ids, err := t.l.ExpiredRuns(ctx, now, limit)
-	t.obs.since("expired_runs", start, err)
-	return ids, err
+	return timed(t.obs, "expired_runs", func() ([]string, error) { return t.l.ExpiredRuns(ctx, now, limit) })
 }
 
 type timedBulkClaimer struct {
@@ -211,10 +191,7 @@ type timedBulkClaimer struct {
 }
 
 func (t timedBulkClaimer) ClaimExpired(ctx context.Context, owner string, ttl time.Duration, now time.Time, limit int) ([]Lease, error) {
-	start := time.Now()
-	ls, err := t.b.ClaimExpired(ctx, owner, ttl, now, limit)
-	t.obs.since("claim_expired", start, err)
-	return ls, err
+	return timed(t.obs, "claim_expired", func() ([]Lease, error) { return t.b.ClaimExpired(ctx, owner, ttl, now, limit) })
 }
 
 type timedInspector struct {
@@ -223,24 +200,15 @@ type timedInspector struct {
 }
 
 func (t timedInspector) ListRuns(ctx context.Context, f RunFilter) ([]*RunRecord, error) {
-	start := time.Now()
-	rs, err := t.i.ListRuns(ctx, f)
-	t.obs.since("list_runs", start, err)
-	return rs, err
+	return timed(t.obs, "list_runs", func() ([]*RunRecord, error) { return t.i.ListRuns(ctx, f) })
 }
 
 func (t timedInspector) DeleteRun(ctx context.Context, runID string) error {
-	start := time.Now()
-	err := t.i.DeleteRun(ctx, runID)
-	t.obs.since("delete_run", start, err)
-	return err
+	return t.obs.timed("delete_run", func() error { return t.i.DeleteRun(ctx, runID) })
 }
 
 func (t timedInspector) DeleteFinishedBefore(ctx context.Context, before time.Time) (int, error) {
-	start := time.Now()
-	n, err := t.i.DeleteFinishedBefore(ctx, before)
-	t.obs.since("delete_finished_before", start, err)
-	return n, err
+	return timed(t.obs, "delete_finished_before", func() (int, error) { return t.i.DeleteFinishedBefore(ctx, before) })
 }
 
 type timedBatchWriter struct {
@@ -249,10 +217,7 @@ type timedBatchWriter struct {
 }
 
 func (t timedBatchWriter) WriteBatches(ctx context.Context, batches []WriteBatch) error {
-	start := time.Now()
-	err := t.w.WriteBatches(ctx, batches)
-	t.obs.since("write_batches", start, err)
-	return err
+	return t.obs.timed("write_batches", func() error { return t.w.WriteBatches(ctx, batches) })
 }
 
 type timedBatchFinisher struct{ timedBatchWriter }
@@ -265,10 +230,7 @@ type timedRunStarter struct {
 }
 
 func (t timedRunStarter) CreateClaimed(ctx context.Context, r *RunRecord, owner string, ttl time.Duration) (Lease, error) {
-	start := time.Now()
-	l, err := t.s.CreateClaimed(ctx, r, owner, ttl)
-	t.obs.since("create_claimed", start, err)
-	return l, err
+	return timed(t.obs, "create_claimed", func() (Lease, error) { return t.s.CreateClaimed(ctx, r, owner, ttl) })
 }
 
 type timedEffectLedger struct {
@@ -277,10 +239,7 @@ type timedEffectLedger struct {
 }
 
 func (t timedEffectLedger) PutEffect(ctx context.Context, rec EffectRecord) (EffectRecord, error) {
-	start := time.Now()
-	kept, err := t.l.PutEffect(ctx, rec)
-	t.obs.since("put_effect", start, err)
-	return kept, err
+	return timed(t.obs, "put_effect", func() (EffectRecord, error) { return t.l.PutEffect(ctx, rec) })
 }
 
 func (t timedEffectLedger) GetEffect(ctx context.Context, key string) (EffectRecord, bool, error) {
@@ -291,10 +250,7 @@ func (t timedEffectLedger) GetEffect(ctx context.Context, key string) (EffectRec
 }
 
 func (t timedEffectLedger) DeleteEffects(ctx context.Context, rootRunID string) error {
-	start := time.Now()
-	err := t.l.DeleteEffects(ctx, rootRunID)
-	t.obs.since("delete_effects", start, err)
-	return err
+	return t.obs.timed("delete_effects", func() error { return t.l.DeleteEffects(ctx, rootRunID) })
 }
 
 type timedOwnerLister struct {
@@ -303,8 +259,5 @@ type timedOwnerLister struct {
 }
 
 func (t timedOwnerLister) OwnedRuns(ctx context.Context, owner string, limit int) ([]string, error) {
-	start := time.Now()
-	ids, err := t.o.OwnedRuns(ctx, owner, limit)
-	t.obs.since("owned_runs", start, err)
-	return ids, err
+	return timed(t.obs, "owned_runs", func() ([]string, error) { return t.o.OwnedRuns(ctx, owner, limit) })
 }

@@ -17,6 +17,7 @@ import (
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/postgres"
 	"chatgraph/runtime/store/sqlite"
+	"chatgraph/transport"
 )
 
 func registry() *runtime.Registry {
@@ -43,16 +44,14 @@ func chain(n int) *runtime.Graph {
 	return g
 }
 
-// observer is what the server gives the engine as its StoreObserver: every
-// store call the engine makes observed in a Prometheus histogram (the
-// server's store latency metric). It also counts the calls that are store
+// observer is what the server gives the engine as its StoreObserver
+// (transport.StoreObserver: every store call the engine makes observed in
+// the store latency histogram). It also counts the calls that are store
 // transactions into commits, when given.
 func observer(commits *atomic.Int64) runtime.StoreObserver {
-	lat := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chatgraph_store_operation_duration_seconds",
-		Help: "Store call latency, by store and operation.", Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10)},
-		[]string{"store", "op"})
-	return func(op string, d time.Duration, _ error) {
-		lat.WithLabelValues("runs", op).Observe(d.Seconds())
+	lat := transport.StoreObserver(prometheus.NewRegistry())
+	return func(op string, d time.Duration, err error) {
+		lat(op, d, err)
 		switch op {
 		case "create_run", "create_claimed", "update_run", "save_checkpoint", "append_events", "write_batches",
 			"claim_run", "renew_lease", "release_lease", "claim_expired":

@@ -57,7 +57,7 @@ var (
 func (s *Store) CreateRun(_ context.Context, r *runtime.RunRecord) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.runs[r.ID]; ok && e.rec.Status != runtime.RunPending {
+	if s.taken(r.ID) {
 		return fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
 	}
 	s.runs[r.ID] = &entry{rec: *r, cps: map[string]*runtime.Checkpoint{}}
@@ -70,11 +70,17 @@ func (s *Store) CreateClaimed(_ context.Context, r *runtime.RunRecord, owner str
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := runtime.Lease{RunID: r.ID, Owner: owner, Token: r.Token + 1, ExpiresAt: time.Now().Add(ttl)}
-	if e, ok := s.runs[r.ID]; ok && e.rec.Status != runtime.RunPending {
+	if s.taken(r.ID) {
 		return runtime.Lease{}, fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
 	}
 	s.create(r, l)
 	return l, nil
+}
+
+// taken says a record other than a reservation holds id (under mu).
+func (s *Store) taken(id string) bool {
+	e, ok := s.runs[id]
+	return ok && e.rec.Status != runtime.RunPending
 }
 
 // create stores r holding lease l (under mu).
@@ -190,7 +196,7 @@ func (s *Store) WriteBatches(_ context.Context, batches []runtime.WriteBatch) er
 			if b.Lease == nil {
 				return fmt.Errorf("memory store: create %s in a batch needs its lease", c.ID)
 			}
-			if e, ok := s.runs[c.ID]; moved[c.ID] != nil || ok && e.rec.Status != runtime.RunPending {
+			if moved[c.ID] != nil || s.taken(c.ID) {
 				return fmt.Errorf("%w: %s", runtime.ErrRunExists, c.ID)
 			}
 			moved[c.ID] = &state{b.Lease.Token, c.LastSeq}

@@ -93,34 +93,28 @@ func (s *Store) leaseApplied(ctx context.Context, tag pgconn.CommandTag, l runti
 // at now or that have none, oldest (CreatedAt) first. limit <= 0 means no
 // limit.
 func (s *Store) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	var lim any // NULL: no limit
-	if limit > 0 {
-		lim = limit
-	}
-	rows, err := s.pool.Query(ctx, s.q.expired, now, lim)
-	if err != nil {
-		return nil, fmt.Errorf("postgres store: expired runs: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("postgres store: expired runs: %w", err)
-	}
-	return ids, nil
+	return s.runIDs(ctx, "expired runs", s.q.expired, now, limit)
 }
 
 // OwnedRuns implements runtime.OwnerLister.
 func (s *Store) OwnedRuns(ctx context.Context, owner string, limit int) ([]string, error) {
+	return s.runIDs(ctx, "owned runs", s.q.owned, owner, limit)
+}
+
+// runIDs runs q, a query of run ids with arg as $1 and the limit as $2
+// (limit <= 0: NULL, no limit).
+func (s *Store) runIDs(ctx context.Context, what, q string, arg any, limit int) ([]string, error) {
 	var lim any // NULL: no limit
 	if limit > 0 {
 		lim = limit
 	}
-	rows, err := s.pool.Query(ctx, s.q.owned, owner, lim)
+	rows, err := s.pool.Query(ctx, q, arg, lim)
 	if err != nil {
-		return nil, fmt.Errorf("postgres store: owned runs: %w", err)
+		return nil, fmt.Errorf("postgres store: %s: %w", what, err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("postgres store: owned runs: %w", err)
+		return nil, fmt.Errorf("postgres store: %s: %w", what, err)
 	}
 	return ids, nil
 }

@@ -168,21 +168,19 @@ WHERE runs.status = 'pending'`
 
 func newQueries(ident string) queries {
 	r := strings.NewReplacer("{s}", ident)
-	return queries{
-		createRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	insertRun := r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
-` + overReservation),
+`)
+	return queries{
+		createRun: insertRun + overReservation,
 		createClaimed: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token,
 	lease_owner, lease_expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
 ` + overReservation),
-		reserveRun: r.Replace(`INSERT INTO {s}.runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
-	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
-ON CONFLICT (id) DO NOTHING`),
-		getRun: r.Replace(`SELECT ` + runCols + ` FROM {s}.runs WHERE id = $1`),
+		reserveRun: insertRun + `ON CONFLICT (id) DO NOTHING`,
+		getRun:     r.Replace(`SELECT ` + runCols + ` FROM {s}.runs WHERE id = $1`),
 		updateRun: r.Replace(`UPDATE {s}.runs SET parent_id = $1, root_id = $2, chat_id = $3, graph_id = $4,
 	plan_version = $5, kind = $6, attrs = $7, entry_node_ids = $8, input = $9, options = $10, status = $11,
 	error = $12, interrupts = $13, answers = $14, created_at = $15, updated_at = $16, token = $17

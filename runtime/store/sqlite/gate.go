@@ -41,20 +41,23 @@ func (g *writerGate) enter(ctx context.Context, urgent bool) error {
 		return nil
 	case <-ctx.Done():
 		g.mu.Lock()
-		if i := slices.Index(g.urgent, ch); i >= 0 {
-			g.urgent = slices.Delete(g.urgent, i, i+1)
-			g.mu.Unlock()
-			return ctx.Err()
-		}
-		if i := slices.Index(g.normal, ch); i >= 0 {
-			g.normal = slices.Delete(g.normal, i, i+1)
-			g.mu.Unlock()
-			return ctx.Err()
-		}
+		waiting := dequeue(&g.urgent, ch) || dequeue(&g.normal, ch)
 		g.mu.Unlock()
-		g.leave() // the writer was handed over meanwhile: pass it on
+		if !waiting {
+			g.leave() // the writer was handed over meanwhile: pass it on
+		}
 		return ctx.Err()
 	}
+}
+
+// dequeue removes ch from q and says whether it was there.
+func dequeue(q *[]chan struct{}, ch chan struct{}) bool {
+	i := slices.Index(*q, ch)
+	if i < 0 {
+		return false
+	}
+	*q = slices.Delete(*q, i, i+1)
+	return true
 }
 
 // leave hands the writer to the next waiter, urgent first.

@@ -71,6 +71,13 @@ const overReservation = `ON CONFLICT (id) DO UPDATE SET
 	created_at = excluded.created_at, updated_at = excluded.updated_at
 WHERE runs.status = 'pending'`
 
+// insertRunQuery inserts a run record without a lease; an ON CONFLICT
+// clause completes it.
+const insertRunQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+`
+
 // CreateRun implements runtime.Store. It replaces a pending record with
 // the id (a reservation, see ReserveRun); any other is ErrRunExists.
 func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
@@ -80,10 +87,7 @@ func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 	}
 	args = append([]any{r.ID}, args...)
 	args = append(args, r.LastSeq, r.Token)
-	res, err := s.ws.exec(ctx, `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
-	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-`+overReservation, args...)
+	res, err := s.ws.exec(ctx, insertRunQuery+overReservation, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
 	}

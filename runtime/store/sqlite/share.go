@@ -60,7 +60,4 @@ func (s *Store) ReserveRun(ctx context.Context, tx *sql.Tx, rec *runtime.RunReco
 	return nil
 }
 
-const reserveRunQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
-	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO NOTHING`
+const reserveRunQuery = insertRunQuery + `ON CONFLICT (id) DO NOTHING`

@@ -13,10 +13,7 @@ import (
 // in one write, as CreateRun then ClaimRun would.
 func (s *suite) testCreateClaimed(t *testing.T) {
 	st := s.open(t)
-	rs, ok := st.(runtime.RunStarter)
-	if !ok {
-		t.Skipf("%T does not implement runtime.RunStarter", st)
-	}
+	rs := s.runStarter(t, st)
 	ls := s.leaser(t, st)
 	ctx := t.Context()
 	r := newRun("rc")
@@ -42,10 +39,7 @@ func (s *suite) testCreateClaimed(t *testing.T) {
 // batch's other writes.
 func (s *suite) testWriteBatchFinish(t *testing.T) {
 	st := s.open(t)
-	bf, ok := st.(runtime.BatchFinisher)
-	if !ok {
-		t.Skipf("%T does not implement runtime.BatchFinisher", st)
-	}
+	bf := s.batchFinisher(t, st)
 	ls := s.leaser(t, st)
 	ctx := t.Context()
 	create(t, st, newRun("f1"))
@@ -82,10 +76,7 @@ func (s *suite) testWriteBatchFinish(t *testing.T) {
 // lease inside a batch, before the batch's own writes to it.
 func (s *suite) testWriteBatchCreate(t *testing.T) {
 	st := s.open(t)
-	bf, ok := st.(runtime.BatchFinisher)
-	if !ok {
-		t.Skipf("%T does not implement runtime.BatchFinisher", st)
-	}
+	bf := s.batchFinisher(t, st)
 	ls := s.leaser(t, st)
 	ctx := t.Context()
 	r := newRun("bc")

@@ -69,10 +69,7 @@ func (s *suite) testCreateOverReservation(t *testing.T) {
 // a reservation as CreateRun does, and its lease is live.
 func (s *suite) testCreateClaimedOverReservation(t *testing.T) {
 	st := s.open(t)
-	rs, ok := st.(runtime.RunStarter)
-	if !ok {
-		t.Skipf("%T does not implement runtime.RunStarter", st)
-	}
+	rs := s.runStarter(t, st)
 	ls := s.leaser(t, st)
 	ctx := t.Context()
 	create(t, st, reservation("rc"))
@@ -102,10 +99,7 @@ func (s *suite) testCreateClaimedOverReservation(t *testing.T) {
 // call, reservations it replaced included.
 func (s *suite) testWriteBatchCreateOverReservation(t *testing.T) {
 	st := s.open(t)
-	bf, ok := st.(runtime.BatchFinisher)
-	if !ok {
-		t.Skipf("%T does not implement runtime.BatchFinisher", st)
-	}
+	bf := s.batchFinisher(t, st)
 	ls := s.leaser(t, st)
 	ctx := t.Context()
 	lease := func(id string) *runtime.Lease {

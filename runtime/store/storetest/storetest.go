@@ -142,6 +142,24 @@ func (s *suite) inspector(t *testing.T, st runtime.Store) runtime.Inspector {
 	return in
 }
 
+func (s *suite) runStarter(t *testing.T, st runtime.Store) runtime.RunStarter {
+	t.Helper()
+	rs, ok := st.(runtime.RunStarter)
+	if !ok {
+		t.Skipf("%T does not implement runtime.RunStarter", st)
+	}
+	return rs
+}
+
+func (s *suite) batchFinisher(t *testing.T, st runtime.Store) runtime.BatchFinisher {
+	t.Helper()
+	bf, ok := st.(runtime.BatchFinisher)
+	if !ok {
+		t.Skipf("%T does not implement runtime.BatchFinisher", st)
+	}
+	return bf
+}
+
 // second returns another store on st's data when the store is durable,
 // else st itself.
 func (s *suite) second(t *testing.T, st runtime.Store) runtime.Store {
