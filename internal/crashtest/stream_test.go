@@ -88,15 +88,20 @@ func streamWorker() int {
 	}
 	go func() { _ = http.Serve(ln, srv.Handler()) }()
 	srv.Start(ctx)
+	killer.armed.Store(true)
 	fmt.Println("ready http://" + ln.Addr().String())
 	select {}
 }
 
-// deltaKiller dies around the batch write that holds the at-th node_delta.
+// deltaKiller dies around the batch write that holds the at-th node_delta
+// committed after it was armed (once the worker is ready: a kill while
+// the worker takes its runs back would leave the test no worker to talk
+// to).
 type deltaKiller struct {
 	*sqlite.Store
 	phase string
 	at    int64
+	armed atomic.Bool
 	seen  atomic.Int64
 }
 
@@ -109,7 +114,7 @@ func (s *deltaKiller) WriteBatches(ctx context.Context, bs []runtime.WriteBatch)
 			}
 		}
 	}
-	hit := s.phase != "" && n > 0 && s.seen.Add(n) >= s.at
+	hit := s.phase != "" && n > 0 && s.armed.Load() && s.seen.Add(n) >= s.at
 	if hit && s.phase == "before" {
 		die()
 	}
