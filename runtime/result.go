@@ -18,6 +18,9 @@ var ErrRunNotFinished = errors.New("runtime: run has not finished")
 // rebuilt from the record: a *NodeError naming the first failed node whose
 // error the run reported, or the recorded cause of a cancel.
 func (e *Engine) Result(ctx context.Context, rec *RunRecord, g *Graph) (*RunResult, error) {
+	if e.store == nil {
+		return nil, errors.New("runtime: rebuilding a run's result needs a store")
+	}
 	if !rec.Status.Finished() {
 		return nil, fmt.Errorf("%w: %s is %s", ErrRunNotFinished, rec.ID, rec.Status)
 	}

@@ -47,6 +47,10 @@ func TestResultRebuildsFinishedRuns(t *testing.T) {
 		}
 	}
 
+	bare := k.engine(t, nil)
+	_, err = bare.Result(context.Background(), &runtime.RunRecord{ID: "r", Status: runtime.RunCompleted}, graphs["completed"])
+	require.Error(t, err, "without a store there is nothing to rebuild from")
+
 	rec := &runtime.RunRecord{ID: "r_live", Status: runtime.RunRunning}
 	_, err = e.Result(context.Background(), rec, graphs["completed"])
 	require.ErrorIs(t, err, runtime.ErrRunNotFinished)
