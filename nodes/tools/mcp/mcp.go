@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -380,7 +381,11 @@ func resultText(res *sdk.CallToolResult, max int) string {
 	}
 	out := strings.Join(parts, "\n")
 	if len(out) > max {
-		out = out[:max] + "…[truncated]"
+		cut := max
+		for cut > 0 && !utf8.RuneStart(out[cut]) {
+			cut-- // never split a character
+		}
+		out = out[:cut] + "…[truncated]"
 	}
 	return out
 }
