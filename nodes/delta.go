@@ -37,13 +37,7 @@ type deltaStream struct {
 }
 
 func newDeltaStream(fc *runtime.FlowContext, limit int) *deltaStream {
-	c, ok := fc.CacheGet(deltaCountKey)
-	if !ok {
-		c = new(atomic.Int64)
-		// Two nodes starting at once may each set one; the cache keeps
-		// the last, and the bound then holds per node instead of per run.
-		fc.CacheSet(deltaCountKey, c)
-	}
+	c, _ := fc.CacheLoadOrStore(deltaCountKey, new(atomic.Int64))
 	return &deltaStream{emit: fc.Emit, count: c.(*atomic.Int64), limit: int64(limit)}
 }
 

@@ -172,6 +172,22 @@ func (fc *FlowContext) CacheSet(key string, v any) {
 	fc.r.kv[key] = v
 }
 
+// CacheLoadOrStore returns the value the run's shared cache holds under
+// key, or stores v there and returns it when it holds none; loaded says
+// which. Two nodes racing on a key get the same value.
+func (fc *FlowContext) CacheLoadOrStore(key string, v any) (actual any, loaded bool) {
+	fc.r.kvmu.Lock()
+	defer fc.r.kvmu.Unlock()
+	if old, ok := fc.r.kv[key]; ok {
+		return old, true
+	}
+	if fc.r.kv == nil {
+		fc.r.kv = map[string]any{}
+	}
+	fc.r.kv[key] = v
+	return v, false
+}
+
 // Emit sends a domain event (node_delta, tool_call...) for this node. It
 // fails with ErrReservedEvent for the kernel's own types and with
 // ErrEmitClosed once the node has ended (or from a link producer's
