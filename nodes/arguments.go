@@ -39,11 +39,14 @@ func newArgumentSchemas() *argumentSchemas {
 func (a *argumentSchemas) compiled(raw json.RawMessage) *compiledSchema {
 	key := sha256.Sum256(raw)
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if c, ok := a.cache[key]; ok {
+	c, ok := a.cache[key]
+	a.mu.Unlock()
+	if ok {
 		return c
 	}
-	c := &compiledSchema{}
+	// Compiled outside the lock, so a slow schema holds up no other call;
+	// two calls compiling the same new schema keep the first one stored.
+	c = &compiledSchema{}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err == nil {
 		comp := jsonschema.NewCompiler() // loads no remote references
@@ -52,6 +55,11 @@ func (a *argumentSchemas) compiled(raw json.RawMessage) *compiledSchema {
 		}
 	}
 	c.err = err
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.cache[key]; ok {
+		return old
+	}
 	if len(a.cache) >= maxSchemaCache {
 		a.cache = map[[32]byte]*compiledSchema{}
 	}
