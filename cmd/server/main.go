@@ -166,6 +166,11 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
+	switch runtime.Durability(c.durability) {
+	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit, "":
+	default: // refused before any store is opened
+		return nil, nil, fmt.Errorf("--durability %q: want sync, batched or exit", c.durability)
+	}
 	return c, fs, nil
 }
 

@@ -86,3 +86,15 @@ func TestOpenStoresAdoptsRunsAndChatsFiles(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, dbFile))
 	require.NoError(t, err)
 }
+
+// A bad --durability is refused before the state dir is created or any
+// store is opened.
+func TestBadDurabilityRefusedBeforeStoresOpen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	err := serve(context.Background(), Env{Getenv: func(k string) string {
+		return map[string]string{"CHATGRAPH_STATE_DIR": dir}[k]
+	}, Stderr: io.Discard}, []string{"--durability", "fsync-sometimes"})
+	require.ErrorContains(t, err, `--durability "fsync-sometimes": want sync, batched or exit`)
+	_, statErr := os.Stat(dir)
+	require.True(t, os.IsNotExist(statErr), "the state dir was not created")
+}

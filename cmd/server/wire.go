@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,11 +18,6 @@ import (
 // relay may be nil (one process, or followers reading the log).
 func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Setup, ctl runcontrol.Controller, queue runcontrol.ChatQueue,
 	relay transport.Relay, log *slog.Logger) (*transport.Server, error) {
-	switch runtime.Durability(c.durability) {
-	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit, "":
-	default:
-		return nil, fmt.Errorf("--durability %q: want sync, batched or exit", c.durability)
-	}
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
