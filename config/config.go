@@ -182,6 +182,7 @@ func (f *File) Build(opts Options) (*Setup, error) {
 	if err := tools.RegisterBuiltins(s.Tools, opts.Builtins); err != nil {
 		return nil, err
 	}
+	built := map[string]llm.Provider{}
 	for _, name := range slices.Sorted(maps.Keys(f.Providers)) {
 		p, err := f.Providers[name].build(name, opts.Getenv)
 		if err != nil {
@@ -190,10 +191,11 @@ func (f *File) Build(opts Options) (*Setup, error) {
 		if err := s.Models.Register(name, p, f.Providers[name].Models...); err != nil {
 			return nil, fmt.Errorf("providers.%s: %w", name, err)
 		}
+		built[name] = p
 	}
 	if f.DefaultProvider != "" {
-		p, _, err := s.Models.Resolve(f.DefaultProvider + "/x")
-		if err != nil || f.Providers[f.DefaultProvider].Type == "" {
+		p, ok := built[f.DefaultProvider]
+		if !ok {
 			return nil, fmt.Errorf("defaultProvider %q is not a configured provider", f.DefaultProvider)
 		}
 		s.Models.SetDefault(p)
