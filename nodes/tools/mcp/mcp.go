@@ -228,47 +228,44 @@ func (s *Server) connect(ctx context.Context) (*sdk.ClientSession, error) {
 // Tools implements tools.Source: the server's tools, listed once per
 // session and again after notifications/tools/list_changed.
 func (s *Server) Tools(ctx context.Context) ([]tools.Tool, error) {
-	for attempt := 0; ; attempt++ {
-		cs, err := s.conn(ctx)
-		if err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		cached := s.tools
-		s.mu.Unlock()
-		if cached != nil {
-			return cached, nil
-		}
-		var out []tools.Tool
-		for t, err := range cs.Tools(ctx, nil) {
-			if err != nil {
-				out = nil
-				if ctx.Err() == nil && attempt == 0 && brokenSession(err) {
-					s.drop(cs) // listing is safe to repeat: reconnect once
-					break
-				}
-				return nil, fmt.Errorf("list tools: %w", err)
-			}
-			out = append(out, s.tool(t))
-		}
-		if out == nil && attempt == 0 && ctx.Err() == nil {
-			s.mu.Lock()
-			gone := s.session != cs
-			s.mu.Unlock()
-			if gone {
-				continue
-			}
-		}
-		if out == nil {
-			out = []tools.Tool{}
-		}
-		s.mu.Lock()
-		if s.session == cs {
-			s.tools = out
-		}
-		s.mu.Unlock()
-		return out, nil
+	out, retry, err := s.listTools(ctx)
+	if retry && ctx.Err() == nil {
+		out, _, err = s.listTools(ctx) // listing is safe to repeat: reconnect once
 	}
+	return out, err
+}
+
+// listTools lists the tools on the current session (or returns the ones
+// it listed before). retry says the session broke and was dropped, so a
+// second call reconnects.
+func (s *Server) listTools(ctx context.Context) (out []tools.Tool, retry bool, err error) {
+	cs, err := s.conn(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	cached := s.tools
+	s.mu.Unlock()
+	if cached != nil {
+		return cached, false, nil
+	}
+	out = []tools.Tool{}
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			if brokenSession(err) {
+				s.drop(cs)
+				retry = true
+			}
+			return nil, retry, fmt.Errorf("list tools: %w", err)
+		}
+		out = append(out, s.tool(t))
+	}
+	s.mu.Lock()
+	if s.session == cs {
+		s.tools = out
+	}
+	s.mu.Unlock()
+	return out, false, nil
 }
 
 func brokenSession(err error) bool {
