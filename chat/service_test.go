@@ -60,8 +60,14 @@ type fixture struct {
 // newFixture builds a service on runs and chats; opts adjust its config.
 func newFixture(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime.Config, opts ...func(*chat.Config)) *fixture {
 	t.Helper()
+	return newFixtureDeps(t, runs, chats, ecfg, nodes.Deps{}, opts...)
+}
+
+// newFixtureDeps is newFixture with the node types' dependencies given.
+func newFixtureDeps(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime.Config, deps nodes.Deps, opts ...func(*chat.Config)) *fixture {
+	t.Helper()
 	reg := runtime.NewRegistry()
-	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
+	require.NoError(t, nodes.Register(reg, deps))
 	ecfg.Registry, ecfg.Store = reg, runs
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)

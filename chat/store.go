@@ -144,6 +144,30 @@ type Claim struct {
 	FromRunID string
 }
 
+// InlineRun is a chat run whose stored input still carries its history
+// inline (the form runs had before they referenced the chat's messages).
+type InlineRun struct {
+	ID     string
+	ChatID string
+	Attrs  map[string]any
+	Input  any
+}
+
+// HistoryMigrator is an optional Store capability of the stores that
+// share their database with the run store (sqlite, postgres): the data
+// migration of chat runs whose input carries their history inline to
+// inputs that reference it (Service.Start runs it).
+type HistoryMigrator interface {
+	// MigrateInlineHistory passes every chat run whose input has an inline
+	// "history" to rewrite, with the messages of its chat, and stores the
+	// input rewrite returns (false keeps the input as it is). Each batch
+	// of runs is read, rewritten and written in one transaction. It runs
+	// once: the transaction of the last batch records the migration as
+	// applied, and a later call finds that and returns at once. It returns
+	// how many inputs it rewrote and how many it kept.
+	MigrateInlineHistory(ctx context.Context, rewrite func(InlineRun, []*Message) (any, bool)) (rewritten, kept int, err error)
+}
+
 // Page selects one page of a list: at most Limit items (0: all) that come
 // after After in the list's order. After is the last item of the previous
 // page: its time in that order (UpdatedAt for graphs, CreatedAt for
