@@ -473,7 +473,7 @@ func TestStartMigratesInlineHistory(t *testing.T) {
 
 			// A second start changes nothing, even a record an older
 			// process wrote meanwhile: the migration ran once.
-			inline(hello.RunID, h("user", "x"), false)
+			inline(again.RunID, h("user", "hello", "assistant", "echo: hello"), false)
 			after := map[string]any{}
 			for _, id := range []string{hello.RunID, again.RunID, tk.RunID} {
 				rec, err := runs.GetRun(ctx, id)
