@@ -160,20 +160,34 @@ func (s *Service) services(scope nodes.ChatScope) (*nodes.Services, *historySour
 	return &nodes.Services{Scope: scope, History: h}, h
 }
 
+// migrateBatch is how many runs one transaction of the history
+// migration rewrites.
+const migrateBatch = 100
+
 // migrateHistory rewrites the stored inputs of chat runs that carry their
 // history inline (written before runs referenced it) to the reference,
-// once, when the store can (see HistoryMigrator).
+// once per database, when the store can (see HistoryMigrator).
 func (s *Service) migrateHistory(ctx context.Context) {
 	m, ok := s.chats.(HistoryMigrator)
 	if !ok {
 		return
 	}
-	n, kept, err := m.MigrateInlineHistory(ctx, referenceHistory)
-	switch {
-	case err != nil:
-		s.log.Warn("migrating run inputs to history references", "err", err)
-	case n > 0 || kept > 0:
-		s.log.Info("migrated run inputs to history references", "rewritten", n, "kept_inline", kept)
+	var total HistoryBatch
+	for {
+		b, err := m.MigrateInlineHistory(ctx, total.Last, migrateBatch, referenceHistory)
+		if err != nil {
+			s.log.Warn("migrating run inputs to history references", "err", err)
+			return
+		}
+		total.Rewritten += b.Rewritten
+		total.Kept += b.Kept
+		if b.Done {
+			break
+		}
+		total.Last = b.Last
+	}
+	if total.Rewritten > 0 || total.Kept > 0 {
+		s.log.Info("migrated run inputs to history references", "rewritten", total.Rewritten, "kept_inline", total.Kept)
 	}
 }
 

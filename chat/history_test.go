@@ -27,7 +27,8 @@ import (
 	rsqlite "chatgraph/runtime/store/sqlite"
 )
 
-// durableRuns is what the real run stores offer the engine.
+// durableRuns is what the run stores (memory, sqlite, postgres) offer the
+// engine.
 type durableRuns interface {
 	runtime.Store
 	runtime.Leaser
@@ -306,7 +307,7 @@ func TestHistoryIsTheBranchAsTheTurnStarted(t *testing.T) {
 	}
 }
 
-// dyingRuns is a real run store whose process died: once dead, nothing
+// dyingRuns is a run store whose process died: once dead, nothing
 // the process writes reaches it (the engine that used it goes on, unseen).
 type dyingRuns struct {
 	durableRuns

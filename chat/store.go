@@ -156,16 +156,26 @@ type InlineRun struct {
 // HistoryMigrator is an optional Store capability of the stores that
 // share their database with the run store (sqlite, postgres): the data
 // migration of chat runs whose input carries their history inline to
-// inputs that reference it (Service.Start runs it).
+// inputs that reference it (Service.Start runs it, a batch at a time).
 type HistoryMigrator interface {
-	// MigrateInlineHistory passes every chat run whose input has an inline
-	// "history" to rewrite, with the messages of its chat, and stores the
-	// input rewrite returns (false keeps the input as it is). Each batch
-	// of runs is read, rewritten and written in one transaction. It runs
-	// once: the transaction of the last batch records the migration as
-	// applied, and a later call finds that and returns at once. It returns
-	// how many inputs it rewrote and how many it kept.
-	MigrateInlineHistory(ctx context.Context, rewrite func(InlineRun, []*Message) (any, bool)) (rewritten, kept int, err error)
+	// MigrateInlineHistory is one batch of the migration, in one
+	// transaction: unless the migration is recorded as applied (Done at
+	// once), it reads up to limit chat runs with ids after after (in id
+	// order) whose input has an inline "history", passes each to rewrite
+	// with the messages of its chat, and stores the input rewrite returns
+	// (false keeps the input as it is). A batch shorter than limit is the
+	// last: its transaction records the migration as applied (Done).
+	MigrateInlineHistory(ctx context.Context, after string, limit int, rewrite func(InlineRun, []*Message) (any, bool)) (HistoryBatch, error)
+}
+
+// HistoryBatch is what one batch of the history migration did.
+type HistoryBatch struct {
+	// Last is the id of the last run the batch read (the next batch's after).
+	Last string
+	// Rewritten and Kept count the inputs rewritten and kept inline.
+	Rewritten, Kept int
+	// Done: the migration is applied; there is no next batch.
+	Done bool
 }
 
 // Page selects one page of a list: at most Limit items (0: all) that come

@@ -16,86 +16,72 @@ var _ chat.HistoryMigrator = (*Store)(nil)
 // chat_data_migrations.
 const historyMigration = "run inputs reference the chat history"
 
-// migrateBatch is how many runs one transaction of a data migration
-// rewrites.
-const migrateBatch = 100
-
-// MigrateInlineHistory implements chat.HistoryMigrator: batches of runs
-// in id order, each in one transaction that holds the migration's
-// advisory lock (processes starting together take turns; the later find
-// the work done) and locks the runs it rewrites.
-func (s *Store) MigrateInlineHistory(ctx context.Context, rewrite func(chat.InlineRun, []*chat.Message) (any, bool)) (rewritten, kept int, err error) {
-	after := ""
-	for {
-		var n, k int
-		var last string
-		var done bool
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			n, k, last, done = 0, 0, after, false
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:history-migration'))`); err != nil {
-				return err
-			}
-			var applied bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM chat_data_migrations WHERE name = $1)`, historyMigration).Scan(&applied); err != nil {
-				return err
-			}
-			if applied {
-				done = true
-				return nil
-			}
-			runs, err := inlineRuns(ctx, tx, after)
-			if err != nil {
-				return err
-			}
-			msgs := map[string][]*chat.Message{}
-			for _, r := range runs {
-				last = r.ID
-				if _, ok := msgs[r.ChatID]; !ok {
-					rows, err := tx.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, r.ChatID)
-					if err != nil {
-						return err
-					}
-					if msgs[r.ChatID], err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) }); err != nil {
-						return err
-					}
-				}
-				in, ok := rewrite(r, msgs[r.ChatID])
-				if !ok {
-					k++
-					continue
-				}
-				b, err := json.Marshal(in)
+// MigrateInlineHistory implements chat.HistoryMigrator: one transaction
+// that holds the migration's advisory lock (processes starting together
+// take turns; the later find the work done) and locks the runs it reads.
+func (s *Store) MigrateInlineHistory(ctx context.Context, after string, limit int, rewrite func(chat.InlineRun, []*chat.Message) (any, bool)) (chat.HistoryBatch, error) {
+	b := chat.HistoryBatch{Last: after}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:history-migration'))`); err != nil {
+			return err
+		}
+		var applied bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM chat_data_migrations WHERE name = $1)`, historyMigration).Scan(&applied); err != nil {
+			return err
+		}
+		if applied {
+			b.Done = true
+			return nil
+		}
+		runs, err := inlineRuns(ctx, tx, after, limit)
+		if err != nil {
+			return err
+		}
+		msgs := map[string][]*chat.Message{}
+		for _, r := range runs {
+			b.Last = r.ID
+			if _, ok := msgs[r.ChatID]; !ok {
+				rows, err := tx.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, r.ChatID)
 				if err != nil {
-					return fmt.Errorf("run %s: input: %w", r.ID, err)
-				}
-				if _, err := tx.Exec(ctx, `UPDATE runs SET input = $1::json WHERE id = $2`, string(b), r.ID); err != nil {
 					return err
 				}
-				n++
+				if msgs[r.ChatID], err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) }); err != nil {
+					return err
+				}
 			}
-			if len(runs) < migrateBatch {
-				done = true
-				_, err := tx.Exec(ctx, `INSERT INTO chat_data_migrations (name, applied_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`,
-					historyMigration, now())
+			in, ok := rewrite(r, msgs[r.ChatID])
+			if !ok {
+				b.Kept++
+				continue
+			}
+			enc, err := json.Marshal(in)
+			if err != nil {
+				return fmt.Errorf("run %s: input: %w", r.ID, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE runs SET input = $1::json WHERE id = $2`, string(enc), r.ID); err != nil {
 				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return rewritten, kept, fmt.Errorf("chat/store/postgres: %s: %w", historyMigration, err)
+			b.Rewritten++
 		}
-		rewritten, kept, after = rewritten+n, kept+k, last
-		if done {
-			return rewritten, kept, nil
+		if len(runs) < limit {
+			b.Done = true
+			_, err := tx.Exec(ctx, `INSERT INTO chat_data_migrations (name, applied_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`,
+				historyMigration, now())
+			return err
 		}
+		return nil
+	})
+	if err != nil {
+		return chat.HistoryBatch{}, fmt.Errorf("chat/store/postgres: %s: %w", historyMigration, err)
 	}
+	return b, nil
 }
 
 // inlineRuns reads (and locks) the next batch of chat runs after id whose
 // input has an inline history.
-func inlineRuns(ctx context.Context, tx pgx.Tx, after string) ([]chat.InlineRun, error) {
+func inlineRuns(ctx context.Context, tx pgx.Tx, after string, limit int) ([]chat.InlineRun, error) {
 	rows, err := tx.Query(ctx, `SELECT id, chat_id, attrs, input FROM runs
-		WHERE id > $1 AND chat_id <> '' AND json_typeof(input -> 'history') = 'array' ORDER BY id LIMIT $2 FOR UPDATE`, after, migrateBatch)
+		WHERE id > $1 AND chat_id <> '' AND json_typeof(input -> 'history') = 'array' ORDER BY id LIMIT $2 FOR UPDATE`, after, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -15,80 +15,66 @@ var _ chat.HistoryMigrator = (*Store)(nil)
 // chat_data_migrations.
 const historyMigration = "run inputs reference the chat history"
 
-// migrateBatch is how many runs one transaction of a data migration
-// rewrites.
-const migrateBatch = 100
-
-// MigrateInlineHistory implements chat.HistoryMigrator: batches of runs
-// in id order, each in one transaction on the writer.
-func (s *Store) MigrateInlineHistory(ctx context.Context, rewrite func(chat.InlineRun, []*chat.Message) (any, bool)) (rewritten, kept int, err error) {
-	var applied int
-	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM chat_data_migrations WHERE name = ?`, historyMigration).Scan(&applied); err != nil {
-		return 0, 0, fmt.Errorf("chat sqlite store: %s: %w", historyMigration, err)
-	}
-	if applied > 0 {
-		return 0, 0, nil
-	}
-	after := ""
-	for {
-		var n, k int
-		var last string
-		var done bool
-		err := s.update(ctx, historyMigration, func(tx *sql.Tx) error {
-			n, k, last, done = 0, 0, after, false // fn may run again
-			runs, err := inlineRuns(ctx, tx, after)
-			if err != nil {
-				return err
-			}
-			msgs := map[string][]*chat.Message{}
-			for _, r := range runs {
-				last = r.ID
-				if _, ok := msgs[r.ChatID]; !ok {
-					rows, err := tx.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? ORDER BY seq`, r.ChatID)
-					if err != nil {
-						return err
-					}
-					if msgs[r.ChatID], err = collect(rows, scanMsg); err != nil {
-						return err
-					}
-				}
-				in, ok := rewrite(r, msgs[r.ChatID])
-				if !ok {
-					k++
-					continue
-				}
-				b, err := json.Marshal(in)
+// MigrateInlineHistory implements chat.HistoryMigrator: one transaction
+// on the writer.
+func (s *Store) MigrateInlineHistory(ctx context.Context, after string, limit int, rewrite func(chat.InlineRun, []*chat.Message) (any, bool)) (chat.HistoryBatch, error) {
+	var b chat.HistoryBatch
+	err := s.update(ctx, historyMigration, func(tx *sql.Tx) error {
+		b = chat.HistoryBatch{Last: after} // fn may run again
+		var applied int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM chat_data_migrations WHERE name = ?`, historyMigration).Scan(&applied); err != nil {
+			return err
+		}
+		if applied > 0 {
+			b.Done = true
+			return nil
+		}
+		runs, err := inlineRuns(ctx, tx, after, limit)
+		if err != nil {
+			return err
+		}
+		msgs := map[string][]*chat.Message{}
+		for _, r := range runs {
+			b.Last = r.ID
+			if _, ok := msgs[r.ChatID]; !ok {
+				rows, err := tx.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? ORDER BY seq`, r.ChatID)
 				if err != nil {
-					return fmt.Errorf("run %s: input: %w", r.ID, err)
-				}
-				if _, err := tx.ExecContext(ctx, `UPDATE runs SET input = ? WHERE id = ?`, string(b), r.ID); err != nil {
 					return err
 				}
-				n++
+				if msgs[r.ChatID], err = collect(rows, scanMsg); err != nil {
+					return err
+				}
 			}
-			if len(runs) < migrateBatch {
-				done = true
-				_, err := tx.ExecContext(ctx, `INSERT INTO chat_data_migrations (name, applied_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`,
-					historyMigration, ts(now()))
+			in, ok := rewrite(r, msgs[r.ChatID])
+			if !ok {
+				b.Kept++
+				continue
+			}
+			enc, err := json.Marshal(in)
+			if err != nil {
+				return fmt.Errorf("run %s: input: %w", r.ID, err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE runs SET input = ? WHERE id = ?`, string(enc), r.ID); err != nil {
 				return err
 			}
-			return nil
-		})
-		if err != nil {
-			return rewritten, kept, err
+			b.Rewritten++
 		}
-		rewritten, kept, after = rewritten+n, kept+k, last
-		if done {
-			return rewritten, kept, nil
+		if len(runs) < limit {
+			b.Done = true
+			_, err := tx.ExecContext(ctx, `INSERT INTO chat_data_migrations (name, applied_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`,
+				historyMigration, ts(now()))
+			return err
 		}
-	}
+		return nil
+	})
+	return b, err
 }
 
 // inlineRuns reads the next batch of chat runs after id whose input has
 // an inline history.
-func inlineRuns(ctx context.Context, tx *sql.Tx, after string) ([]chat.InlineRun, error) {
+func inlineRuns(ctx context.Context, tx *sql.Tx, after string, limit int) ([]chat.InlineRun, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, chat_id, attrs, input FROM runs
-		WHERE id > ? AND chat_id != '' AND json_type(input, '$.history') = 'array' ORDER BY id LIMIT ?`, after, migrateBatch)
+		WHERE id > ? AND chat_id != '' AND json_type(input, '$.history') = 'array' ORDER BY id LIMIT ?`, after, limit)
 	if err != nil {
 		return nil, err
 	}
