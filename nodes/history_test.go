@@ -64,9 +64,12 @@ func TestAgentResolvesHistoryReference(t *testing.T) {
 	started := s.of(runtime.EventNodeStarted, "a")[0].Data.(*runtime.NodeStartedData).Details
 	require.EqualValues(t, 3, started["messageCount"])
 
+	reads := src.reads.Load()
+	require.Positive(t, reads)
 	res, _ = run(nodes.ChatInput{Content: "now", History: []nodes.Message{{Role: "user", Content: "inline"}}, HistoryFrom: ref}, src)
 	require.Equal(t, runtime.RunCompleted, res.Status, "%v", res.Err)
 	require.Equal(t, []string{"user:inline", "user:now"}, texts(), "inline history wins")
+	require.Equal(t, reads, src.reads.Load(), "the reference is not read")
 
 	for name, c := range map[string]struct {
 		in  nodes.ChatInput
