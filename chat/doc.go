@@ -9,7 +9,9 @@
 // (double texting), and executed by the runtime engine with its events
 // handed to the caller's Publisher. A turn's messages and the reservation
 // of its run are written in one transaction of the Store, which lives in
-// the same database as the run store.
+// the same database as the run store. A run's input references the
+// chat's history (the message its branch ends at) instead of copying it;
+// the run's services resolve it for entry agents (see history.go).
 //
 // Stores: chat/store/memory (tests), chat/store/sqlite (the embedded
 // default, in the run store's file) and chat/store/postgres (several

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"chatgraph/chatscope"
-	"chatgraph/nodes"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 )
@@ -21,6 +20,9 @@ var errLost = errors.New("lost: the server stopped before the run started")
 // Start begins the service's background work and returns how many runs
 // its first pass took over:
 //
+//   - first, once per database, chat runs stored with their history
+//     inline (by an older build) are rewritten to reference it (see
+//     HistoryMigrator);
 //   - runs whose process died mid-run (their lease expired) continue as
 //     the same run through the kernel's recovery (Engine.RecoverExpired,
 //     one bulk claim per pass) and the service's launch path, at once and
@@ -39,6 +41,7 @@ func (s *Service) Start(ctx context.Context) int {
 	loopCtx, cancel := context.WithCancel(s.base)
 	context.AfterFunc(ctx, cancel)
 	n := 0
+	s.migrateHistory(loopCtx)
 	if _, ok := s.runs.(runtime.Leaser); ok {
 		n += s.recoverExpired(loopCtx)
 	}
@@ -118,7 +121,8 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 			mu.Lock()
 			prepared[rec.ID] = r
 			mu.Unlock()
-			return runtime.RecoverRequest{Plan: p, Services: &nodes.Services{Scope: chatscope.New(p, rec.EntryNodeIDs)},
+			services, _ := s.services(chatscope.New(p, rec.EntryNodeIDs))
+			return runtime.RecoverRequest{Plan: p, Services: services,
 				Sink: runtime.SinkFunc(func(ev runtime.Event) { r.sink.Emit(ev) })}, nil
 		},
 		Launch: func(rec *runtime.RunRecord, start func(context.Context) (*runtime.RunResult, error)) error {

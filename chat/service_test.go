@@ -60,8 +60,14 @@ type fixture struct {
 // newFixture builds a service on runs and chats; opts adjust its config.
 func newFixture(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime.Config, opts ...func(*chat.Config)) *fixture {
 	t.Helper()
+	return newFixtureDeps(t, runs, chats, ecfg, nodes.Deps{}, opts...)
+}
+
+// newFixtureDeps is newFixture with the node types' dependencies given.
+func newFixtureDeps(t *testing.T, runs runtime.Store, chats chat.Store, ecfg runtime.Config, deps nodes.Deps, opts ...func(*chat.Config)) *fixture {
+	t.Helper()
 	reg := runtime.NewRegistry()
-	require.NoError(t, nodes.Register(reg, nodes.Deps{}))
+	require.NoError(t, nodes.Register(reg, deps))
 	ecfg.Registry, ecfg.Store = reg, runs
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
@@ -295,50 +301,6 @@ func TestDoubleTexting(t *testing.T) {
 	})
 }
 
-// deadStore is a run store whose process died: after kill it writes and
-// renews nothing (the engine that used it goes on in memory, unseen).
-type deadStore struct {
-	*memory.Store
-	dead atomic.Bool
-}
-
-func (s *deadStore) AppendEvents(ctx context.Context, id string, token int64, evs []runtime.Event) error {
-	if s.dead.Load() {
-		return nil
-	}
-	return s.Store.AppendEvents(ctx, id, token, evs)
-}
-func (s *deadStore) SaveCheckpoint(ctx context.Context, cp *runtime.Checkpoint) error {
-	if s.dead.Load() {
-		return nil
-	}
-	return s.Store.SaveCheckpoint(ctx, cp)
-}
-func (s *deadStore) WriteBatches(ctx context.Context, b []runtime.WriteBatch) error {
-	if s.dead.Load() {
-		return nil
-	}
-	return s.Store.WriteBatches(ctx, b)
-}
-func (s *deadStore) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
-	if s.dead.Load() {
-		return nil
-	}
-	return s.Store.UpdateRun(ctx, r)
-}
-func (s *deadStore) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
-	if s.dead.Load() {
-		return l, nil
-	}
-	return s.Store.RenewLease(ctx, l, ttl)
-}
-func (s *deadStore) ReleaseLease(ctx context.Context, l runtime.Lease) error {
-	if s.dead.Load() {
-		return nil
-	}
-	return s.Store.ReleaseLease(ctx, l)
-}
-
 // deadChats drops the message writes of a dead process.
 type deadChats struct {
 	chat.Store
@@ -359,8 +321,8 @@ func TestRecoveryOfARunWhosProcessDied(t *testing.T) {
 	t.Parallel()
 	mem := memory.New()
 	chats := chatmemory.New(mem)
-	dead := &deadStore{Store: mem}
-	a := newFixture(t, dead, deadChats{Store: chats, dead: &dead.dead}, runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	var dead atomic.Bool
+	a := newFixture(t, dyingRuns{durableRuns: mem, dead: &dead}, deadChats{Store: chats, dead: &dead}, runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
 	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
 	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
 	require.Eventually(t, func() bool {
@@ -371,7 +333,7 @@ func TestRecoveryOfARunWhosProcessDied(t *testing.T) {
 		}
 		return false
 	}, 5*time.Second, 2*time.Millisecond)
-	dead.dead.Store(true)
+	dead.Store(true)
 
 	b := newFixture(t, mem, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
 	// b's recovery loop takes the run over once a's lease expired.

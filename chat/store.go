@@ -144,6 +144,40 @@ type Claim struct {
 	FromRunID string
 }
 
+// InlineRun is a chat run whose stored input still carries its history
+// inline (the form runs had before they referenced the chat's messages).
+type InlineRun struct {
+	ID     string
+	ChatID string
+	Attrs  map[string]any
+	Input  any
+}
+
+// HistoryMigrator is an optional Store capability of the stores that
+// share their database with the run store (sqlite, postgres): the data
+// migration of chat runs whose input carries their history inline to
+// inputs that reference it (Service.Start runs it, a batch at a time).
+type HistoryMigrator interface {
+	// MigrateInlineHistory is one batch of the migration, in one
+	// transaction: unless the migration is recorded as applied (Done at
+	// once), it reads up to limit chat runs with ids after after (in id
+	// order) whose input has an inline "history", passes each to rewrite
+	// with the messages of its chat, and stores the input rewrite returns
+	// (false keeps the input as it is). A batch shorter than limit is the
+	// last: its transaction records the migration as applied (Done).
+	MigrateInlineHistory(ctx context.Context, after string, limit int, rewrite func(InlineRun, []*Message) (any, bool)) (HistoryBatch, error)
+}
+
+// HistoryBatch is what one batch of the history migration did.
+type HistoryBatch struct {
+	// Last is the id of the last run the batch read (the next batch's after).
+	Last string
+	// Rewritten and Kept count the inputs rewritten and kept inline.
+	Rewritten, Kept int
+	// Done: the migration is applied; there is no next batch.
+	Done bool
+}
+
 // Page selects one page of a list: at most Limit items (0: all) that come
 // after After in the list's order. After is the last item of the previous
 // page: its time in that order (UpdatedAt for graphs, CreatedAt for

@@ -623,12 +623,13 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 		t.assistant.Status = StatusRunning
 		_ = s.chats.FinishMessage(ctx, t.assistant)
 	}
-	services := &nodes.Services{Scope: chatscope.New(t.plan, t.entries)}
+	services, hist := s.services(chatscope.New(t.plan, t.entries))
 	if t.req.Kind == KindContinueMessage {
+		// The continued run's input (and its history reference) carries over.
 		return s.engine.Resume(ctx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: runID, Plan: t.plan,
 			Kind: string(KindContinueMessage), Value: t.value, Values: t.values, Attrs: t.attrs(), Services: services, Sink: sink})
 	}
-	in, err := s.turnInput(ctx, t)
+	in, err := s.turnInput(ctx, t, hist)
 	if err != nil {
 		return nil, err
 	}
@@ -636,30 +637,25 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 		EntryNodeIDs: t.entries, Input: in, Kind: string(t.req.Kind), Attrs: t.attrs(), Services: services, Sink: sink})
 }
 
-// turnInput builds the run input: the branch before the turn's user
-// message (oldest first), its content and the user's tools.
-func (s *Service) turnInput(ctx context.Context, t *turn) (any, error) {
-	msgs, err := s.chats.Messages(ctx, t.chat.ID)
-	if err != nil {
-		return nil, err
-	}
-	byID := make(map[string]*Message, len(msgs))
-	for _, m := range msgs {
-		byID[m.ID] = m
-	}
-	var hist []nodes.Message
-	for id, hops := t.user.ParentID, 0; id != "" && hops <= len(msgs); hops++ {
-		m := byID[id]
-		if m == nil {
-			break
+// turnInput builds the run input: a reference to the branch before the
+// turn's user message (see history.go), its content and the user's tools.
+// It runs when the run starts (after a rollback re-parented the user
+// message), and primes the run's history source with the branch it read.
+func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (any, error) {
+	in := nodes.ChatInput{Content: t.user.Content, UserTools: t.user.UserTools, ClientTools: t.req.ClientTools}
+	if t.user.ParentID != "" {
+		msgs, err := s.chats.Messages(ctx, t.chat.ID)
+		if err != nil {
+			return nil, err
 		}
-		if m.Role == RoleUser || m.Role == RoleSystem || (m.Role == RoleAssistant && m.Content != "") {
-			hist = append(hist, nodes.Message{Role: string(m.Role), Content: m.Content})
+		br, err := branch(msgs, t.user.ParentID)
+		if err != nil {
+			return nil, err
 		}
-		id = m.ParentID
+		in.HistoryFrom = historyRef(t.chat.ID, br)
+		hist.prime(in.HistoryFrom, historyOf(br, nil))
 	}
-	slices.Reverse(hist)
-	return nodes.ChatInput{History: hist, Content: t.user.Content, UserTools: t.user.UserTools, ClientTools: t.req.ClientTools}.Value(), nil
+	return in.Value(), nil
 }
 
 // rollback deletes the messages and runs of the turns a rollback undid,

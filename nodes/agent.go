@@ -115,9 +115,11 @@ type agentInput struct {
 func (ai *agentInput) count() int { return len(ai.history) + len(ai.payloads) }
 
 // prepare applies the input policy: entry agents get the chat history of
-// the run input plus their flow payloads (the run input itself counts as
-// the user's new message); downstream agents get only their payloads.
-func (a *agentNode) prepare(n *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) agentInput {
+// the run input (inline, or resolved through the run's HistorySource)
+// plus their flow payloads (the run input itself counts as the user's new
+// message); downstream agents get only their payloads. An error is a
+// history that could not be read; ai is then complete but for it.
+func (a *agentNode) prepare(ctx context.Context, n *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) (agentInput, error) {
 	scope := scopeOf(fc)
 	var entry, userTools bool
 	if scope != nil {
@@ -130,9 +132,10 @@ func (a *agentNode) prepare(n *runtime.Node, in runtime.Inputs, fc *runtime.Flow
 	if entry || userTools {
 		ci = AsChatInput(fc.RunInput())
 	}
+	var herr error
 	if entry {
 		ai.mode = InputChatHistory
-		ai.history = ci.History
+		ai.history, herr = ci.history(ctx, fc)
 	}
 	if userTools && entry {
 		ai.userTools, ai.clientTools = ci.UserTools, ci.ClientTools
@@ -155,7 +158,10 @@ func (a *agentNode) prepare(n *runtime.Node, in runtime.Inputs, fc *runtime.Flow
 		}
 		ai.payloads = append(ai.payloads, m)
 	}
-	return ai
+	if herr != nil {
+		return ai, runtime.Errorf(CodeHistory, "agent %s: chat history: %v", n.ID, herr)
+	}
+	return ai, nil
 }
 
 // fallbackEntry decides entry-ness without a chat scope (runs started
@@ -253,7 +259,7 @@ func toolNames(ts []*LinkedTool) []string {
 // messageCount (history + payloads, the system prompt not counted),
 // tools and model.
 func (a *agentNode) Describe(ctx context.Context, n *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) map[string]any {
-	ai := a.prepare(n, in, fc)
+	ai, _ := a.prepare(ctx, n, in, fc) // Execute fails with the error
 	d := map[string]any{"inputMode": ai.mode, "messageCount": ai.count(), "model": a.cfg.Model}
 	ts, err := a.toolset(ctx, fc, ai)
 	if err != nil {
@@ -267,7 +273,10 @@ func (a *agentNode) Describe(ctx context.Context, n *runtime.Node, in runtime.In
 
 // Execute implements runtime.Executor.
 func (a *agentNode) Execute(ctx context.Context, n *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
-	ai := a.prepare(n, in, fc)
+	ai, err := a.prepare(ctx, n, in, fc)
+	if err != nil {
+		return runtime.Result{}, err
+	}
 	ts, err := a.toolset(ctx, fc, ai)
 	if err != nil {
 		return runtime.Result{}, err

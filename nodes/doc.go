@@ -17,6 +17,11 @@
 //	eng.Invoke(ctx, runtime.RunRequest{Graph: g, Input: in.Value(),
 //		Services: &nodes.Services{Scope: chatscope.New(g, entries)}})
 //
+// An application that keeps the chat itself passes a reference instead of
+// the branch (ChatInput.HistoryFrom) and a HistorySource that reads it
+// (Services.History), so run records do not copy the chat (package chat
+// does).
+//
 // Payloads between nodes are Messages in their JSON form
 // ({"role","content","name"?,"metadata"?}); read any payload with
 // AsMessage. Agents stream node_delta, tool_call and tool_result events;

@@ -110,7 +110,10 @@ const (
 	// server) that cannot be reached or does not offer it now.
 	CodeToolUnavailable = "tool_unavailable"
 	CodeLedger          = "ledger_error"
-	CodeTemplate        = "template_error"
+	// CodeHistory: an entry agent could not read the chat history its run
+	// input names (ChatInput.HistoryFrom).
+	CodeHistory  = "history_unavailable"
+	CodeTemplate = "template_error"
 )
 
 // ParseApproval reads a resume value: the decision object (or its JSON

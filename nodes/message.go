@@ -35,14 +35,20 @@ type Message struct {
 func (m Message) Value() any { return jsonValue(m) }
 
 // ChatInput is the run input of a chat run (what the server passes as
-// RunRequest.Input): the message branch before this turn, the new user
-// content, and the user's enabled tools (names in the tool registry).
+// RunRequest.Input): the message branch before this turn (inline, or a
+// reference to where the chat keeps it), the new user content, and the
+// user's enabled tools (names in the tool registry).
 //
 // Pass ChatInput.Value() rather than the struct so a durable store gives
 // back the same value the run started with.
 type ChatInput struct {
 	// History is the branch of the chat before this turn, oldest first.
+	// When set it wins over HistoryFrom.
 	History []Message `json:"history,omitempty"`
+	// HistoryFrom names the branch in the chat's own store instead of
+	// copying it into every run (the chat server's runs use it): entry
+	// agents resolve it through the HistorySource in the run's services.
+	HistoryFrom *HistoryRef `json:"historyFrom,omitempty"`
 	// Content is the new user message.
 	Content string `json:"content"`
 	// UserTools are tools the user enabled for this chat; entry agents get
@@ -53,6 +59,21 @@ type ChatInput struct {
 	// UserTools; a call of one interrupts the run (reason client_tool)
 	// until the client resumes it with the call's result.
 	ClientTools []ClientTool `json:"clientTools,omitempty"`
+}
+
+// HistoryRef names a chat run's history where the chat keeps it: the
+// branch that ends at message MessageID of chat ChatID (the parent of the
+// turn's user message), walked by parent to the root.
+type HistoryRef struct {
+	ChatID    string `json:"chatId"`
+	MessageID string `json:"messageId"`
+	// Pinned holds, by message id, the content that messages of the
+	// branch whose content could still change (assistant messages of runs
+	// that may be continued) had when the turn started: the history reads
+	// it instead of their content now, so a resumed or recovered run sees
+	// the history it started with. "" leaves the message out, as an
+	// assistant message without content is.
+	Pinned map[string]string `json:"pinned,omitempty"`
 }
 
 // ClientTool declares a tool the client executes: the model sees its

@@ -70,6 +70,10 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 	updated_at TIMESTAMPTZ NOT NULL,
 	UNIQUE (chat_id, id)
 );
+CREATE TABLE IF NOT EXISTS chat_data_migrations (
+	name TEXT PRIMARY KEY,
+	applied_at TIMESTAMPTZ NOT NULL
+);
 CREATE INDEX IF NOT EXISTS chat_messages_unsettled ON chat_messages (updated_at)
 	WHERE role = 'assistant' AND status IN ('pending', 'running');
 `

@@ -79,6 +79,15 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_unsettled ON messages(updated_at)
 	WHERE role = 'assistant' AND status IN ('pending', 'running');
 `,
+}, {
+	version: 4,
+	name:    "data migrations applied (chat_data_migrations)",
+	sql: `
+CREATE TABLE IF NOT EXISTS chat_data_migrations (
+	name       TEXT PRIMARY KEY,
+	applied_at INTEGER NOT NULL
+);
+`,
 }}
 
 // SchemaVersion is the chat schema version this package writes.

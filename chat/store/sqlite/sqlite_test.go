@@ -67,7 +67,7 @@ func TestOneFile(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.NoError(t, rows.Close())
 	for _, name := range []string{"runs", "checkpoints", "events", "effects", "schema_migrations",
-		"graphs", "graph_versions", "chats", "messages", "chat_schema_migrations"} {
+		"graphs", "graph_versions", "chats", "messages", "chat_schema_migrations", "chat_data_migrations"} {
 		require.True(t, tables[name], "table %s in %v", name, tables)
 	}
 }
@@ -95,10 +95,18 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	}
 	_, runs := openAt(t, path) // and again, later
 	ctx := t.Context()
-	var n, version int
-	require.NoError(t, runs.ReadDB().QueryRowContext(ctx, `SELECT count(*), max(version) FROM chat_schema_migrations`).Scan(&n, &version))
-	require.Equal(t, sqlite.SchemaVersion(), n, "one row per migration")
-	require.Equal(t, sqlite.SchemaVersion(), version)
+	var versions []int
+	rows, err := runs.ReadDB().QueryContext(ctx, `SELECT version FROM chat_schema_migrations ORDER BY version`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var v int
+		require.NoError(t, rows.Scan(&v))
+		versions = append(versions, v)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+	require.Equal(t, []int{1, 2, 4}, versions, "one row per migration")
+	require.Equal(t, sqlite.SchemaVersion(), versions[len(versions)-1])
 
 	// A file from a newer build is refused, not damaged.
 	require.NoError(t, runs.Update(ctx, func(tx *sql.Tx) error {
@@ -106,6 +114,6 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 			sqlite.SchemaVersion()+1)
 		return err
 	}))
-	_, err := sqlite.Open(ctx, runs)
+	_, err = sqlite.Open(ctx, runs)
 	require.ErrorContains(t, err, "newer than this build")
 }

@@ -59,6 +59,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"UpdateMessage", s.testUpdateMessage},
 		{"CloseKeepsRunStore", s.testClose},
 		{"ReopenKeepsData", s.testReopen},
+		{"HistoryMigrationBatches", s.testHistoryMigration},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -662,4 +663,77 @@ func (s *suite) testReopen(t *testing.T) {
 	rec, err := runs2.GetRun(ctx, "r1")
 	require.NoError(t, err)
 	require.Equal(t, runtime.RunPending, rec.Status)
+}
+
+// testHistoryMigration: a store that migrates inline histories
+// (chat.HistoryMigrator) reads only chat runs whose input has a history,
+// in id order, a batch at a time past the runs it kept, hands each the
+// messages of its chat, writes only the input it is given, and once done
+// is done.
+func (s *suite) testHistoryMigration(t *testing.T) {
+	cs, runs := s.open(t)
+	m, ok := cs.(chat.HistoryMigrator)
+	if !ok {
+		t.Skip("the store does not migrate run inputs")
+	}
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	newChat(t, cs, "c2")
+	inline := map[string]any{"history": []any{map[string]any{"role": "user", "content": "earlier"}}, "content": "now"}
+	finish := func(id string, input any) {
+		rec := reservation(id, "")
+		if r, err := runs.GetRun(ctx, id); err == nil {
+			rec = r
+		}
+		rec.Status, rec.Input, rec.LastSeq = runtime.RunCompleted, input, 0
+		require.NoError(t, runs.CreateRun(ctx, rec))
+	}
+	_, a1 := turn(t, cs, "c1", "", "h1")
+	turn(t, cs, "c1", a1.ID, "h2")
+	turn(t, cs, "c1", "", "h3")
+	turn(t, cs, "c2", "", "h4")
+	finish("h1", inline)
+	finish("h2", inline)
+	finish("h3", map[string]any{"content": "no history"})
+	finish("h4", inline)
+	finish("h0", inline) // not a chat run
+	var seen []string
+	rewrite := func(r chat.InlineRun, msgs []*chat.Message) (any, bool) {
+		seen = append(seen, fmt.Sprintf("%s/%s/%d/%v", r.ID, r.ChatID, len(msgs), r.Attrs["messageId"]))
+		require.Equal(t, inline, r.Input)
+		if r.ID == "h2" {
+			return nil, false
+		}
+		return map[string]any{"rewritten": r.ID}, true
+	}
+	var batches []chat.HistoryBatch
+	for after := ""; ; {
+		b, err := m.MigrateInlineHistory(ctx, after, 1, rewrite)
+		require.NoError(t, err)
+		batches = append(batches, b)
+		if b.Done {
+			break
+		}
+		require.Less(t, len(batches), 10, "the batches come to an end")
+		after = b.Last
+	}
+	require.Equal(t, []string{"h1/c1/6/a-h1", "h2/c1/6/a-h2", "h4/c2/2/a-h4"}, seen)
+	require.Equal(t, []chat.HistoryBatch{{Last: "h1", Rewritten: 1}, {Last: "h2", Kept: 1}, {Last: "h4", Rewritten: 1}, {Last: "h4", Done: true}}, batches)
+	for id, want := range map[string]any{"h1": map[string]any{"rewritten": "h1"}, "h2": inline, "h3": map[string]any{"content": "no history"},
+		"h4": map[string]any{"rewritten": "h4"}, "h0": inline} {
+		rec, err := runs.GetRun(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, rec.Input, id)
+		require.Equal(t, runtime.RunCompleted, rec.Status, "only the input changes")
+	}
+
+	// Done is done: the next start reads nothing.
+	rec, err := runs.GetRun(ctx, "h3")
+	require.NoError(t, err)
+	rec.Input = inline
+	require.NoError(t, runs.UpdateRun(ctx, rec))
+	b, err := m.MigrateInlineHistory(ctx, "", 1, rewrite)
+	require.NoError(t, err)
+	require.Equal(t, chat.HistoryBatch{Done: true}, b)
+	require.Len(t, seen, 3)
 }
