@@ -47,6 +47,7 @@ type transportConfig struct {
 	Nodes             nodes.Deps
 	MaxRuns           int
 	MaxRunsPerClient  int
+	MaxChatsPerClient int
 	Retention         time.Duration
 	RetentionInterval time.Duration
 	DrainTimeout      time.Duration
@@ -91,7 +92,7 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,
-		MaxRunsPerClient: cfg.MaxRunsPerClient, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
+		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
 	require.NoError(t, err)
 	cfg.Chat = svc
 	srv, err := transport.New(cfg.Config)
