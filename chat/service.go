@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"chatgraph/nodes/tools"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 )
@@ -53,6 +54,12 @@ type Config struct {
 	Queue runcontrol.ChatQueue
 	// Publisher receives the events of runs executing here (default: none).
 	Publisher Publisher
+	// Tools is the registry the agents resolve user tools in (the one of
+	// nodes.Deps). With it, a chat call enabling a user tool that no agent
+	// of its run may use (chatscope.Scope.UserToolAllowed) is refused
+	// with CodeInvalid; without it (nil) such tools are only dropped by
+	// the agents, with a warning in the log.
+	Tools *tools.Registry
 	// MaxRuns bounds the runs queued or executing in this process
 	// (default 1000); MaxRunsPerChat those of one chat (default 16).
 	MaxRuns        int

@@ -22,6 +22,7 @@ import (
 	chatsqlite "chatgraph/chat/store/sqlite"
 	"chatgraph/nodes"
 	"chatgraph/nodes/llm"
+	"chatgraph/nodes/tools"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	rsqlite "chatgraph/runtime/store/sqlite"
@@ -70,6 +71,10 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	if cfg.Models != nil {
 		deps.Models = cfg.Models
 	}
+	if deps.Tools == nil {
+		deps.Tools = tools.NewRegistry()
+		require.NoError(t, tools.RegisterBuiltins(deps.Tools, tools.Config{}))
+	}
 	reg := runtime.NewRegistry()
 	require.NoError(t, nodes.Register(reg, deps))
 	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
@@ -92,7 +97,7 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,
-		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
+		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, Tools: deps.Tools, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
 	require.NoError(t, err)
 	cfg.Chat = svc
 	srv, err := transport.New(cfg.Config)

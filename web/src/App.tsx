@@ -496,7 +496,8 @@ function Shell() {
 
   const agents = useMemo(() => ed.nodes.filter((n) => n.type === 'agent').map((n) => ({ id: n.id, label: String(n.data.name || n.id) })), [ed.nodes])
   // The registered tools, narrowed to what every chat_start listing
-  // userTools allows (the server ignores the others).
+  // userTools allows or, where none lists them, to the safe ones (those
+  // with no outside effects): the server refuses the others.
   // (A string key: node statuses change while a run streams, the lists
   // rarely, and the tool list must keep its identity meanwhile.)
   const toolLists = useMemo(
@@ -510,6 +511,10 @@ function Shell() {
     const s = typeIndex.tool?.dataSchema as { properties?: { name?: { enum?: unknown[] } } } | undefined
     const all = (s?.properties?.name?.enum ?? []).map(String)
     const lists = JSON.parse(toolLists) as string[][]
+    if (lists.length === 0) {
+      const safe = new Set((typeIndex.tool?.tools ?? []).filter((t) => t.safe).map((t) => t.name))
+      return all.filter((t) => safe.has(t))
+    }
     return all.filter((t) => lists.every((l) => l.includes(t)))
   }, [typeIndex, toolLists])
   const tries = useMemo(() => suggestions(ed.nodes, ed.edges), [ed.nodes, ed.edges])
