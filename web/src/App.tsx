@@ -1,6 +1,6 @@
 import { ReactFlowProvider, useReactFlow } from '@xyflow/react'
 import { useCallback, useEffect, useMemo, useRef, useState, type RefObject } from 'react'
-import { api, ApiError, call, setToken } from './api/client'
+import { allPages, api, ApiError, call, setToken } from './api/client'
 import type { Chat, GraphInput, GraphSummary, NodeType } from './api/types'
 import { ChatPanel } from './chat/ChatPanel'
 import { useChat } from './chat/useChat'
@@ -253,11 +253,11 @@ function Shell() {
     setRoute(r)
   }, [])
 
-  const loadGraphs = useCallback(() => call(api.GET('/api/v1/graphs', { params: { query: { limit: 1000 } } })).then(setGraphs).catch(fail), [fail])
+  const loadGraphs = useCallback(() => allPages(api.GET('/api/v1/graphs', { params: { query: { limit: 1000 } } })).then(setGraphs).catch(fail), [fail])
   const loadChats = useCallback(
     (graphId?: string) => {
       if (!graphId) return setChats([])
-      call(api.GET('/api/v1/chats', { params: { query: { graphId, limit: 1000 } } }))
+      allPages(api.GET('/api/v1/chats', { params: { query: { graphId, limit: 1000 } } }))
         .then(setChats)
         .catch(fail)
     },
