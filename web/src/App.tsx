@@ -4,6 +4,7 @@ import { allPages, api, ApiError, call, setToken } from './api/client'
 import type { Chat, GraphInput, GraphSummary, NodeType } from './api/types'
 import { ChatPanel } from './chat/ChatPanel'
 import { useChat } from './chat/useChat'
+import { allowedUserTools } from './chat/userTools'
 import { Canvas, DND_TYPE, placeNew } from './editor/Canvas'
 import type { FlowEdge, FlowNode } from './editor/graph'
 import { indexTypes } from './editor/graph'
@@ -495,9 +496,8 @@ function Shell() {
   }, [notice])
 
   const agents = useMemo(() => ed.nodes.filter((n) => n.type === 'agent').map((n) => ({ id: n.id, label: String(n.data.name || n.id) })), [ed.nodes])
-  // The registered tools, narrowed to what every chat_start listing
-  // userTools allows or, where none lists them, to the safe ones (those
-  // with no outside effects): the server refuses the others.
+  // The registered tools a user may enable here (allowedUserTools): the
+  // server refuses the others.
   // (A string key: node statuses change while a run streams, the lists
   // rarely, and the tool list must keep its identity meanwhile.)
   const toolLists = useMemo(
@@ -510,12 +510,8 @@ function Shell() {
   const userToolNames = useMemo(() => {
     const s = typeIndex.tool?.dataSchema as { properties?: { name?: { enum?: unknown[] } } } | undefined
     const all = (s?.properties?.name?.enum ?? []).map(String)
-    const lists = JSON.parse(toolLists) as string[][]
-    if (lists.length === 0) {
-      const safe = new Set((typeIndex.tool?.tools ?? []).filter((t) => t.safe).map((t) => t.name))
-      return all.filter((t) => safe.has(t))
-    }
-    return all.filter((t) => lists.every((l) => l.includes(t)))
+    const safe = new Set((typeIndex.tool?.tools ?? []).filter((t) => t.safe).map((t) => t.name))
+    return allowedUserTools(all, JSON.parse(toolLists) as string[][], safe)
   }, [typeIndex, toolLists])
   const tries = useMemo(() => suggestions(ed.nodes, ed.edges), [ed.nodes, ed.edges])
 
