@@ -135,7 +135,7 @@ func (f *fixture) saveChat(graph string) string {
 	ctx := context.Background()
 	graphID, chatID := chat.NewID("g_"), chat.NewID("c_")
 	require.NoError(f.t, f.chats.CreateGraph(ctx, &chat.Graph{ID: graphID, Name: "history", Body: json.RawMessage(graph)}))
-	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: chatID, GraphID: graphID}))
+	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: chatID, GraphID: graphID}, 0))
 	return chatID
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"chatgraph/nodes/tools"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 )
@@ -53,6 +54,12 @@ type Config struct {
 	Queue runcontrol.ChatQueue
 	// Publisher receives the events of runs executing here (default: none).
 	Publisher Publisher
+	// Tools is the registry the agents resolve user tools in (the one of
+	// nodes.Deps). With it, a chat call enabling a user tool that no agent
+	// of its run may use (chatscope.Scope.UserToolAllowed) is refused
+	// with CodeInvalid; without it (nil) such tools are only dropped by
+	// the agents, with a warning in the log.
+	Tools *tools.Registry
 	// MaxRuns bounds the runs queued or executing in this process
 	// (default 1000); MaxRunsPerChat those of one chat (default 16).
 	MaxRuns        int
@@ -61,6 +68,10 @@ type Config struct {
 	// that one client started (see WithClient; default 64, negative: no
 	// bound).
 	MaxRunsPerClient int
+	// MaxChatsPerClient bounds the chats one client owns (see WithClient
+	// and CreateChat; default 10000, negative: no bound). Deleting a chat
+	// frees its place.
+	MaxChatsPerClient int
 	// RecoveryInterval is how often Start's loop looks for runs whose
 	// process died (default 5s).
 	RecoveryInterval time.Duration
@@ -125,6 +136,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.MaxRunsPerClient == 0 {
 		cfg.MaxRunsPerClient = 64
 	}
+	if cfg.MaxChatsPerClient == 0 {
+		cfg.MaxChatsPerClient = 10000
+	}
 	if cfg.MaxRunsPerChat <= 0 {
 		cfg.MaxRunsPerChat = 16
 	}
@@ -175,6 +189,14 @@ func (s *Service) SetPublisher(p Publisher) {
 
 // Store returns the chat store.
 func (s *Service) Store() Store { return s.chats }
+
+// CreateChat creates c for the client ctx names (WithClient), its owner:
+// ErrTooManyChats when that client owns Config.MaxChatsPerClient chats
+// already. A chat of no known client is not bounded.
+func (s *Service) CreateChat(ctx context.Context, c *Chat) error {
+	c.Owner = clientOf(ctx)
+	return s.chats.CreateChat(ctx, c, s.cfg.MaxChatsPerClient)
+}
 
 // Engine returns the engine that executes the runs.
 func (s *Service) Engine() *runtime.Engine { return s.engine }

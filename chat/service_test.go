@@ -109,7 +109,7 @@ func (f *fixture) chatOn(agentData string) (graphID, chatID string) {
 	graphID, chatID = chat.NewID("g_"), chat.NewID("c_")
 	ctx := context.Background()
 	require.NoError(f.t, f.chats.CreateGraph(ctx, &chat.Graph{ID: graphID, Name: "test", Body: body}))
-	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: chatID, GraphID: graphID}))
+	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: chatID, GraphID: graphID}, 0))
 	return graphID, chatID
 }
 
@@ -208,7 +208,7 @@ func TestContinueAfterApproval(t *testing.T) {
 		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"ok","targetHandle":"input","data":{"channel":"flow"}},
 		{"id":"e2","source":"ok","sourceHandle":"output","target":"out","targetHandle":"input","data":{"channel":"flow"}}]}`
 	require.NoError(t, f.chats.CreateGraph(ctx, &chat.Graph{ID: "g_approve", Name: "approve", Body: json.RawMessage(g)}))
-	require.NoError(t, f.chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}))
+	require.NoError(t, f.chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}, 0))
 	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
 	m := f.settled("c_approve", tk.MessageID)
 	require.Equal(t, chat.StatusInterrupted, m.Status)
@@ -390,7 +390,7 @@ func TestRunsPerClientBounded(t *testing.T) {
 	graphID, _ := f.chatOn(`{"name":"Helper","tokenDelayMs":10000}`)
 	newChat := func() string {
 		id := chat.NewID("c_")
-		require.NoError(t, chats.CreateChat(context.Background(), &chat.Chat{ID: id, GraphID: graphID}))
+		require.NoError(t, chats.CreateChat(context.Background(), &chat.Chat{ID: id, GraphID: graphID}, 0))
 		return id
 	}
 	a := chat.WithClient(context.Background(), "10.0.0.1")

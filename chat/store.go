@@ -15,6 +15,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: the id is taken, or a compare-and-set lost.
 	ErrConflict = errors.New("conflict")
+	// ErrTooManyChats: the chat's owner already has as many chats as it
+	// may (Config.MaxChatsPerClient).
+	ErrTooManyChats = errors.New("too many chats")
 )
 
 // Graph is a saved graph. Body is the graph JSON as the editor saved it
@@ -32,12 +35,16 @@ type Graph struct {
 // Chat is a conversation with one graph. Its messages form a tree;
 // ActiveLeafID is the last message of the branch the user looks at.
 type Chat struct {
-	ID           string    `json:"id"`
-	GraphID      string    `json:"graphId"`
-	Title        string    `json:"title,omitempty"`
-	ActiveLeafID string    `json:"activeLeafId"`
-	CreatedAt    time.Time `json:"createdAt"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	ID           string `json:"id"`
+	GraphID      string `json:"graphId"`
+	Title        string `json:"title,omitempty"`
+	ActiveLeafID string `json:"activeLeafId"`
+	// Owner is the client that created the chat (the key WithClient
+	// names; "" for chats of no known client): its chats count against
+	// Config.MaxChatsPerClient. Not on the wire.
+	Owner     string    `json:"-"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // Role says who wrote a message.
@@ -95,6 +102,9 @@ func Continuable(s runtime.RunStatus) bool {
 
 // Message is one node of a chat's message tree.
 type Message struct {
+	// Seq is the message's place in its chat's creation order, set by the
+	// store when it reads the message (the cursor of ListMessages).
+	Seq      int64  `json:"-"`
 	ID       string `json:"id"`
 	ChatID   string `json:"chatId"`
 	ParentID string `json:"parentId"`
@@ -224,8 +234,11 @@ type Store interface {
 	// DeleteGraph deletes a graph (its id keeps its last version).
 	DeleteGraph(ctx context.Context, id string) error
 
-	// CreateChat inserts c (ErrConflict if the id is taken).
-	CreateChat(ctx context.Context, c *Chat) error
+	// CreateChat inserts c (ErrConflict if the id is taken). With
+	// maxOwned > 0 and c.Owner set, it fails with ErrTooManyChats when
+	// the owner has maxOwned chats already (counted and inserted
+	// atomically, so concurrent creations never pass the bound).
+	CreateChat(ctx context.Context, c *Chat, maxOwned int) error
 	// GetChat returns the chat; ErrNotFound if absent.
 	GetChat(ctx context.Context, id string) (*Chat, error)
 	// ListChats returns the chats of graphID ("" = all), newest first
@@ -248,6 +261,10 @@ type Store interface {
 	GetMessage(ctx context.Context, chatID, id string) (*Message, error)
 	// Messages returns every message of a chat in creation order.
 	Messages(ctx context.Context, chatID string) ([]*Message, error)
+	// ListMessages returns one page of a chat's messages in creation
+	// order: those whose Seq is above after (0: from the first), at most
+	// limit of them (0: all). ErrNotFound if the chat is absent.
+	ListMessages(ctx context.Context, chatID string, after int64, limit int) ([]*Message, error)
 	// Unsettled returns up to limit assistant messages still pending or
 	// running, least recently updated first: messages of runs not yet
 	// ended, or of runs whose process died after the run ended and before

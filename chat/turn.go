@@ -487,7 +487,34 @@ func (s *Service) prepare(ctx context.Context, req Request) (*turn, error) {
 	if err := s.preflight(t); err != nil {
 		return nil, err
 	}
+	if err := s.checkUserTools(t); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// checkUserTools refuses a new user message enabling tools that no agent
+// of the run may use: not on the graph's userTools lists or, where the
+// graph lists none, not registered safe (tools with outside effects must
+// be listed). With no agent taking user tools they are moot and pass.
+func (s *Service) checkUserTools(t *turn) error {
+	if s.cfg.Tools == nil || !t.newUser || len(t.user.UserTools) == 0 {
+		return nil
+	}
+	refused := chatscope.New(t.plan, t.entries).RefusedUserTools(t.user.UserTools, s.cfg.Tools.Safe)
+	if len(refused) == 0 {
+		return nil
+	}
+	var safe []string
+	for _, name := range s.cfg.Tools.Names() {
+		if s.cfg.Tools.Safe(name) {
+			safe = append(safe, name)
+		}
+	}
+	return &Error{Code: CodeInvalid, Details: map[string]any{"userTools": refused},
+		Message: fmt.Sprintf("userTools %s: not allowed by graph %s: a graph enables a tool for its users by listing it in "+
+			"its chat_start's userTools; without a list only tools with no outside effects may be enabled (%s)",
+			strings.Join(refused, ", "), t.graph.ID, strings.Join(safe, ", "))}
 }
 
 // answers maps a continue's resume value onto the parent run's pending

@@ -138,16 +138,16 @@ func (a *agentNode) prepare(ctx context.Context, n *runtime.Node, in runtime.Inp
 		ai.history, herr = ci.history(ctx, fc)
 	}
 	if userTools && entry {
-		ai.userTools, ai.clientTools = ci.UserTools, ci.ClientTools
-		if pol, ok := scope.(UserToolPolicy); ok {
-			ai.userTools = slices.DeleteFunc(slices.Clone(ci.UserTools), func(name string) bool {
-				if pol.UserToolAllowed(n.ID, name) {
-					return false
-				}
-				a.e.Logger.Warn("user tool not allowed by the graph ignored", "agent", n.ID, "tool", name)
-				return true
-			})
-		}
+		ai.clientTools = ci.ClientTools
+		pol, _ := scope.(UserToolPolicy)
+		ai.userTools = slices.DeleteFunc(slices.Clone(ci.UserTools), func(name string) bool {
+			safe := a.e.Tools.Safe(name)
+			if pol != nil && pol.UserToolAllowed(n.ID, name, safe) || pol == nil && safe {
+				return false
+			}
+			a.e.Logger.Warn("user tool not allowed by the graph ignored", "agent", n.ID, "tool", name)
+			return true
+		})
 	}
 	for _, x := range in {
 		var m Message

@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"chatgraph/runtime"
 )
@@ -12,7 +13,8 @@ type chatStartData struct {
 	// entry agent downstream (the chat scope applies it).
 	IncludeUserTools *bool `json:"includeUserTools"`
 	// UserTools, when set, lists the tools a user may enable for this
-	// graph's chats (each a registered tool); absent: any registered tool.
+	// graph's chats (registered tools, or "server/tool" of an MCP
+	// server); absent: only the tools registered safe (tools.Registry.Safe).
 	UserTools []string `json:"userTools" validate:"omitempty,max=64"`
 }
 
@@ -26,14 +28,18 @@ func (e *env) chatStartType() runtime.NodeType {
 		Ports:       []runtime.Port{flowOut(PortMessage)},
 		DataSchema: schema(`{"type":"object","properties":{
 			"includeUserTools":{"type":"boolean","default":true,"description":"Give the user's tools to the entry agents downstream."},
-			"userTools":{"type":"array","items":{"type":"string"},"maxItems":64,"description":"The tools a user may enable (absent: any registered tool)."}}}`),
+			"userTools":{"type":"array","items":{"type":"string"},"maxItems":64,"description":"The tools a user may enable, with outside effects or not (absent: only tools with no outside effects, such as calculator and current_time)."}}}`),
 		New: func(n *runtime.Node) (runtime.Executor, error) {
 			var d chatStartData
 			if err := e.data.decode(n, &d); err != nil {
 				return nil, err
 			}
 			for _, name := range d.UserTools {
-				if _, ok := e.Tools.Lookup(name); !ok {
+				if src, _, ok := strings.Cut(name, "/"); ok {
+					if _, known := e.Tools.Source(src); !known {
+						return nil, &runtime.FieldError{Field: FieldUserTools, Message: fmt.Sprintf("no tool source %q (in %q)", src, name)}
+					}
+				} else if _, known := e.Tools.Lookup(name); !known {
 					return nil, &runtime.FieldError{Field: FieldUserTools, Message: fmt.Sprintf("no registered tool %q", name)}
 				}
 			}

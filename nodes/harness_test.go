@@ -37,11 +37,17 @@ type harness struct {
 	calls map[string][]tools.Call // tool name -> calls received
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness builds a harness whose built-in tools have builtins[0] as
+// config (default: none, so http_request allows no host).
+func newHarness(t *testing.T, builtins ...tools.Config) *harness {
 	t.Helper()
 	h := &harness{store: memory.New(), ledger: nodes.NewMemoryLedger(), tools: tools.NewRegistry(),
 		models: llm.NewModels(), script: &scripted{}, calls: map[string][]tools.Call{}}
-	require.NoError(t, tools.RegisterBuiltins(h.tools, tools.Config{}))
+	var cfg tools.Config
+	if len(builtins) > 0 {
+		cfg = builtins[0]
+	}
+	require.NoError(t, tools.RegisterBuiltins(h.tools, cfg))
 	for _, name := range []string{"sibling", "guarded", "other"} {
 		require.NoError(t, h.tools.Register(tools.New(tools.Spec{Name: name, Description: "counts its calls",
 			Parameters: json.RawMessage(`{"type":"object"}`)}, func(_ context.Context, c tools.Call) (string, error) {

@@ -136,19 +136,26 @@ func TestMCPToolApproval(t *testing.T) {
 	require.False(t, results[0].Data.(*nodes.ToolResultData).Replayed)
 }
 
-// A user may enable a tool of an MCP server by its server/tool name; a
-// linked tool of the same model-facing name wins.
+// A user may enable a tool of an MCP server by its server/tool name where
+// the graph lists it (an MCP tool is never safe by default); a linked
+// tool of the same model-facing name wins.
 func TestMCPUserTool(t *testing.T) {
 	t.Parallel()
 	h, _ := everythingHarness(t)
-	g := newGraph("mcp-user").node("s", nodes.TypeChatStart).node("a", nodes.TypeAgent).flow("s", "a").build()
-	res, s := h.run(t, context.Background(), g, nodes.ChatInput{Content: `/tool get-sum {"a":3,"b":4}`,
+	g := newGraph("mcp-unlisted").node("s", nodes.TypeChatStart).node("a", nodes.TypeAgent).flow("s", "a").build()
+	res, s := h.run(t, context.Background(), g, nodes.ChatInput{Content: "hi", UserTools: []string{"everything/get-sum"}})
+	require.Equal(t, runtime.RunCompleted, res.Status, "%v", res.Err)
+	require.Equal(t, []any{}, data(t, s.of(runtime.EventNodeStarted, "a")[0])["tools"], "not listed: not given")
+
+	g = newGraph("mcp-user").node("s", nodes.TypeChatStart, map[string]any{"userTools": []string{"everything/get-sum", "everything/no-such-tool"}}).
+		node("a", nodes.TypeAgent).flow("s", "a").build()
+	res, s = h.run(t, context.Background(), g, nodes.ChatInput{Content: `/tool get-sum {"a":3,"b":4}`,
 		UserTools: []string{"everything/get-sum", "everything/no-such-tool"}})
 	require.Equal(t, runtime.RunCompleted, res.Status, "%v", res.Err)
 	require.Equal(t, "tool get-sum returned: The sum of 3 and 4 is 7.", output(t, res, "a").Content)
 	require.Equal(t, []any{"get-sum"}, data(t, s.of(runtime.EventNodeStarted, "a")[0])["tools"])
 
-	g = newGraph("mcp-user-dup").node("s", nodes.TypeChatStart).node("a", nodes.TypeAgent).
+	g = newGraph("mcp-user-dup").node("s", nodes.TypeChatStart, map[string]any{"userTools": []string{"everything/get-sum"}}).node("a", nodes.TypeAgent).
 		node("sum", nodes.TypeTool, `{"name":"everything/get-sum","description":"linked"}`).flow("s", "a").link("sum", "a").build()
 	res, s = h.run(t, context.Background(), g, nodes.ChatInput{Content: "hi", UserTools: []string{"everything/get-sum"}})
 	require.Equal(t, runtime.RunCompleted, res.Status, "%v", res.Err)

@@ -35,6 +35,9 @@ type PaletteTool struct {
 	Parameters  json.RawMessage
 	// Source is the MCP server's name ("" for a registered tool).
 	Source string
+	// Safe: registered safe (tools.Registry.Safe), so a chat user may
+	// enable it where the graph lists no user tools.
+	Safe bool
 }
 
 // paletteListTimeout bounds listing one source's tools.
@@ -68,7 +71,7 @@ func Palette(ctx context.Context, reg *runtime.Registry, tr *tools.Registry, mod
 func paletteTools(ctx context.Context, tr *tools.Registry) ([]PaletteTool, map[string]string) {
 	var out []PaletteTool
 	for _, s := range tr.Specs() {
-		out = append(out, PaletteTool{Name: s.Name, Description: s.Description, Parameters: s.Parameters})
+		out = append(out, PaletteTool{Name: s.Name, Description: s.Description, Parameters: s.Parameters, Safe: tr.Safe(s.Name)})
 	}
 	srcs := tr.SourceNames()
 	listed := make([][]PaletteTool, len(srcs))

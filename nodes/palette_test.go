@@ -79,6 +79,7 @@ func TestPalette(t *testing.T) {
 	require.Equal(t, []string{"calculator", "current_time", "http_request", "docs/search"}, names)
 	require.Equal(t, names, enum(p))
 	require.Equal(t, "docs", p.Tools[3].Source)
+	require.Equal(t, []bool{true, true, false, false}, []bool{p.Tools[0].Safe, p.Tools[1].Safe, p.Tools[2].Safe, p.Tools[3].Safe})
 	require.Equal(t, "does search", p.Tools[3].Description)
 	require.JSONEq(t, `{"type":"object","properties":{"q":{"type":"string"}}}`, string(p.Tools[3].Parameters))
 	require.Equal(t, map[string]string{"down": "connect: refused"}, p.ToolErrors)

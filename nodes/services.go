@@ -16,10 +16,11 @@ type ChatScope interface {
 }
 
 // UserToolPolicy is an optional ChatScope capability: whether an agent
-// may use one of the user's tools (the graph's allow-list). A scope
-// without it allows every registered tool.
+// may use one of the user's tools. safe says whether the tool is
+// registered safe (tools.Registry.Safe): what decides where the graph
+// lists no user tools. A scope without it allows safe tools only.
 type UserToolPolicy interface {
-	UserToolAllowed(nodeID, tool string) bool
+	UserToolAllowed(nodeID, tool string, safe bool) bool
 }
 
 // ChatScoper is what agents look for in FlowContext.Services: a services

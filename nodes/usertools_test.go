@@ -34,11 +34,20 @@ func TestGraphAllowListOfUserTools(t *testing.T) {
 	require.Equal(t, runtime.RunCompleted, res.Status)
 	require.Equal(t, []any{}, started(t, s, "a")["tools"], "an empty list allows none")
 
-	// Without the field every registered tool the user enables is given.
+	// Without the field only the tools registered safe are given:
+	// http_request reaches other hosts, an MCP tool may do anything.
 	res, s = h.run(t, context.Background(), build(map[string]any{}), in)
 	require.Equal(t, runtime.RunCompleted, res.Status)
-	require.Equal(t, []any{"calculator", "http_request"}, started(t, s, "a")["tools"])
+	require.Equal(t, []any{"calculator"}, started(t, s, "a")["tools"], "http_request is not safe")
+	require.Equal(t, `tool http_request returned: error: unknown tool "http_request"`, output(t, res, "a").Content)
 
-	// The list names registered tools only.
+	// A list gives what it names, safe or not.
+	res, s = h.run(t, context.Background(), build(map[string]any{"userTools": []string{"http_request"}}), in)
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	require.Equal(t, []any{"http_request"}, started(t, s, "a")["tools"])
+
+	// The list names registered tools, or tools of a known source.
 	assertFieldError(t, h, build(map[string]any{"userTools": []string{"teleport"}}), "s", "userTools", `no registered tool "teleport"`)
+	assertFieldError(t, h, build(map[string]any{"userTools": []string{"nowhere/echo"}}), "s", "userTools",
+		`no tool source "nowhere" (in "nowhere/echo")`)
 }

@@ -182,7 +182,7 @@ func (s *Server) aguiTurn(ctx context.Context, g *chat.Graph, in *aguiInput, pro
 				req.History = append(req.History, h)
 			}
 		}
-		if err := s.chats.CreateChat(ctx, &chat.Chat{ID: in.ThreadID, GraphID: g.ID, Title: title(content)}); err != nil &&
+		if err := s.svc.CreateChat(ctx, &chat.Chat{ID: in.ThreadID, GraphID: g.ID, Title: title(content)}); err != nil &&
 			!errors.Is(err, chat.ErrConflict) {
 			return nil, err
 		}

@@ -37,6 +37,9 @@ type ToolInfo struct {
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
 	// Server is the MCP server offering it ("" for a built-in tool).
 	Server string `json:"server,omitempty"`
+	// Safe: a tool with no outside effects, which a chat user may enable
+	// where the graph lists no user tools.
+	Safe bool `json:"safe,omitempty"`
 }
 
 // ModelList is the answer of /models: no secrets, only names.

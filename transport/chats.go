@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,17 +42,24 @@ func toMessageJSON(m *chat.Message) messageJSON {
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt}
 }
 
-// chatJSON is a chat on the wire; Messages is the whole tree in creation
-// order (nil in listings).
+// chatJSON is a chat on the wire; Messages is its message tree in
+// creation order (nil in listings): the whole tree, or its first
+// chatMessagesLimit messages and, in MessagesCursor, the cursor of
+// GET /chats/{id}/messages that goes on from there.
 type chatJSON struct {
-	ID           string        `json:"id"`
-	GraphID      string        `json:"graphId"`
-	Title        string        `json:"title,omitempty"`
-	ActiveLeafID *string       `json:"activeLeafId"`
-	Messages     []messageJSON `json:"messages,omitempty"`
-	CreatedAt    time.Time     `json:"createdAt"`
-	UpdatedAt    time.Time     `json:"updatedAt"`
+	ID             string        `json:"id"`
+	GraphID        string        `json:"graphId"`
+	Title          string        `json:"title,omitempty"`
+	ActiveLeafID   *string       `json:"activeLeafId"`
+	Messages       []messageJSON `json:"messages,omitempty"`
+	MessagesCursor string        `json:"messagesCursor,omitempty"`
+	CreatedAt      time.Time     `json:"createdAt"`
+	UpdatedAt      time.Time     `json:"updatedAt"`
 }
+
+// chatMessagesLimit is how many messages GET /chats/{id} embeds at most
+// (the most a page of GET /chats/{id}/messages holds).
+const chatMessagesLimit = maxPageLimit
 
 func toChatJSON(c *chat.Chat, msgs []*chat.Message) chatJSON {
 	out := chatJSON{ID: c.ID, GraphID: c.GraphID, Title: c.Title, ActiveLeafID: nullable(c.ActiveLeafID),
@@ -84,7 +93,7 @@ func (s *Server) createChat(c echo.Context) error {
 		id = chat.NewID("c_")
 	}
 	chat := &chat.Chat{ID: id, GraphID: b.GraphID, Title: b.Title}
-	if err := s.chats.CreateChat(ctx, chat); err != nil {
+	if err := s.svc.CreateChat(ctx, chat); err != nil {
 		return err
 	}
 	out := toChatJSON(chat, nil)
@@ -92,19 +101,52 @@ func (s *Server) createChat(c echo.Context) error {
 	return created(c, out)
 }
 
+// getChat answers the chat with its first chatMessagesLimit messages;
+// when it has more, messagesCursor and a Link rel="next" name the page
+// of GET /chats/{id}/messages that follows.
 func (s *Server) getChat(c echo.Context) error {
 	ctx := c.Request().Context()
 	chat, err := s.chats.GetChat(ctx, c.Param("id"))
 	if err != nil {
 		return err
 	}
-	msgs, err := s.chats.Messages(ctx, chat.ID)
+	msgs, err := s.chats.ListMessages(ctx, chat.ID, 0, chatMessagesLimit+1)
 	if err != nil {
 		return err
+	}
+	more := len(msgs) > chatMessagesLimit
+	if more {
+		msgs = msgs[:chatMessagesLimit]
 	}
 	out := toChatJSON(chat, msgs)
 	if out.Messages == nil {
 		out.Messages = []messageJSON{}
+	}
+	if more {
+		out.MessagesCursor = encodeSeqCursor(msgs[len(msgs)-1].Seq)
+		q := url.Values{"limit": {strconv.Itoa(chatMessagesLimit)}, "cursor": {out.MessagesCursor}}
+		c.Response().Header().Set("Link", "</api/v1/chats/"+url.PathEscape(chat.ID)+"/messages?"+q.Encode()+`>; rel="next"`)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// listMessages answers one page of a chat's messages in creation order
+// (see pageOf; the cursor is a message's place in that order).
+func (s *Server) listMessages(c echo.Context) error {
+	limit, after, err := seqPageOf(c)
+	if err != nil {
+		return err
+	}
+	msgs, err := s.chats.ListMessages(c.Request().Context(), c.Param("id"), after, limit)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == limit {
+		setNextLink(c, limit, encodeSeqCursor(msgs[len(msgs)-1].Seq))
+	}
+	out := make([]messageJSON, len(msgs))
+	for i, m := range msgs {
+		out[i] = toMessageJSON(m)
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -25,6 +25,7 @@ const (
 	CodeUnauthorized     = "unauthorized"
 	CodePayloadTooLarge  = "payload_too_large"
 	CodeRateLimited      = "rate_limited"
+	CodeQuotaExceeded    = "quota_exceeded"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnavailable      = "unavailable"
@@ -98,6 +99,9 @@ func apiError(err error) *Error {
 	case errors.Is(err, runtime.ErrUnknownEntry), errors.Is(err, runcontrol.ErrInvalidStrategy),
 		errors.Is(err, runcontrol.ErrInvalidScope):
 		return badRequest("%s", err.Error())
+	case errors.Is(err, chat.ErrTooManyChats):
+		return &Error{Status: http.StatusTooManyRequests, Code: CodeQuotaExceeded,
+			Message: err.Error() + "; delete chats to create more (--max-chats-per-client)"}
 	case errors.Is(err, chat.ErrTooManyRuns):
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, chat.ErrShuttingDown), errors.Is(err, runcontrol.ErrClosed):

@@ -173,8 +173,9 @@ func TestGoldenErrors(t *testing.T) {
 		c.Token = "tok"
 		c.BodyLimit = 4096
 		c.RateLimit, c.RateBurst = 0.001, 40
+		c.MaxChatsPerClient = 1
 	})
-	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 50}`))
+	graphID, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 50}`))
 	z := newNormalizer()
 	lines := map[string]string{}
 	add := func(code string, resp *http.Response, want int) {
@@ -206,6 +207,7 @@ func TestGoldenErrors(t *testing.T) {
 		"Authorization": "Bearer tok"}), 415)
 	add("host_not_allowed", e.send("GET", "/api/v1/graphs", "", map[string]string{"Host": "evil.example", "Authorization": "Bearer tok"}), 421)
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/cancel", nil, nil), http.StatusAccepted)
+	add("quota_exceeded", e.do("POST", "/api/v1/chats", map[string]any{"graphId": graphID}, nil), 429)
 	var limited *http.Response
 	for range 100 {
 		if r := e.do("GET", "/api/v1/graphs", nil, nil); r.StatusCode == http.StatusTooManyRequests {

@@ -22,6 +22,7 @@ import (
 	chatsqlite "chatgraph/chat/store/sqlite"
 	"chatgraph/nodes"
 	"chatgraph/nodes/llm"
+	"chatgraph/nodes/tools"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	rsqlite "chatgraph/runtime/store/sqlite"
@@ -47,6 +48,7 @@ type transportConfig struct {
 	Nodes             nodes.Deps
 	MaxRuns           int
 	MaxRunsPerClient  int
+	MaxChatsPerClient int
 	Retention         time.Duration
 	RetentionInterval time.Duration
 	DrainTimeout      time.Duration
@@ -68,6 +70,10 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	deps := cfg.Nodes
 	if cfg.Models != nil {
 		deps.Models = cfg.Models
+	}
+	if deps.Tools == nil {
+		deps.Tools = tools.NewRegistry()
+		require.NoError(t, tools.RegisterBuiltins(deps.Tools, tools.Config{}))
 	}
 	reg := runtime.NewRegistry()
 	require.NoError(t, nodes.Register(reg, deps))
@@ -91,7 +97,7 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,
-		MaxRunsPerClient: cfg.MaxRunsPerClient, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
+		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, Tools: deps.Tools, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
 	require.NoError(t, err)
 	cfg.Chat = svc
 	srv, err := transport.New(cfg.Config)

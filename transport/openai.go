@@ -262,7 +262,7 @@ func (s *Server) oaiTurn(ctx context.Context, c echo.Context, g *chat.Graph, req
 			}
 		}
 		ch := &chat.Chat{ID: chat.NewID("c_"), GraphID: g.ID, Title: title(content)}
-		if err := s.chats.CreateChat(ctx, ch); err != nil {
+		if err := s.svc.CreateChat(ctx, ch); err != nil {
 			return nil, err
 		}
 		sreq.ChatID = ch.ID

@@ -20,15 +20,12 @@ const (
 	maxPageLimit     = 1000
 )
 
-// pageOf reads ?limit and ?cursor.
+// pageOf reads ?limit and ?cursor of a list of graphs or chats.
 func pageOf(c echo.Context) (chat.Page, error) {
-	p := chat.Page{Limit: defaultPageLimit}
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPageLimit {
-			return p, badRequest("limit must be a whole number from 1 to %d", maxPageLimit)
-		}
-		p.Limit = n
+	limit, err := limitOf(c)
+	p := chat.Page{Limit: limit}
+	if err != nil {
+		return p, err
 	}
 	if v := c.QueryParam("cursor"); v != "" {
 		cur, ok := decodeCursor(v)
@@ -40,17 +37,50 @@ func pageOf(c echo.Context) (chat.Page, error) {
 	return p, nil
 }
 
+// seqPageOf reads ?limit and ?cursor of a list of messages: the cursor is
+// the last message's place in creation order (0: from the first).
+func seqPageOf(c echo.Context) (limit int, after int64, err error) {
+	if limit, err = limitOf(c); err != nil {
+		return 0, 0, err
+	}
+	if v := c.QueryParam("cursor"); v != "" {
+		var ok bool
+		if after, ok = decodeSeqCursor(v); !ok {
+			return 0, 0, badRequest("cursor is not one this server gave")
+		}
+	}
+	return limit, after, nil
+}
+
+// limitOf reads ?limit (default defaultPageLimit).
+func limitOf(c echo.Context) (int, error) {
+	v := c.QueryParam("limit")
+	if v == "" {
+		return defaultPageLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxPageLimit {
+		return defaultPageLimit, badRequest("limit must be a whole number from 1 to %d", maxPageLimit)
+	}
+	return n, nil
+}
+
 // setNext names the next page in a Link header when this one was full.
 func setNext(c echo.Context, p chat.Page, got int, last chat.Cursor) {
-	if got < p.Limit {
-		return
+	if got >= p.Limit {
+		setNextLink(c, p.Limit, encodeCursor(last))
 	}
+}
+
+// setNextLink sets `Link: <this route?…&limit=&cursor=>; rel="next"`,
+// keeping the request's other query parameters.
+func setNextLink(c echo.Context, limit int, cursor string) {
 	q := url.Values{}
 	for k, v := range c.QueryParams() {
 		q[k] = v
 	}
-	q.Set("limit", strconv.Itoa(p.Limit))
-	q.Set("cursor", encodeCursor(last))
+	q.Set("limit", strconv.Itoa(limit))
+	q.Set("cursor", cursor)
 	c.Response().Header().Set("Link", "<"+c.Request().URL.Path+"?"+q.Encode()+`>; rel="next"`)
 }
 
@@ -69,4 +99,21 @@ func decodeCursor(s string) (chat.Cursor, bool) {
 		return chat.Cursor{}, false
 	}
 	return chat.Cursor{At: time.Unix(0, n).UTC(), ID: id}, true
+}
+
+// encodeSeqCursor is the cursor after the message at place seq; its
+// encoding differs from encodeCursor's, so neither list takes the
+// other's cursor.
+func encodeSeqCursor(seq int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("m" + strconv.FormatInt(seq, 10)))
+}
+
+func decodeSeqCursor(s string) (int64, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return 0, false
+	}
+	v, ok := strings.CutPrefix(string(b), "m")
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, ok && err == nil && n > 0
 }

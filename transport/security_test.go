@@ -294,3 +294,51 @@ func TestReadyzNamesDependencyNotError(t *testing.T) {
 	require.NotContains(t, strings.ToLower(string(raw)), "sql")
 	require.NotContains(t, strings.ToLower(string(raw)), "closed")
 }
+
+// A chat call enabling a user tool its graph does not allow is refused
+// with 400 before anything is written: without a userTools list on the
+// chat_start only tools with no outside effects (calculator,
+// current_time) may be enabled; a list allows what it names.
+func TestUserToolsOutsideTheGraphRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	var out map[string]any
+	resp := e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "hi",
+		"userTools": []string{"calculator", "http_request"}}, &out)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	errObj := out["error"].(map[string]any)
+	require.Equal(t, "invalid_json", errObj["code"])
+	require.Contains(t, errObj["message"], "userTools http_request: not allowed by graph")
+	require.Contains(t, errObj["message"], "(calculator, current_time)")
+	require.Equal(t, map[string]any{"userTools": []any{"http_request"}}, errObj["details"])
+	msgs, err := e.chats.Messages(t.Context(), chatID)
+	require.NoError(t, err)
+	require.Empty(t, msgs, "nothing was written")
+
+	var tk map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "hi",
+		"userTools": []string{"calculator", "current_time"}}, &tk), http.StatusAccepted)
+	e.waitRunDone(tk["runId"].(string))
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+tk["userMessageId"].(string)+"/edit", map[string]any{"content": "again",
+		"userTools": []string{"http_request"}}, &out), http.StatusBadRequest)
+
+	listed := basicGraph("")
+	listed["nodes"].([]any)[0].(map[string]any)["data"] = map[string]any{"userTools": []string{"http_request"}}
+	_, listedChat := e.newChat(listed)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+listedChat+"/messages", map[string]any{"content": "hi",
+		"userTools": []string{"http_request"}}, &tk), http.StatusAccepted)
+	e.waitRunDone(tk["runId"].(string))
+	out = nil
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+listedChat+"/messages", map[string]any{"content": "hi",
+		"userTools": []string{"calculator"}}, &out), http.StatusBadRequest)
+	require.Contains(t, out["error"].(map[string]any)["message"], "userTools calculator: not allowed", "a list allows only what it names")
+
+	// A graph whose agents take no user tools: they are moot, not refused.
+	off := basicGraph("")
+	off["nodes"].([]any)[0].(map[string]any)["data"] = map[string]any{"includeUserTools": false}
+	_, offChat := e.newChat(off)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+offChat+"/messages", map[string]any{"content": "hi",
+		"userTools": []string{"http_request"}}, &tk), http.StatusAccepted)
+	e.waitRunDone(tk["runId"].(string))
+}

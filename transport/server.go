@@ -286,6 +286,7 @@ func (s *Server) routes() (*echo.Echo, error) {
 	api.POST("/chats", s.createChat)
 	api.GET("/chats", s.listChats)
 	api.GET("/chats/:id", s.getChat)
+	api.GET("/chats/:id/messages", s.listMessages)
 	api.DELETE("/chats/:id", s.deleteChat)
 	api.PUT("/chats/:id/active-leaf", s.setActiveLeaf)
 	api.POST("/chats/:id/messages", s.streamChat)

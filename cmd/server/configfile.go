@@ -64,7 +64,7 @@ func catalog(reg *runtime.Registry, setup *setupcfg.Setup) (func(context.Context
 				Entry: p.Type.Entry, Ports: ports, DataSchema: p.DataSchema, ToolErrors: p.ToolErrors}
 			for _, t := range p.Tools {
 				info.Tools = append(info.Tools, transport.ToolInfo{Name: t.Name, Description: t.Description,
-					Parameters: t.Parameters, Server: t.Source})
+					Parameters: t.Parameters, Server: t.Source, Safe: t.Safe})
 			}
 			out = append(out, info)
 		}

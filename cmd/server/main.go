@@ -96,7 +96,7 @@ type config struct {
 	allowedHosts, trustedProxies                                      string
 	insecureNoAuth                                                    bool
 	maxConnections, maxWebSocketsPerIP, deltaEventsPerRun             int
-	maxRunsPerClient                                                  int
+	maxRunsPerClient, maxChatsPerClient                               int
 	bodyReadTimeout, maxRunDuration                                   time.Duration
 	drainTimeout, retention, interruptedRetention                     time.Duration
 	bodyLimit                                                         int64
@@ -155,6 +155,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.IntVar(&c.maxConnections, "max-connections", 1024, "open TCP connections the server accepts at once (0: no bound)")
 	fs.IntVar(&c.maxWebSocketsPerIP, "max-websockets-per-ip", 32, "open WebSocket connections per client IP (negative: no bound)")
 	fs.IntVar(&c.maxRunsPerClient, "max-runs-per-client", 64, "runs one client IP may have queued or running in this process (negative: no bound)")
+	fs.IntVar(&c.maxChatsPerClient, "max-chats-per-client", 10000, "chats one client IP may own; deleting a chat frees its place (negative: no bound)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 30*time.Second, "how long a request body may take to arrive")
 	fs.IntVar(&c.deltaEventsPerRun, "delta-events-per-run", 2000, "node_delta events a run sends one per model chunk before agents coalesce their text (negative: never)")
 	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")

@@ -80,8 +80,10 @@ const (
 	oldChatsFile = "chats.db"
 )
 
-// chatTables are the chat store's tables, as chats.db had them.
-var chatTables = []string{"graphs", "graph_versions", "chats", "messages"}
+// chatTables are the chat store's tables, as chats.db had them, with the
+// record of its migrations (so steps the file had are not applied again,
+// and those it lacked are).
+var chatTables = []string{"graphs", "graph_versions", "chats", "messages", "chat_schema_migrations"}
 
 // adoptSplitState turns a state dir of two files (runs.db and chats.db)
 // into one chatgraph.db, once: the run file becomes chatgraph.db (its
@@ -147,8 +149,39 @@ func copyChatTables(ctx context.Context, db, from string) error {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO main."+t+" SELECT * FROM old."+t); err != nil {
 			return fmt.Errorf("copying %s: %w", t, err)
 		}
+		if err := copyIndexes(ctx, tx, t); err != nil {
+			return fmt.Errorf("indexes of %s: %w", t, err)
+		}
 	}
 	return tx.Commit()
+}
+
+// copyIndexes creates in main the indexes the attached file old has on
+// table t (the migrations that made them are recorded as applied).
+func copyIndexes(ctx context.Context, tx *sql.Tx, t string) error {
+	rows, err := tx.QueryContext(ctx, "SELECT sql FROM old.sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", t)
+	if err != nil {
+		return err
+	}
+	var defs []string
+	for rows.Next() {
+		var def string
+		if err := rows.Scan(&def); err != nil {
+			rows.Close()
+			return err
+		}
+		defs = append(defs, def)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, def := range defs {
+		if _, err := tx.ExecContext(ctx, def); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func exists(path string) bool {

@@ -35,7 +35,7 @@ func TestOpenStoresAdoptsRunsAndChatsFiles(t *testing.T) {
 	old, err := chatsqlite.Open(ctx, host)
 	require.NoError(t, err)
 	require.NoError(t, old.CreateGraph(ctx, &chat.Graph{ID: "g1", Name: "hello", Body: []byte(`{"nodes":[],"edges":[]}`)}))
-	require.NoError(t, old.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1", Title: "first"}))
+	require.NoError(t, old.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1", Title: "first"}, 0))
 	u := &chat.Message{ID: "m1", Role: chat.RoleUser, Content: "hi", RunID: "r1", TurnRunID: "r1", Status: chat.StatusCompleted}
 	a := &chat.Message{ID: "m2", ParentID: "m1", Role: chat.RoleAssistant, Content: "echo: hi", RunID: "r1", TurnRunID: "r1",
 		Status: chat.StatusPending}
@@ -85,6 +85,19 @@ func TestOpenStoresAdoptsRunsAndChatsFiles(t *testing.T) {
 	require.Equal(t, []string{"m1", "m2", "m3", "m4"}, []string{msgs[0].ID, msgs[1].ID, msgs[2].ID, msgs[3].ID})
 	_, err = os.Stat(filepath.Join(dir, dbFile))
 	require.NoError(t, err)
+	// The chat tables keep their indexes (the migrations that made them
+	// are recorded as applied, so they are copied, not made again).
+	var indexes []string
+	rows, err := st.runs.(*rsqlite.Store).ReadDB().QueryContext(ctx,
+		`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name IN ('chats', 'messages') AND sql IS NOT NULL ORDER BY name`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		indexes = append(indexes, name)
+	}
+	require.NoError(t, rows.Close())
+	require.Equal(t, []string{"chats_graph", "chats_owner", "messages_chat", "messages_unsettled"}, indexes)
 }
 
 // A bad --durability is refused before the state dir is created or any

@@ -198,7 +198,7 @@ func sendTurns(ctx context.Context, chats chat.Store, svc *chat.Service, iter st
 	var wg sync.WaitGroup
 	for i := range turnChats {
 		id := fmt.Sprintf("c_%s_%d", iter, i)
-		if err := chats.CreateChat(ctx, &chat.Chat{ID: id, GraphID: g.ID}); err != nil {
+		if err := chats.CreateChat(ctx, &chat.Chat{ID: id, GraphID: g.ID}, 0); err != nil {
 			return err
 		}
 		wg.Go(func() {

@@ -146,7 +146,7 @@ func chatWorker(path string, turns int) int {
 	var wg sync.WaitGroup
 	for i := range turns {
 		id := fmt.Sprintf("c%04d", i)
-		if err := st.chats.CreateChat(ctx, &chat.Chat{ID: id, GraphID: "g"}); err != nil {
+		if err := st.chats.CreateChat(ctx, &chat.Chat{ID: id, GraphID: "g"}, 0); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}

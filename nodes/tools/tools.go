@@ -111,6 +111,7 @@ func SanitizeName(s, fallback string) string {
 type Registry struct {
 	mu      sync.RWMutex
 	tools   map[string]Tool
+	safe    map[string]bool // tools registered with RegisterSafe
 	sources map[string]Source
 }
 
@@ -127,7 +128,7 @@ var ErrToolNotFound = errors.New("tool not found")
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{tools: map[string]Tool{}, sources: map[string]Source{}}
+	return &Registry{tools: map[string]Tool{}, safe: map[string]bool{}, sources: map[string]Source{}}
 }
 
 // AddSource adds a source of tools under name (a valid tool name, not
@@ -197,8 +198,18 @@ func (r *Registry) Resolve(ctx context.Context, name string) (Tool, error) {
 }
 
 // Register adds a tool. Its name must match ^[a-zA-Z0-9_-]{1,64}$ and be
-// new; its parameters, when set, must be a JSON object.
-func (r *Registry) Register(t Tool) error {
+// new; its parameters, when set, must be a JSON object. A tool added this
+// way may have effects outside the process: a chat user may enable it
+// only where the graph lists it (see Safe).
+func (r *Registry) Register(t Tool) error { return r.register(t, false) }
+
+// RegisterSafe adds a tool as Register does, declared safe: it has no
+// effect outside the process and reaches nothing outside it (no network,
+// files or processes; it computes from its arguments and the clock), so
+// any chat user may enable it, also where the graph lists no user tools.
+func (r *Registry) RegisterSafe(t Tool) error { return r.register(t, true) }
+
+func (r *Registry) register(t Tool, safe bool) error {
 	if t == nil {
 		return errors.New("tools: nil tool")
 	}
@@ -218,7 +229,18 @@ func (r *Registry) Register(t Tool) error {
 		return fmt.Errorf("tools: %q registered twice", s.Name)
 	}
 	r.tools[s.Name] = t
+	if safe {
+		r.safe[s.Name] = true
+	}
 	return nil
+}
+
+// Safe reports whether name is a tool added with RegisterSafe. Tools of
+// sources ("server/tool") never are: an MCP server may do anything.
+func (r *Registry) Safe(name string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.safe[name]
 }
 
 // Lookup returns the tool named name.
@@ -264,16 +286,17 @@ type Config struct {
 	CalculatorCostLimit uint64
 }
 
-// RegisterBuiltins adds calculator, current_time and http_request.
+// RegisterBuiltins adds calculator and current_time (safe: see
+// RegisterSafe) and http_request (not safe: it reaches other hosts).
 func RegisterBuiltins(r *Registry, cfg Config) error {
 	calc, err := Calculator(cfg.CalculatorCostLimit)
 	if err != nil {
 		return err
 	}
-	for _, t := range []Tool{calc, CurrentTime(cfg.Now), HTTPRequest(cfg.HTTP)} {
-		if err := r.Register(t); err != nil {
+	for _, t := range []Tool{calc, CurrentTime(cfg.Now)} {
+		if err := r.RegisterSafe(t); err != nil {
 			return err
 		}
 	}
-	return nil
+	return r.Register(HTTPRequest(cfg.HTTP))
 }

@@ -207,6 +207,16 @@ func TestRegistry(t *testing.T) {
 			return "hello " + a.Name, nil
 		})
 	require.NoError(t, r.Register(greet))
+	// Only tools declared safe are; http_request reaches other hosts.
+	require.True(t, r.Safe("calculator"))
+	require.True(t, r.Safe("current_time"))
+	require.False(t, r.Safe("http_request"))
+	require.False(t, r.Safe("greet"), "Register declares nothing safe")
+	require.False(t, r.Safe("nope"))
+	require.NoError(t, r.RegisterSafe(New(Spec{Name: "shout", Parameters: json.RawMessage(`{"type":"object"}`)}, nil)))
+	require.True(t, r.Safe("shout"))
+	require.Error(t, r.RegisterSafe(New(Spec{Name: "greet"}, nil)), "duplicates")
+	require.False(t, r.Safe("greet"), "a refused registration declares nothing")
 	g, ok := r.Lookup("greet")
 	require.True(t, ok)
 	out, err := g.Invoke(context.Background(), call("greet", `{"name":"ada"}`))

@@ -1,9 +1,10 @@
 import { ReactFlowProvider, useReactFlow } from '@xyflow/react'
 import { useCallback, useEffect, useMemo, useRef, useState, type RefObject } from 'react'
-import { api, ApiError, call, setToken } from './api/client'
+import { allPages, api, ApiError, call, setToken } from './api/client'
 import type { Chat, GraphInput, GraphSummary, NodeType } from './api/types'
 import { ChatPanel } from './chat/ChatPanel'
 import { useChat } from './chat/useChat'
+import { allowedUserTools } from './chat/userTools'
 import { Canvas, DND_TYPE, placeNew } from './editor/Canvas'
 import type { FlowEdge, FlowNode } from './editor/graph'
 import { indexTypes } from './editor/graph'
@@ -253,11 +254,11 @@ function Shell() {
     setRoute(r)
   }, [])
 
-  const loadGraphs = useCallback(() => call(api.GET('/api/v1/graphs', { params: { query: { limit: 1000 } } })).then(setGraphs).catch(fail), [fail])
+  const loadGraphs = useCallback(() => allPages(api.GET('/api/v1/graphs', { params: { query: { limit: 1000 } } })).then(setGraphs).catch(fail), [fail])
   const loadChats = useCallback(
     (graphId?: string) => {
       if (!graphId) return setChats([])
-      call(api.GET('/api/v1/chats', { params: { query: { graphId, limit: 1000 } } }))
+      allPages(api.GET('/api/v1/chats', { params: { query: { graphId, limit: 1000 } } }))
         .then(setChats)
         .catch(fail)
     },
@@ -495,8 +496,8 @@ function Shell() {
   }, [notice])
 
   const agents = useMemo(() => ed.nodes.filter((n) => n.type === 'agent').map((n) => ({ id: n.id, label: String(n.data.name || n.id) })), [ed.nodes])
-  // The registered tools, narrowed to what every chat_start listing
-  // userTools allows (the server ignores the others).
+  // The registered tools a user may enable here (allowedUserTools): the
+  // server refuses the others.
   // (A string key: node statuses change while a run streams, the lists
   // rarely, and the tool list must keep its identity meanwhile.)
   const toolLists = useMemo(
@@ -509,8 +510,8 @@ function Shell() {
   const userToolNames = useMemo(() => {
     const s = typeIndex.tool?.dataSchema as { properties?: { name?: { enum?: unknown[] } } } | undefined
     const all = (s?.properties?.name?.enum ?? []).map(String)
-    const lists = JSON.parse(toolLists) as string[][]
-    return all.filter((t) => lists.every((l) => l.includes(t)))
+    const safe = new Set((typeIndex.tool?.tools ?? []).filter((t) => t.safe).map((t) => t.name))
+    return allowedUserTools(all, JSON.parse(toolLists) as string[][], safe)
   }, [typeIndex, toolLists])
   const tries = useMemo(() => suggestions(ed.nodes, ed.edges), [ed.nodes, ed.edges])
 

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ type Store struct {
 	versions map[string]int64 // last planVersion of every id ever used
 	history  map[string]map[int64]*chat.Graph
 	chats    map[string]*memChat
+	seq      int64 // the last message's Seq
 	now      func() time.Time
 }
 
@@ -146,11 +148,22 @@ func (s *Store) DeleteGraph(_ context.Context, id string) error {
 }
 
 // CreateChat implements chat.Store.
-func (s *Store) CreateChat(_ context.Context, c *chat.Chat) error {
+func (s *Store) CreateChat(_ context.Context, c *chat.Chat, maxOwned int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.chats[c.ID]; ok {
 		return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
+	}
+	if c.Owner != "" && maxOwned > 0 {
+		n := 0
+		for _, mc := range s.chats {
+			if mc.chat.Owner == c.Owner {
+				n++
+			}
+		}
+		if n >= maxOwned {
+			return fmt.Errorf("%w: the limit is %d per client", chat.ErrTooManyChats, maxOwned)
+		}
 	}
 	now := s.now().UTC()
 	c.CreatedAt, c.UpdatedAt = now, now
@@ -286,6 +299,8 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 		}
 		m.UpdatedAt = now
 		cm := copyMsg(m)
+		s.seq++
+		cm.Seq = s.seq
 		c.msgs = append(c.msgs, cm)
 		c.index[m.ID] = cm
 	}
@@ -370,15 +385,25 @@ func (s *Store) GetMessage(_ context.Context, chatID, id string) (*chat.Message,
 }
 
 // Messages implements chat.Store.
-func (s *Store) Messages(_ context.Context, chatID string) ([]*chat.Message, error) {
+func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, error) {
+	return s.ListMessages(ctx, chatID, 0, 0)
+}
+
+// ListMessages implements chat.Store.
+func (s *Store) ListMessages(_ context.Context, chatID string, after int64, limit int) ([]*chat.Message, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	c, err := s.chat(chatID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*chat.Message, len(c.msgs))
-	for i, m := range c.msgs {
+	i, _ := slices.BinarySearchFunc(c.msgs, after+1, func(m *chat.Message, seq int64) int { return cmp.Compare(m.Seq, seq) })
+	msgs := c.msgs[i:]
+	if limit > 0 && len(msgs) > limit {
+		msgs = msgs[:limit]
+	}
+	out := make([]*chat.Message, len(msgs))
+	for i, m := range msgs {
 		out[i] = copyMsg(m)
 	}
 	return out, nil

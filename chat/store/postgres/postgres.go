@@ -26,77 +26,19 @@ type Store struct {
 
 var _ chat.Store = (*Store)(nil)
 
-const schemaSQL = `
-CREATE TABLE IF NOT EXISTS chat_graphs (
-	id TEXT PRIMARY KEY,
-	name TEXT NOT NULL DEFAULT '',
-	plan_version BIGINT NOT NULL,
-	body JSONB,
-	deleted BOOLEAN NOT NULL DEFAULT false,
-	created_at TIMESTAMPTZ NOT NULL,
-	updated_at TIMESTAMPTZ NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chat_graph_versions (
-	id TEXT NOT NULL,
-	plan_version BIGINT NOT NULL,
-	name TEXT NOT NULL DEFAULT '',
-	body JSONB NOT NULL,
-	created_at TIMESTAMPTZ NOT NULL,
-	PRIMARY KEY (id, plan_version)
-);
-CREATE TABLE IF NOT EXISTS chats (
-	id TEXT PRIMARY KEY,
-	graph_id TEXT NOT NULL,
-	title TEXT NOT NULL DEFAULT '',
-	active_leaf_id TEXT NOT NULL DEFAULT '',
-	created_at TIMESTAMPTZ NOT NULL,
-	updated_at TIMESTAMPTZ NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chats_graph ON chats (graph_id, created_at);
-CREATE TABLE IF NOT EXISTS chat_messages (
-	seq BIGSERIAL PRIMARY KEY,
-	chat_id TEXT NOT NULL,
-	id TEXT NOT NULL,
-	parent_id TEXT NOT NULL DEFAULT '',
-	role TEXT NOT NULL,
-	content TEXT NOT NULL DEFAULT '',
-	run_id TEXT NOT NULL DEFAULT '',
-	status TEXT NOT NULL DEFAULT '',
-	turn_run_id TEXT NOT NULL DEFAULT '',
-	agent_node_id TEXT NOT NULL DEFAULT '',
-	user_tools JSONB,
-	error TEXT NOT NULL DEFAULT '',
-	created_at TIMESTAMPTZ NOT NULL,
-	updated_at TIMESTAMPTZ NOT NULL,
-	UNIQUE (chat_id, id)
-);
-CREATE TABLE IF NOT EXISTS chat_data_migrations (
-	name TEXT PRIMARY KEY,
-	applied_at TIMESTAMPTZ NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chat_messages_unsettled ON chat_messages (updated_at)
-	WHERE role = 'assistant' AND status IN ('pending', 'running');
-`
-
-// Open creates the chat tables in the run store's schema when missing
-// (one migrator at a time across processes) and returns the store. The
-// run store must outlive it; Close leaves the pool to the run store.
+// Open creates the chat tables in the run store's schema when missing,
+// applies any missing chat schema migrations (one migrator at a time
+// across processes, see migrate) and returns the store. The run store
+// must outlive it; Close leaves the pool to the run store.
 func Open(ctx context.Context, runs *rpostgres.Store) (*Store, error) {
 	if runs == nil {
 		return nil, errors.New("chat/store/postgres: a run store is required")
 	}
-	pool := runs.Pool()
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chatstore'))`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, schemaSQL)
-		return err
-	})
-	if err != nil {
+	s := &Store{pool: runs.Pool(), runs: runs}
+	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("chat/store/postgres: migrate: %w", err)
 	}
-	return &Store{pool: pool, runs: runs}, nil
+	return s, nil
 }
 
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
@@ -240,21 +182,42 @@ func (s *Store) DeleteGraph(ctx context.Context, id string) error {
 	return affected(tag, chat.ErrNotFound, "graph "+id)
 }
 
-// CreateChat implements chat.Store.
-func (s *Store) CreateChat(ctx context.Context, c *chat.Chat) error {
-	t := now()
-	c.CreatedAt, c.UpdatedAt = t, t
-	_, err := s.pool.Exec(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)`,
-		c.ID, c.GraphID, c.Title, c.ActiveLeafID, t)
-	if isUnique(err) {
-		return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
-	}
-	return err
+// CreateChat implements chat.Store. A transaction-scoped advisory lock
+// on the owner makes its count and the insert one step.
+func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if c.Owner != "" && maxOwned > 0 {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chat owner:' || $1))`, c.Owner); err != nil {
+				return err
+			}
+			var n, taken int
+			if err := tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE id = $2) FROM chats WHERE owner = $1 OR id = $2`,
+				c.Owner, c.ID).Scan(&n, &taken); err != nil {
+				return err
+			}
+			if taken > 0 {
+				return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
+			}
+			if n >= maxOwned {
+				return fmt.Errorf("%w: the limit is %d per client", chat.ErrTooManyChats, maxOwned)
+			}
+		}
+		t := now()
+		c.CreatedAt, c.UpdatedAt = t, t
+		_, err := tx.Exec(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, owner, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $6)`, c.ID, c.GraphID, c.Title, c.ActiveLeafID, c.Owner, t)
+		if isUnique(err) {
+			return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
+		}
+		return err
+	})
 }
+
+const chatCols = `id, graph_id, title, active_leaf_id, owner, created_at, updated_at`
 
 func scanChat(row pgx.Row) (*chat.Chat, error) {
 	var c chat.Chat
-	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.CreatedAt, &c.UpdatedAt); err != nil {
+	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &c.CreatedAt, &c.UpdatedAt); err != nil {
 		return nil, err
 	}
 	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
@@ -263,7 +226,7 @@ func scanChat(row pgx.Row) (*chat.Chat, error) {
 
 // GetChat implements chat.Store.
 func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
-	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT id, graph_id, title, active_leaf_id, created_at, updated_at FROM chats WHERE id = $1`, id))
+	c, err := scanChat(s.pool.QueryRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
 	}
@@ -273,7 +236,7 @@ func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
 // ListChats implements chat.Store.
 func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*chat.Chat, error) {
 	at, id, limit := pageArgs(p)
-	rows, err := s.pool.Query(ctx, `SELECT id, graph_id, title, active_leaf_id, created_at, updated_at FROM chats
+	rows, err := s.pool.Query(ctx, `SELECT `+chatCols+` FROM chats
 		WHERE ($1 = '' OR graph_id = $1) AND ($2 = '' OR created_at < $3 OR (created_at = $3 AND id > $2))
 		ORDER BY created_at DESC, id LIMIT $4`, graphID, id, at, limit)
 	if err != nil {
@@ -396,12 +359,12 @@ func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
 	return fmt.Errorf("%w: message %s no longer belongs to run %s", chat.ErrConflict, m.ID, m.RunID)
 }
 
-const msgCols = `chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
+const msgCols = `seq, chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
 
 func scanMsg(row pgx.Row) (*chat.Message, error) {
 	var m chat.Message
 	var tools []byte
-	if err := row.Scan(&m.ChatID, &m.ID, &m.ParentID, &m.Role, &m.Content, &m.RunID, &m.Status, &m.TurnRunID, &m.AgentNodeID,
+	if err := row.Scan(&m.Seq, &m.ChatID, &m.ID, &m.ParentID, &m.Role, &m.Content, &m.RunID, &m.Status, &m.TurnRunID, &m.AgentNodeID,
 		&tools, &m.Error, &m.CreatedAt, &m.UpdatedAt); err != nil {
 		return nil, err
 	}
@@ -426,13 +389,23 @@ func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Messag
 
 // Messages implements chat.Store.
 func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, chatID)
+	return s.ListMessages(ctx, chatID, 0, 0)
+}
+
+// ListMessages implements chat.Store.
+func (s *Store) ListMessages(ctx context.Context, chatID string, after int64, limit int) ([]*chat.Message, error) {
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+		chatID, after, lim)
 	if err != nil {
 		return nil, err
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
 	if err == nil && len(out) == 0 {
-		// No rows: an empty chat, or none (ErrNotFound).
+		// No rows: an empty chat or page, or no chat (ErrNotFound).
 		_, err = s.GetChat(ctx, chatID)
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -61,4 +62,44 @@ func open(t *testing.T) (chat.Store, runtime.Store) {
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, open)
+}
+
+// A schema whose chat tables predate versioned migrations (the tables of
+// versions 1 and 2, no chat_schema_migrations) is adopted: its chats are
+// kept and gain an owner; opening again changes nothing; a schema newer
+// than the build is refused.
+func TestMigrationsAdoptUnversionedTables(t *testing.T) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "chatstoretest_" + hex.EncodeToString(b)
+	ident := pgx.Identifier{schema}.Sanitize()
+	exec(t, "SELECT 1")
+	t.Cleanup(func() { exec(t, `DROP SCHEMA IF EXISTS `+ident+` CASCADE`) })
+	ctx := t.Context()
+	runs, err := rpostgres.Open(ctx, rpostgres.Config{URL: testURL(), Schema: schema, MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, runs.Close()) })
+	exec(t, `SET search_path TO `+ident+`;
+CREATE TABLE chats (id TEXT PRIMARY KEY, graph_id TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
+	active_leaf_id TEXT NOT NULL DEFAULT '', created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL);
+INSERT INTO chats (id, graph_id, created_at, updated_at) VALUES ('old', 'g1', now(), now());`)
+
+	for i := range 2 {
+		chats, err := postgres.Open(ctx, runs)
+		require.NoError(t, err)
+		c, err := chats.GetChat(ctx, "old")
+		require.NoError(t, err)
+		require.Empty(t, c.Owner)
+		require.NoError(t, chats.CreateChat(ctx, &chat.Chat{ID: fmt.Sprintf("new%d", i), GraphID: "g1", Owner: fmt.Sprintf("client%d", i)}, 1),
+			"the chat of no owner is not counted")
+	}
+	var n, version int
+	require.NoError(t, runs.Pool().QueryRow(ctx, `SELECT count(*), max(version) FROM chat_schema_migrations`).Scan(&n, &version))
+	require.Equal(t, postgres.SchemaVersion(), n, "one row per migration")
+	require.Equal(t, postgres.SchemaVersion(), version)
+
+	_, err = runs.Pool().Exec(ctx, `INSERT INTO chat_schema_migrations (version, name) VALUES ($1, 'future')`, postgres.SchemaVersion()+1)
+	require.NoError(t, err)
+	_, err = postgres.Open(ctx, runs)
+	require.ErrorContains(t, err, "newer than this build knows")
 }

@@ -80,6 +80,14 @@ CREATE INDEX IF NOT EXISTS messages_unsettled ON messages(updated_at)
 	WHERE role = 'assistant' AND status IN ('pending', 'running');
 `,
 }, {
+	version: 3,
+	name:    "chat owners; messages of a chat in order",
+	sql: `
+ALTER TABLE chats ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS chats_owner ON chats(owner) WHERE owner != '';
+CREATE INDEX IF NOT EXISTS messages_chat ON messages(chat_id, seq);
+`,
+}, {
 	version: 4,
 	name:    "data migrations applied (chat_data_migrations)",
 	sql: `

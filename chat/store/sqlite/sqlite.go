@@ -45,7 +45,7 @@ func Open(ctx context.Context, runs *rsqlite.Store) (*Store, error) {
 // sentinels callers branch on.
 func (s *Store) update(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
 	err := s.runs.Update(ctx, fn)
-	if err == nil || errors.Is(err, chat.ErrNotFound) || errors.Is(err, chat.ErrConflict) {
+	if err == nil || errors.Is(err, chat.ErrNotFound) || errors.Is(err, chat.ErrConflict) || errors.Is(err, chat.ErrTooManyChats) {
 		return err
 	}
 	return fmt.Errorf("chat sqlite store: %s: %w", op, err)
@@ -214,14 +214,28 @@ func (s *Store) DeleteGraph(ctx context.Context, id string) error {
 
 // --- chats ----------------------------------------------------------------
 
-// CreateChat implements chat.Store.
-func (s *Store) CreateChat(ctx context.Context, c *chat.Chat) error {
+// CreateChat implements chat.Store: the owner's chats are counted in the
+// transaction that inserts c, on the single writer.
+func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) error {
 	return s.update(ctx, "create chat "+c.ID, func(tx *sql.Tx) error {
+		if c.Owner != "" && maxOwned > 0 {
+			var n, taken int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE id = ?) FROM chats WHERE owner = ? OR id = ?`,
+				c.ID, c.Owner, c.ID).Scan(&n, &taken); err != nil {
+				return err
+			}
+			if taken > 0 {
+				return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
+			}
+			if n >= maxOwned {
+				return fmt.Errorf("%w: the limit is %d per client", chat.ErrTooManyChats, maxOwned)
+			}
+		}
 		t := now()
 		c.CreatedAt, c.UpdatedAt = t, t
-		res, err := tx.ExecContext(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, created_at, updated_at)
-	VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-			c.ID, c.GraphID, c.Title, c.ActiveLeafID, ts(t), ts(t))
+		res, err := tx.ExecContext(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, owner, created_at, updated_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+			c.ID, c.GraphID, c.Title, c.ActiveLeafID, c.Owner, ts(t), ts(t))
 		if err != nil {
 			return err
 		}
@@ -229,12 +243,12 @@ func (s *Store) CreateChat(ctx context.Context, c *chat.Chat) error {
 	})
 }
 
-const chatCols = `id, graph_id, title, active_leaf_id, created_at, updated_at`
+const chatCols = `id, graph_id, title, active_leaf_id, owner, created_at, updated_at`
 
 func scanChat(row scanner) (*chat.Chat, error) {
 	var c chat.Chat
 	var cr, up int64
-	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &cr, &up); err != nil {
+	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &cr, &up); err != nil {
 		return nil, err
 	}
 	c.CreatedAt, c.UpdatedAt = fromTS(cr), fromTS(up)
@@ -403,7 +417,7 @@ WHERE chat_id = ? AND id = ? AND run_id = ?`, m.Content, string(m.Status), m.Err
 	})
 }
 
-const msgCols = `chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
+const msgCols = `seq, chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
 
 func scanMsg(row scanner) (*chat.Message, error) {
 	var (
@@ -412,7 +426,7 @@ func scanMsg(row scanner) (*chat.Message, error) {
 		ut           string
 		c, u         int64
 	)
-	if err := row.Scan(&m.ChatID, &m.ID, &m.ParentID, &role, &m.Content, &m.RunID, &status, &m.TurnRunID, &m.AgentNodeID,
+	if err := row.Scan(&m.Seq, &m.ChatID, &m.ID, &m.ParentID, &role, &m.Content, &m.RunID, &status, &m.TurnRunID, &m.AgentNodeID,
 		&ut, &m.Error, &c, &u); err != nil {
 		return nil, err
 	}
@@ -440,7 +454,16 @@ func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Messag
 
 // Messages implements chat.Store.
 func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? ORDER BY seq`, chatID)
+	return s.ListMessages(ctx, chatID, 0, 0)
+}
+
+// ListMessages implements chat.Store.
+func (s *Store) ListMessages(ctx context.Context, chatID string, after int64, limit int) ([]*chat.Message, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+		chatID, after, limit)
 	if err != nil {
 		return nil, err
 	}

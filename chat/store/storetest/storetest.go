@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -56,6 +57,8 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"FinishMessageComparesRun", s.testFinishMessage},
 		{"UnsettledListsOpenAnswers", s.testUnsettled},
 		{"ListsPage", s.testPages},
+		{"MessagesPage", s.testMessagePages},
+		{"ChatsPerOwner", s.testChatsPerOwner},
 		{"UpdateMessage", s.testUpdateMessage},
 		{"CloseKeepsRunStore", s.testClose},
 		{"ReopenKeepsData", s.testReopen},
@@ -88,7 +91,7 @@ func reservation(id, chatID string) *runtime.RunRecord {
 
 func newChat(t *testing.T, cs chat.Store, id string) {
 	t.Helper()
-	require.NoError(t, cs.CreateChat(t.Context(), &chat.Chat{ID: id, GraphID: "g1"}))
+	require.NoError(t, cs.CreateChat(t.Context(), &chat.Chat{ID: id, GraphID: "g1"}, 0))
 }
 
 // turn begins a turn of chatID writing a user message and its pending
@@ -185,8 +188,8 @@ func (s *suite) testChats(t *testing.T) {
 	cs, _ := s.open(t)
 	ctx := t.Context()
 	c := &chat.Chat{ID: "c1", GraphID: "g1", Title: "first"}
-	require.NoError(t, cs.CreateChat(ctx, c))
-	require.ErrorIs(t, cs.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1"}), chat.ErrConflict)
+	require.NoError(t, cs.CreateChat(ctx, c, 0))
+	require.ErrorIs(t, cs.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1"}, 0), chat.ErrConflict)
 	require.False(t, c.CreatedAt.IsZero())
 
 	u1, a1 := turn(t, cs, "c1", "", "r1")
@@ -212,7 +215,7 @@ func (s *suite) testChats(t *testing.T) {
 	_, err = cs.GetMessage(ctx, "c1", "a2")
 	require.ErrorIs(t, err, chat.ErrNotFound)
 
-	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c2", GraphID: "g2"}))
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c2", GraphID: "g2"}, 0))
 	list, err := cs.ListChats(ctx, "g1", chat.Page{})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -542,9 +545,9 @@ func (s *suite) testPages(t *testing.T) {
 	const n = 7
 	for i := range n {
 		require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: fmt.Sprintf("g%d", i), Body: json.RawMessage(`{}`)}))
-		require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: fmt.Sprintf("c%d", i), GraphID: "g0"}))
+		require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: fmt.Sprintf("c%d", i), GraphID: "g0"}, 0))
 	}
-	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "other", GraphID: "g1"}))
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "other", GraphID: "g1"}, 0))
 	all, err := cs.ListGraphs(ctx, chat.Page{})
 	require.NoError(t, err)
 	require.Len(t, all, n)
@@ -596,6 +599,120 @@ func (s *suite) testPages(t *testing.T) {
 	got, err := cs.ListChats(ctx, "g0", chat.Page{After: chat.Cursor{At: allChats[0].CreatedAt, ID: allChats[0].ID}})
 	require.NoError(t, err)
 	require.Len(t, got, n-1)
+}
+
+// testMessagePages: pages of a chat's messages cover it once, in
+// creation order, never reach into another chat, and keep their place
+// when messages before the cursor are deleted.
+func (s *suite) testMessagePages(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	newChat(t, cs, "c2")
+	parent := ""
+	for i := range 4 {
+		_, a := turn(t, cs, "c1", parent, fmt.Sprintf("r%d", i))
+		parent = a.ID
+		turn(t, cs, "c2", "", fmt.Sprintf("other%d", i))
+	}
+	all := messageIDs(t, cs, "c1")
+	require.Len(t, all, 8)
+
+	var paged []string
+	var after int64
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 10, "paging must end")
+		got, err := cs.ListMessages(ctx, "c1", after, 3)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(got), 3)
+		if len(got) == 0 {
+			break
+		}
+		for _, m := range got {
+			require.Equal(t, "c1", m.ChatID)
+			require.Greater(t, m.Seq, after, "seqs rise")
+			after = m.Seq
+			paged = append(paged, m.ID)
+		}
+	}
+	require.Equal(t, all, paged, "the pages are the chat")
+
+	first, err := cs.ListMessages(ctx, "c1", 0, 2)
+	require.NoError(t, err)
+	require.Equal(t, all[:2], []string{first[0].ID, first[1].ID})
+	// Deleting what came before the cursor moves nothing after it.
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{all[0], all[1]}, ""))
+	rest, err := cs.ListMessages(ctx, "c1", first[1].Seq, 0)
+	require.NoError(t, err)
+	require.Len(t, rest, 6)
+	require.Equal(t, all[2], rest[0].ID)
+
+	got, err := cs.GetMessage(ctx, "c1", all[2])
+	require.NoError(t, err)
+	require.Equal(t, rest[0].Seq, got.Seq, "GetMessage gives the same seq")
+
+	empty, err := cs.ListMessages(ctx, "c1", rest[len(rest)-1].Seq, 5)
+	require.NoError(t, err)
+	require.Empty(t, empty, "past the last message: an empty page")
+	_, err = cs.ListMessages(ctx, "nope", 0, 5)
+	require.ErrorIs(t, err, chat.ErrNotFound)
+}
+
+// testChatsPerOwner: an owner's chats are bounded by maxOwned, other
+// owners and chats of no owner are not counted, deleting a chat frees its
+// place, and concurrent creations never pass the bound.
+func (s *suite) testChatsPerOwner(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	create := func(id, owner string) error {
+		return cs.CreateChat(ctx, &chat.Chat{ID: id, GraphID: "g1", Owner: owner}, 2)
+	}
+	require.NoError(t, create("a1", "alice"))
+	require.NoError(t, create("a2", "alice"))
+	require.ErrorIs(t, create("a3", "alice"), chat.ErrTooManyChats)
+	require.ErrorIs(t, create("a1", "alice"), chat.ErrConflict, "a taken id is a conflict, also at the bound")
+	_, err := cs.GetChat(ctx, "a3")
+	require.ErrorIs(t, err, chat.ErrNotFound, "a refused chat is not written")
+	require.NoError(t, create("b1", "bob"), "another owner has its own count")
+	require.NoError(t, create("n1", ""), "a chat of no known client is not counted")
+	require.NoError(t, create("n2", ""))
+	require.NoError(t, create("n3", ""))
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "a4", GraphID: "g1", Owner: "alice"}, 0), "maxOwned 0: no bound")
+
+	got, err := cs.GetChat(ctx, "a1")
+	require.NoError(t, err)
+	require.Equal(t, "alice", got.Owner, "the owner is kept")
+
+	require.ErrorIs(t, create("a5", "alice"), chat.ErrTooManyChats, "alice has 3")
+	require.NoError(t, cs.DeleteChat(ctx, "a1"))
+	require.NoError(t, cs.DeleteChat(ctx, "a2"))
+	require.NoError(t, create("a5", "alice"), "deleting chats frees their places")
+	require.ErrorIs(t, create("a6", "alice"), chat.ErrTooManyChats)
+
+	// Concurrent creations: exactly the bound get through.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made, refused := 0, 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := cs.CreateChat(ctx, &chat.Chat{ID: fmt.Sprintf("carol%d", i), GraphID: "g1", Owner: "carol"}, 3)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				made++
+			case errors.Is(err, chat.ErrTooManyChats):
+				refused++
+			default:
+				t.Errorf("create: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 3, made)
+	require.Equal(t, 5, refused)
 }
 
 func (s *suite) testUpdateMessage(t *testing.T) {

@@ -2,7 +2,7 @@
 // token shared with the WebSocket.
 import createClient from 'openapi-fetch'
 import type { paths } from './openapi.gen'
-import type { ApiErrorBody, Diagnostic } from './types'
+import type { ApiErrorBody, Chat, Diagnostic, Message } from './types'
 
 const TOKEN_KEY = 'chatgraph.token'
 
@@ -69,4 +69,55 @@ export async function call<T>(p: Promise<{ data?: T; error?: unknown; response: 
     throw new ApiError(response.status, body)
   }
   return data as T
+}
+
+/** The target of a `Link: <url>; rel="next"` header, or undefined. */
+export function nextLink(link: string | null | undefined): string | undefined {
+  if (!link) return undefined
+  for (const part of link.split(',')) {
+    const m = /^\s*<([^>]*)>(.*)$/.exec(part)
+    if (m && /;\s*rel="?next"?\s*(;|$)/.test(m[2])) return m[1]
+  }
+  return undefined
+}
+
+/** A GET with the bearer token: how the pages a Link names are read. */
+export type PageGetter = (url: string) => Promise<Response>
+
+const authGet: PageGetter = (url) => {
+  const t = token()
+  return fetch(url, { headers: t ? { Authorization: `Bearer ${t}` } : {} })
+}
+
+/** The items of the pages that follow a page, reading each `Link: rel="next"` in turn (at most maxPages). */
+export async function followPages<T>(link: string | null, get: PageGetter = authGet, maxPages = 10000): Promise<T[]> {
+  const items: T[] = []
+  let next = nextLink(link)
+  for (let n = 0; next && n < maxPages; n++) {
+    const resp = await get(next)
+    const body = await resp.json().catch(() => undefined)
+    if (!resp.ok) throw new ApiError(resp.status, (body as { error?: ApiErrorBody } | undefined)?.error)
+    items.push(...(body as T[]))
+    next = nextLink(resp.headers.get('Link'))
+  }
+  return items
+}
+
+/** Every item of a paged list route: the first page, then the pages its Link headers name. */
+export async function allPages<T>(first: Promise<{ data?: T[]; error?: unknown; response: Response }>, get: PageGetter = authGet): Promise<T[]> {
+  const r = await first
+  const items = await call(Promise.resolve(r))
+  return [...items, ...(await followPages<T>(r.response.headers.get('Link'), get))]
+}
+
+/**
+ * A chat with all its messages: GET /chats/{id} embeds the first 1000 and,
+ * for a longer chat, names the pages of GET /chats/{id}/messages that
+ * hold the rest.
+ */
+export async function loadChat(id: string, get: PageGetter = authGet): Promise<Chat> {
+  const r = await api.GET('/api/v1/chats/{id}', { params: { path: { id } } })
+  const c = await call(Promise.resolve(r))
+  const rest = await followPages<Message>(r.response.headers.get('Link'), get)
+  return rest.length ? { ...c, messages: [...(c.messages ?? []), ...rest], messagesCursor: undefined } : c
 }

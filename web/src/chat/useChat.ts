@@ -2,7 +2,7 @@
 // runs (over the WebSocket, with a client request id so Stop works before
 // any event), and keeping the runs shown on the active branch followed.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react'
-import { api, call } from '../api/client'
+import { api, call, loadChat } from '../api/client'
 import { newRequestId, SocketError } from '../api/socket'
 import type { Chat, ChatCallType, ClientFrame } from '../api/types'
 import { isRunFinished } from '../stream/reducer'
@@ -44,7 +44,7 @@ export function useChat(chatId: string | undefined, onError: (msg: string) => vo
     const id = chatRef.current
     if (!id) return undefined
     try {
-      const c = await call(api.GET('/api/v1/chats/{id}', { params: { path: { id } } }))
+      const c = await loadChat(id)
       if (chatRef.current !== id) return undefined
       setChat(c)
       followBranch(c)
@@ -138,7 +138,9 @@ export function useChat(chatId: string | undefined, onError: (msg: string) => vo
       if (!m) return
       const leaf = newestLeaf(tree, m)
       try {
-        const c = await call(api.PUT('/api/v1/chats/{id}/active-leaf', { params: { path: { id } }, body: { messageId: leaf.id } }))
+        let c = await call(api.PUT('/api/v1/chats/{id}/active-leaf', { params: { path: { id } }, body: { messageId: leaf.id } }))
+        // A long chat comes cut at its first 1000 messages: read it whole.
+        if (c.messagesCursor) c = await loadChat(id)
         setChat(c)
         followBranch(c)
       } catch (e) {

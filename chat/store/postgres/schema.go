@@ -1,0 +1,135 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migration is one step of the chat schema, applied in version order in
+// the transaction that records it in chat_schema_migrations.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations is the chat schema's history in the run store's schema,
+// kept apart from the run store's (schema_migrations). Append only: never
+// edit a step that has shipped. Versions 1 and 2 are what the store
+// created before it kept versions (IF NOT EXISTS adopts those tables);
+// the versions follow the SQLite store's.
+var migrations = []migration{{
+	version: 1,
+	name:    "graphs, graph versions, chats, messages",
+	sql: `
+CREATE TABLE IF NOT EXISTS chat_graphs (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL DEFAULT '',
+	plan_version BIGINT NOT NULL,
+	body JSONB,
+	deleted BOOLEAN NOT NULL DEFAULT false,
+	created_at TIMESTAMPTZ NOT NULL,
+	updated_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chat_graph_versions (
+	id TEXT NOT NULL,
+	plan_version BIGINT NOT NULL,
+	name TEXT NOT NULL DEFAULT '',
+	body JSONB NOT NULL,
+	created_at TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY (id, plan_version)
+);
+CREATE TABLE IF NOT EXISTS chats (
+	id TEXT PRIMARY KEY,
+	graph_id TEXT NOT NULL,
+	title TEXT NOT NULL DEFAULT '',
+	active_leaf_id TEXT NOT NULL DEFAULT '',
+	created_at TIMESTAMPTZ NOT NULL,
+	updated_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chats_graph ON chats (graph_id, created_at);
+CREATE TABLE IF NOT EXISTS chat_messages (
+	seq BIGSERIAL PRIMARY KEY,
+	chat_id TEXT NOT NULL,
+	id TEXT NOT NULL,
+	parent_id TEXT NOT NULL DEFAULT '',
+	role TEXT NOT NULL,
+	content TEXT NOT NULL DEFAULT '',
+	run_id TEXT NOT NULL DEFAULT '',
+	status TEXT NOT NULL DEFAULT '',
+	turn_run_id TEXT NOT NULL DEFAULT '',
+	agent_node_id TEXT NOT NULL DEFAULT '',
+	user_tools JSONB,
+	error TEXT NOT NULL DEFAULT '',
+	created_at TIMESTAMPTZ NOT NULL,
+	updated_at TIMESTAMPTZ NOT NULL,
+	UNIQUE (chat_id, id)
+);
+`,
+}, {
+	version: 2,
+	name:    "index of unsettled assistant messages",
+	sql: `
+CREATE INDEX IF NOT EXISTS chat_messages_unsettled ON chat_messages (updated_at)
+	WHERE role = 'assistant' AND status IN ('pending', 'running');
+`,
+}, {
+	version: 3,
+	name:    "chat owners; messages of a chat in order",
+	sql: `
+ALTER TABLE chats ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS chats_owner ON chats (owner) WHERE owner <> '';
+CREATE INDEX IF NOT EXISTS chat_messages_chat ON chat_messages (chat_id, seq);
+`,
+}, {
+	version: 4,
+	name:    "data migrations applied (chat_data_migrations)",
+	sql: `
+CREATE TABLE IF NOT EXISTS chat_data_migrations (
+	name TEXT PRIMARY KEY,
+	applied_at TIMESTAMPTZ NOT NULL
+);
+`,
+}}
+
+// SchemaVersion is the chat schema version this package writes.
+func SchemaVersion() int { return migrations[len(migrations)-1].version }
+
+// migrate applies the missing steps in one transaction that holds an
+// advisory lock: processes opening one schema at once take turns, and the
+// later ones find the work done.
+func (s *Store) migrate(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chatstore'))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS chat_schema_migrations (
+	version    integer PRIMARY KEY,
+	name       text NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+			return err
+		}
+		var current int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM chat_schema_migrations`).Scan(&current); err != nil {
+			return err
+		}
+		if current > SchemaVersion() {
+			return fmt.Errorf("chat schema is at version %d, newer than this build knows (%d)", current, SchemaVersion())
+		}
+		for _, m := range migrations {
+			if m.version <= current {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.sql, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO chat_schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
