@@ -43,15 +43,16 @@ func toMessageJSON(m *chat.Message) messageJSON {
 }
 
 // chatJSON is a chat on the wire; Messages is its message tree in
-// creation order (nil in listings): the whole tree, or its first
-// chatMessagesLimit messages and, in MessagesCursor, the cursor of
-// GET /chats/{id}/messages that goes on from there.
+// creation order (nil, so left out, in listings; [] for an empty chat):
+// the whole tree, or its first chatMessagesLimit messages and, in
+// MessagesCursor, the cursor of GET /chats/{id}/messages that goes on
+// from there.
 type chatJSON struct {
 	ID             string        `json:"id"`
 	GraphID        string        `json:"graphId"`
 	Title          string        `json:"title,omitempty"`
 	ActiveLeafID   *string       `json:"activeLeafId"`
-	Messages       []messageJSON `json:"messages,omitempty"`
+	Messages       []messageJSON `json:"messages,omitzero"`
 	MessagesCursor string        `json:"messagesCursor,omitempty"`
 	CreatedAt      time.Time     `json:"createdAt"`
 	UpdatedAt      time.Time     `json:"updatedAt"`

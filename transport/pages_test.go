@@ -131,13 +131,23 @@ func TestChatMessagesArePaged(t *testing.T) {
 	require.Equal(t, want, ids)
 	require.Equal(t, 3, pages)
 
-	// A short chat is whole in GET /chats/{id}, with no cursor.
-	_, small := e.newChat(basicGraph(""))
+	// A short chat is whole in GET /chats/{id}, with no cursor; an empty
+	// one has messages: [] (also as POST /chats answers it), a listing
+	// none.
+	smallGraph, small := e.newChat(basicGraph(""))
 	var sc map[string]any
 	resp = e.do("GET", "/api/v1/chats/"+small, nil, &sc)
 	e.mustStatus(resp, http.StatusOK)
 	require.NotContains(t, sc, "messagesCursor")
 	require.Empty(t, resp.Header.Get("Link"))
+	require.Equal(t, []any{}, sc["messages"], "an empty chat has messages: []")
+	var created map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats", map[string]any{"graphId": smallGraph}, &created), http.StatusCreated)
+	require.Equal(t, []any{}, created["messages"], "a new chat has messages: []")
+	var listed []map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/chats?graphId="+smallGraph, nil, &listed), http.StatusOK)
+	require.Len(t, listed, 2)
+	require.NotContains(t, listed[0], "messages", "a listing carries no messages")
 
 	var chatsPage []map[string]any
 	resp = e.do("GET", "/api/v1/chats?limit=1", nil, &chatsPage)
