@@ -3,7 +3,9 @@ package postgres_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -102,4 +104,64 @@ INSERT INTO chats (id, graph_id, created_at, updated_at) VALUES ('old', 'g1', no
 	require.NoError(t, err)
 	_, err = postgres.Open(ctx, runs)
 	require.ErrorContains(t, err, "newer than this build knows")
+}
+
+// Two creations for one owner at its bound take turns on the owner's
+// lock: the second counts the first's chat even while the first has not
+// committed yet. Deterministic: a trigger holds the first insert (on a
+// lock the test keeps) until the second creation is waiting too — on the
+// owner's lock, or, were it missing, on the same trigger after counting
+// too few chats.
+func TestChatsPerOwnerTakeTurns(t *testing.T) {
+	cs, runs := open(t)
+	ctx := t.Context()
+	pool := runs.(*rpostgres.Store).Pool()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	owner := "gated_" + hex.EncodeToString(b)
+	gate := int64(binary.BigEndian.Uint32(b)) + 1
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.owner = '%s' THEN PERFORM pg_advisory_xact_lock_shared(%d); END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER hold_insert BEFORE INSERT ON chats FOR EACH ROW EXECUTE FUNCTION hold_insert();`, owner, gate),
+		pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	holder, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate)
+	require.NoError(t, err)
+
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			errs <- cs.CreateChat(ctx, &chat.Chat{ID: fmt.Sprintf("%s_%d", owner, i), GraphID: "g1", Owner: owner}, 1)
+		}()
+	}
+	// Both wait: one on the gate, the other on the owner's lock (or on the
+	// gate too, were the creations not taking turns).
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+	AND ((classid::bigint << 32) | objid::bigint) IN ($1, hashtext('chatgraph:chat owner:' || $2)::bigint)`, gate, owner).Scan(&waiting)
+		return err == nil && waiting == 2
+	}, 10*time.Second, 5*time.Millisecond, "both creations wait")
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate)
+	require.NoError(t, err)
+
+	made, refused := 0, 0
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			made++
+		case errors.Is(err, chat.ErrTooManyChats):
+			refused++
+		default:
+			t.Fatalf("create: %v", err)
+		}
+	}
+	require.Equal(t, 1, made, "the bound holds")
+	require.Equal(t, 1, refused)
 }
