@@ -2,11 +2,8 @@ package chat_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -14,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/chat"
 	chatpostgres "chatgraph/chat/store/postgres"
 	chatsqlite "chatgraph/chat/store/sqlite"
+	"chatgraph/internal/pgtest"
 	"chatgraph/nodes"
 	"chatgraph/nodes/llm"
 	"chatgraph/runtime"
@@ -57,35 +54,9 @@ func openSQLite(t *testing.T) (durableRuns, chat.Store) {
 	return runs, chats
 }
 
-func postgresURL() string {
-	if u := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
 // openPostgres opens the stores in a fresh schema, dropped at the end.
 func openPostgres(t *testing.T) (durableRuns, chat.Store) {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "chathistory_" + hex.EncodeToString(b)
-	conn, err := pgx.Connect(t.Context(), postgresURL())
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("postgres at %s is unreachable: %v", postgresURL(), err)
-		}
-		t.Skipf("postgres at %s is unreachable: %v", postgresURL(), err)
-	}
-	require.NoError(t, conn.Close(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if c, err := pgx.Connect(ctx, postgresURL()); err == nil {
-			_, _ = c.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-			_ = c.Close(ctx)
-		}
-	})
-	runs, err := rpostgres.Open(t.Context(), rpostgres.Config{URL: postgresURL(), Schema: schema, MaxConns: 8})
+	runs, err := rpostgres.Open(t.Context(), rpostgres.Config{URL: pgtest.URL(), Schema: pgtest.Schema(t, "chathistory"), MaxConns: 8})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, runs.Close()) })
 	chats, err := chatpostgres.Open(t.Context(), runs)

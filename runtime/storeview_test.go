@@ -2,8 +2,6 @@ package runtime_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"go/importer"
 	"go/token"
 	"go/types"
@@ -19,9 +17,9 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/internal/pgtest"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/postgres"
 	"chatgraph/runtime/store/sqlite"
@@ -133,31 +131,8 @@ func openSQLiteStore(t *testing.T) runtime.Store {
 // ends. Without a reachable Postgres the test is skipped, except in CI
 // (CI=true), where it fails.
 func openPostgresStore(t *testing.T) runtime.Store {
-	url := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "storeview_" + hex.EncodeToString(b)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema, MaxConns: 4})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("postgres at %s is unreachable: %v", url, err)
-		}
-		t.Skipf("postgres at %s is unreachable: %v", url, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-		require.NoError(t, err)
-	})
+	st, err := postgres.Open(t.Context(), postgres.Config{URL: pgtest.URL(), Schema: pgtest.Schema(t, "storeview"), MaxConns: 4})
+	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	return st
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/internal/pgtest"
 )
 
 // Two server processes on one Postgres and one Redis, leases of 1 s: a
@@ -20,7 +22,7 @@ import (
 // is the deltas of the agent's final attempt.
 func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
 	schema, prefix := needShared(t)
-	shared := []string{"CHATGRAPH_DATABASE_URL=" + postgresURL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
+	shared := []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
 		"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix, "CHATGRAPH_LEASE_TTL=1s"}
 	a := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-a"}, shared...)...)
 	b := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-b"}, shared...)...)

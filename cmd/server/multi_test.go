@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -12,17 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-)
 
-func postgresURL() string {
-	if u := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+	"chatgraph/internal/pgtest"
+)
 
 func redisURL() string {
 	if a := os.Getenv("REDIS_ADDR"); a != "" {
@@ -31,41 +23,27 @@ func redisURL() string {
 	return "redis://127.0.0.1:6379"
 }
 
-// needShared skips without Postgres and Redis, except under CI=true.
+// needShared skips without Postgres and Redis, except under CI=true: a
+// fresh schema and key prefix, both dropped when the test ends.
 func needShared(t *testing.T) (schema, prefix string) {
 	t.Helper()
+	schema = pgtest.Schema(t, "srvtest")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	fail := t.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = t.Fatalf
-	}
-	conn, err := pgx.Connect(ctx, postgresURL())
-	if err != nil {
-		fail("postgres at %s is unreachable: %v", postgresURL(), err)
-		return
-	}
-	_ = conn.Close(ctx)
 	opts, err := goredis.ParseURL(redisURL())
 	require.NoError(t, err)
 	rdb := goredis.NewClient(opts)
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		fail("redis at %s is unreachable: %v", redisURL(), err)
-		return
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis at %s is unreachable: %v", redisURL(), err)
+		}
+		t.Skipf("redis at %s is unreachable: %v", redisURL(), err)
 	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
-	schema, prefix = "srvtest_"+id, "chatgraph:srvtest:"+id
+	prefix = "chatgraph:" + schema
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, postgresURL())
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-		require.NoError(t, err)
 		rdb := goredis.NewClient(opts)
 		defer rdb.Close()
 		keys, _ := rdb.Keys(ctx, "{"+prefix+"}*").Result()
@@ -81,7 +59,7 @@ func needShared(t *testing.T) (schema, prefix string) {
 // streams from B and is cancelled on B.
 func TestTwoServersSharePostgresAndRedis(t *testing.T) {
 	schema, prefix := needShared(t)
-	args := []string{"--database-url", postgresURL(), "--database-schema", schema, "--redis-url", redisURL(), "--redis-prefix", prefix}
+	args := []string{"--database-url", pgtest.URL(), "--database-schema", schema, "--redis-url", redisURL(), "--redis-prefix", prefix}
 	a := startServer(t, t.TempDir(), args...)
 	b := startServer(t, t.TempDir(), args...)
 

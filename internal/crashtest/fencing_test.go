@@ -3,50 +3,24 @@ package crashtest
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/internal/pgtest"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/postgres"
 )
-
-func postgresURL() string {
-	if u := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-// freshSchema names a Postgres schema no test used, dropped after the
-// test (the stores create it). Without Postgres it skips, or fails in CI.
-func freshSchema(t *testing.T, prefix string) string {
-	conn, err := pgx.Connect(context.Background(), postgresURL())
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("postgres unreachable: %v", err)
-		}
-		t.Skipf("postgres unreachable: %v", err)
-	}
-	schema := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
-	t.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-		_ = conn.Close(context.Background())
-	})
-	return schema
-}
 
 // openShared opens two independent stores (two connection pools, as two
 // processes would have) on one fresh schema, dropped after the test.
 func openShared(t *testing.T) (*postgres.Store, *postgres.Store) {
 	ctx := context.Background()
-	schema := freshSchema(t, "fence")
+	schema := pgtest.Schema(t, "fence")
 	open := func() *postgres.Store {
-		st, err := postgres.Open(ctx, postgres.Config{URL: postgresURL(), Schema: schema})
+		st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.URL(), Schema: schema})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = st.Close() })
 		return st

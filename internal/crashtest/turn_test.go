@@ -22,6 +22,7 @@ import (
 	"chatgraph/chat"
 	chatpostgres "chatgraph/chat/store/postgres"
 	chatsqlite "chatgraph/chat/store/sqlite"
+	"chatgraph/internal/pgtest"
 	"chatgraph/nodes"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
@@ -69,7 +70,7 @@ func turnStores(ctx context.Context, db string) (runtime.Store, chat.Store, func
 		}
 		return runs, chats, func() { _ = chats.Close(); _ = runs.Close() }, nil
 	}
-	runs, err := rpostgres.Open(ctx, rpostgres.Config{URL: postgresURL(), Schema: arg})
+	runs, err := rpostgres.Open(ctx, rpostgres.Config{URL: pgtest.URL(), Schema: arg})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -299,7 +300,7 @@ func TestTurnCrashSQLite(t *testing.T) {
 
 func TestTurnCrashPostgres(t *testing.T) {
 	t.Parallel()
-	testTurnCrash(t, "postgres:"+freshSchema(t, "turncrash"))
+	testTurnCrash(t, "postgres:"+pgtest.Schema(t, "turncrash"))
 }
 
 // testTurnCrash kills a worker 20 times at random points of its turns'

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"chatgraph/internal/pgtest"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/postgres"
 	"chatgraph/runtime/store/sqlite"
@@ -274,22 +274,11 @@ func (d *dying) ReleaseLease(context.Context, runtime.Lease) error { return nil 
 
 // BenchmarkW4PostgresSync: chain of 100 over Postgres, sync durability.
 func BenchmarkW4PostgresSync(b *testing.B) {
-	url := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	schema := fmt.Sprintf("w4bench_%d", time.Now().UnixNano())
-	st, err := postgres.Open(context.Background(), postgres.Config{URL: url, Schema: schema})
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: pgtest.URL(), Schema: pgtest.Schema(b, "w4bench")})
 	if err != nil {
-		b.Skipf("postgres: %v", err)
+		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		if conn, err := pgx.Connect(context.Background(), url); err == nil {
-			_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-			_ = conn.Close(context.Background())
-		}
-		_ = st.Close()
-	})
+	b.Cleanup(func() { _ = st.Close() })
 	e := engine(b, st, runtime.DurabilitySync, nil)
 	p, err := e.Compile(chain(100))
 	if err != nil {

@@ -1,13 +1,11 @@
 package postgres_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -17,44 +15,16 @@ import (
 	"chatgraph/chat"
 	"chatgraph/chat/store/postgres"
 	"chatgraph/chat/store/storetest"
+	"chatgraph/internal/pgtest"
 	"chatgraph/runtime"
 	rpostgres "chatgraph/runtime/store/postgres"
 )
 
-// testURL is the database the tests use; CHATGRAPH_TEST_POSTGRES_URL
-// overrides the local default.
-func testURL() string {
-	if u := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-func exec(tb testing.TB, sql string) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testURL())
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("postgres at %s is unreachable: %v", testURL(), err)
-		}
-		tb.Skipf("postgres at %s is unreachable: %v", testURL(), err)
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	require.NoError(tb, err)
-}
-
 // open returns a chat store and its run store on a fresh schema, dropped
 // when the test ends.
 func open(t *testing.T) (chat.Store, runtime.Store) {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "chatstoretest_" + hex.EncodeToString(b)
-	exec(t, "SELECT 1")
-	t.Cleanup(func() { exec(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
-	runs, err := rpostgres.Open(t.Context(), rpostgres.Config{URL: testURL(), Schema: schema, MaxConns: 4})
+	schema := pgtest.Schema(t, "chatstoretest")
+	runs, err := rpostgres.Open(t.Context(), rpostgres.Config{URL: pgtest.URL(), Schema: schema, MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, runs.Close()) })
 	chats, err := postgres.Open(t.Context(), runs)
@@ -71,17 +41,13 @@ func TestConformance(t *testing.T) {
 // kept and gain an owner; opening again changes nothing; a schema newer
 // than the build is refused.
 func TestMigrationsAdoptUnversionedTables(t *testing.T) {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "chatstoretest_" + hex.EncodeToString(b)
+	schema := pgtest.Schema(t, "chatstoretest")
 	ident := pgx.Identifier{schema}.Sanitize()
-	exec(t, "SELECT 1")
-	t.Cleanup(func() { exec(t, `DROP SCHEMA IF EXISTS `+ident+` CASCADE`) })
 	ctx := t.Context()
-	runs, err := rpostgres.Open(ctx, rpostgres.Config{URL: testURL(), Schema: schema, MaxConns: 4})
+	runs, err := rpostgres.Open(ctx, rpostgres.Config{URL: pgtest.URL(), Schema: schema, MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, runs.Close()) })
-	exec(t, `SET search_path TO `+ident+`;
+	pgtest.Exec(t, `SET search_path TO `+ident+`;
 CREATE TABLE chats (id TEXT PRIMARY KEY, graph_id TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
 	active_leaf_id TEXT NOT NULL DEFAULT '', created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL);
 INSERT INTO chats (id, graph_id, created_at, updated_at) VALUES ('old', 'g1', now(), now());`)

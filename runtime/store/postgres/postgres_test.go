@@ -2,9 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"chatgraph/internal/pgtest"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/postgres"
 	"chatgraph/runtime/store/storetest"
@@ -20,72 +18,17 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testURL is the database the tests use; CHATGRAPH_TEST_POSTGRES_URL
-// overrides it.
-func testURL() string {
-	if u := os.Getenv("CHATGRAPH_TEST_POSTGRES_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-var reachable = sync.OnceValue(func() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testURL())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	return conn.Ping(ctx)
-})
-
-// needPostgres skips the test when Postgres is unreachable — except in CI
-// (CI=true), where a missing Postgres fails the run.
-func needPostgres(tb testing.TB) {
-	tb.Helper()
-	if err := reachable(); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("postgres at %s is unreachable: %v", testURL(), err)
-		}
-		tb.Skipf("postgres at %s is unreachable: %v", testURL(), err)
-	}
-}
-
-func exec(tb testing.TB, sql string, args ...any) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, testURL())
-	require.NoError(tb, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql, args...)
-	require.NoError(tb, err)
-}
-
-// newSchema returns a fresh schema name, dropped (CASCADE) when the test
-// ends.
-func newSchema(tb testing.TB) string {
-	tb.Helper()
-	needPostgres(tb)
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "storetest_" + hex.EncodeToString(b)
-	tb.Cleanup(func() { exec(tb, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
-	return schema
-}
-
 // openSchema opens a store on schema, closed when the test ends (before
 // the schema is dropped).
 func openSchema(tb testing.TB, schema string) *postgres.Store {
 	tb.Helper()
-	st, err := postgres.Open(tb.Context(), postgres.Config{URL: testURL(), Schema: schema, MaxConns: 4})
+	st, err := postgres.Open(tb.Context(), postgres.Config{URL: pgtest.URL(), Schema: schema, MaxConns: 4})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, st.Close()) })
 	return st
 }
 
-func open(tb testing.TB) runtime.Store { return openSchema(tb, newSchema(tb)) }
+func open(tb testing.TB) runtime.Store { return openSchema(tb, pgtest.Schema(tb, "storetest")) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) runtime.Store { return open(t) },
@@ -102,8 +45,8 @@ func TestOpenConfig(t *testing.T) {
 	require.Error(t, err)
 
 	// A schema name that needs quoting works.
-	schema := newSchema(t) + ` "odd" Name`
-	t.Cleanup(func() { exec(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
+	schema := pgtest.Schema(t, "storetest") + ` "odd" Name`
+	t.Cleanup(func() { pgtest.Exec(t, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`) })
 	st := openSchema(t, schema)
 	require.Equal(t, schema, st.Schema())
 	require.NoError(t, st.CreateRun(t.Context(), &runtime.RunRecord{ID: "r", Status: runtime.RunPending}))
@@ -115,7 +58,7 @@ func TestOpenConfig(t *testing.T) {
 
 func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	t.Parallel()
-	schema := newSchema(t)
+	schema := pgtest.Schema(t, "storetest")
 
 	// Several processes (here: stores) starting on a new schema at once.
 	var wg sync.WaitGroup
@@ -123,7 +66,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	errs := make([]error, len(stores))
 	for i := range stores {
 		wg.Go(func() {
-			stores[i], errs[i] = postgres.Open(t.Context(), postgres.Config{URL: testURL(), Schema: schema, MaxConns: 2})
+			stores[i], errs[i] = postgres.Open(t.Context(), postgres.Config{URL: pgtest.URL(), Schema: schema, MaxConns: 2})
 		})
 	}
 	wg.Wait()
@@ -134,7 +77,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	st := openSchema(t, schema) // and again, later
 
 	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, testURL())
+	conn, err := pgx.Connect(ctx, pgtest.URL())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	ident := pgx.Identifier{schema}.Sanitize()
@@ -147,7 +90,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	// A schema from a newer build is refused, not damaged.
 	_, err = conn.Exec(ctx, `INSERT INTO `+ident+`.schema_migrations (version, name) VALUES ($1, 'future')`, postgres.SchemaVersion()+1)
 	require.NoError(t, err)
-	_, err = postgres.Open(ctx, postgres.Config{URL: testURL(), Schema: schema})
+	_, err = postgres.Open(ctx, postgres.Config{URL: pgtest.URL(), Schema: schema})
 	require.ErrorContains(t, err, "newer than this build")
 }
 
@@ -159,13 +102,13 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 // lock it waits for the run row instead, sees the new token, and is fenced.
 func TestFencedWriteWaitsForClaim(t *testing.T) {
 	t.Parallel()
-	schema := newSchema(t)
+	schema := pgtest.Schema(t, "storetest")
 	st := openSchema(t, schema)
 	ctx := t.Context()
 	require.NoError(t, st.CreateRun(ctx, &runtime.RunRecord{ID: "r", Status: runtime.RunRunning}))
 	require.NoError(t, st.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: "r", NodeID: "x", Status: runtime.NodeRunning}))
 
-	conn, err := pgx.Connect(ctx, testURL())
+	conn, err := pgx.Connect(ctx, pgtest.URL())
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
 	ident := pgx.Identifier{schema}.Sanitize()
@@ -218,7 +161,7 @@ func BenchmarkWriteBatch(b *testing.B) { storetest.BenchWriteBatch(b, open) }
 // reservation.
 func TestReserveRun(t *testing.T) {
 	t.Parallel()
-	st := openSchema(t, newSchema(t))
+	st := openSchema(t, pgtest.Schema(t, "storetest"))
 	ctx := t.Context()
 	notes := st.Table("notes")
 	_, err := st.Pool().Exec(ctx, `CREATE TABLE `+notes+` (id text PRIMARY KEY, run_id text NOT NULL)`)
