@@ -10,13 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/internal/ssetest"
 )
 
 // envChild makes the test binary run one server (Main) in its own
@@ -79,35 +80,21 @@ type streamEvent struct {
 // follow streams GET /runs/{id}/events after seq `after` onto a channel,
 // closed when the stream ends (terminal event, server gone).
 func follow(ctx context.Context, base, runID string, after int64) (<-chan streamEvent, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/runs/"+runID+"/events", nil)
+	s, err := ssetest.Open(ctx, base, runID, after)
 	if err != nil {
 		return nil, err
-	}
-	if after > 0 {
-		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("GET events: %s", resp.Status)
 	}
 	ch := make(chan streamEvent, 1024)
 	go func() {
 		defer close(ch)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			if line := sc.Text(); strings.HasPrefix(line, "data: ") {
-				var ev streamEvent
-				if json.Unmarshal([]byte(line[6:]), &ev) == nil {
-					ev.at = time.Now()
-					ch <- ev
-				}
+		defer s.Close()
+		for {
+			var ev streamEvent
+			if err := s.Next(&ev); err != nil {
+				return
 			}
+			ev.at = time.Now()
+			ch <- ev
 		}
 	}()
 	return ch, nil

@@ -26,6 +26,7 @@ import (
 
 	"chatgraph/chat"
 	chatsqlite "chatgraph/chat/store/sqlite"
+	"chatgraph/internal/ssetest"
 	"chatgraph/nodes"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
@@ -186,31 +187,16 @@ type wireEvent struct {
 // for every event until it returns false, the stream ends, or the run's
 // terminal event. It reports whether the terminal event was read.
 func subscribe(ctx context.Context, base, runID string, after int64, each func(wireEvent) bool) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/runs/"+runID+"/events", nil)
+	s, err := ssetest.Open(ctx, base, runID, after)
 	if err != nil {
 		return false, err
 	}
-	if after > 0 {
-		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return false, fmt.Errorf("GET events: %s %s", resp.Status, b)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "data: ") {
-			continue
-		}
+	defer s.Close()
+	for {
 		var ev wireEvent
-		if err := json.Unmarshal([]byte(line[6:]), &ev); err != nil {
+		if err := s.Next(&ev); errors.Is(err, io.EOF) {
+			return false, nil // the server went away
+		} else if err != nil {
 			return false, err
 		}
 		if !each(ev) {
@@ -220,7 +206,6 @@ func subscribe(ctx context.Context, base, runID string, after int64, each func(w
 			return true, nil
 		}
 	}
-	return false, nil // the server went away
 }
 
 func apiCall(t *testing.T, method, url string, body, out any) int {
