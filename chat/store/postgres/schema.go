@@ -2,28 +2,23 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	rpostgres "chatgraph/runtime/store/postgres"
 )
 
-// migration is one step of the chat schema, applied in version order in
-// the transaction that records it in chat_schema_migrations.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
 // migrations is the chat schema's history in the run store's schema,
-// kept apart from the run store's (schema_migrations). Append only: never
-// edit a step that has shipped. Versions 1 and 2 are what the store
-// created before it kept versions (IF NOT EXISTS adopts those tables);
-// the versions follow the SQLite store's.
-var migrations = []migration{{
-	version: 1,
-	name:    "graphs, graph versions, chats, messages",
-	sql: `
+// applied in version order, each step in the transaction that records it
+// in chat_schema_migrations (see rpostgres.Migrate), kept apart from the
+// run store's (schema_migrations). Append only: never edit a step that
+// has shipped. Versions 1 and 2 are what the store created before it kept
+// versions (IF NOT EXISTS adopts those tables); the versions follow the
+// SQLite store's.
+var migrations = []rpostgres.Migration{{
+	Version: 1,
+	Name:    "graphs, graph versions, chats, messages",
+	SQL: `
 CREATE TABLE IF NOT EXISTS chat_graphs (
 	id TEXT PRIMARY KEY,
 	name TEXT NOT NULL DEFAULT '',
@@ -69,24 +64,24 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 );
 `,
 }, {
-	version: 2,
-	name:    "index of unsettled assistant messages",
-	sql: `
+	Version: 2,
+	Name:    "index of unsettled assistant messages",
+	SQL: `
 CREATE INDEX IF NOT EXISTS chat_messages_unsettled ON chat_messages (updated_at)
 	WHERE role = 'assistant' AND status IN ('pending', 'running');
 `,
 }, {
-	version: 3,
-	name:    "chat owners; messages of a chat in order",
-	sql: `
+	Version: 3,
+	Name:    "chat owners; messages of a chat in order",
+	SQL: `
 ALTER TABLE chats ADD COLUMN IF NOT EXISTS owner TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS chats_owner ON chats (owner) WHERE owner <> '';
 CREATE INDEX IF NOT EXISTS chat_messages_chat ON chat_messages (chat_id, seq);
 `,
 }, {
-	version: 4,
-	name:    "data migrations applied (chat_data_migrations)",
-	sql: `
+	Version: 4,
+	Name:    "data migrations applied (chat_data_migrations)",
+	SQL: `
 CREATE TABLE IF NOT EXISTS chat_data_migrations (
 	name TEXT PRIMARY KEY,
 	applied_at TIMESTAMPTZ NOT NULL
@@ -95,7 +90,7 @@ CREATE TABLE IF NOT EXISTS chat_data_migrations (
 }}
 
 // SchemaVersion is the chat schema version this package writes.
-func SchemaVersion() int { return migrations[len(migrations)-1].version }
+func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
 // migrate applies the missing steps in one transaction that holds an
 // advisory lock: processes opening one schema at once take turns, and the
@@ -105,31 +100,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chatstore'))`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS chat_schema_migrations (
-	version    integer PRIMARY KEY,
-	name       text NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now()
-)`); err != nil {
-			return err
-		}
-		var current int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM chat_schema_migrations`).Scan(&current); err != nil {
-			return err
-		}
-		if current > SchemaVersion() {
-			return fmt.Errorf("chat schema is at version %d, newer than this build knows (%d)", current, SchemaVersion())
-		}
-		for _, m := range migrations {
-			if m.version <= current {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.sql, pgx.QueryExecModeSimpleProtocol); err != nil {
-				return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO chat_schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err := rpostgres.Migrate(ctx, tx, "chat_schema_migrations", migrations)
+		return err
 	})
 }

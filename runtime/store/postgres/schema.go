@@ -8,12 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// migration is one step of the schema. Steps are applied in version order,
-// each in the transaction that records it in schema_migrations.
-type migration struct {
-	version int
-	name    string
-	sql     string // unqualified names: it runs with search_path set to the schema
+// Migration is one step of a schema kept in the store's Postgres schema.
+// Steps are applied in version order, each in the transaction that
+// records it in the schema's table of migrations (see Migrate).
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string // unqualified names: it runs with search_path set to the schema
 }
 
 // migrations is the schema history. Append only: never edit a step that
@@ -24,10 +25,10 @@ type migration struct {
 // options are jsonb. Checkpoints keep their first-save order in ord (an
 // identity an upsert does not touch). Checkpoints and events cascade with
 // their run.
-var migrations = []migration{{
-	version: 1,
-	name:    "runs, checkpoints, events",
-	sql: `
+var migrations = []Migration{{
+	Version: 1,
+	Name:    "runs, checkpoints, events",
+	SQL: `
 CREATE TABLE runs (
 	id               text PRIMARY KEY,
 	parent_id        text NOT NULL DEFAULT '',
@@ -100,9 +101,9 @@ CREATE TABLE events (
 	// runs that recorded them (retention removes them with the lineage's
 	// last run). runs_root serves retention's question "does this lineage
 	// still have a run?".
-	version: 2,
-	name:    "effects",
-	sql: `
+	Version: 2,
+	Name:    "effects",
+	SQL: `
 CREATE TABLE effects (
 	key         text PRIMARY KEY,
 	root_run_id text NOT NULL,
@@ -117,7 +118,7 @@ CREATE INDEX runs_root ON runs (root_id);
 }}
 
 // SchemaVersion is the schema version this package writes.
-func SchemaVersion() int { return migrations[len(migrations)-1].version }
+func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
 // lockKey is the advisory lock that serialises migrations of one schema
 // across processes.
@@ -152,31 +153,49 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, `SET LOCAL search_path TO `+s.ident); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	applied, err := Migrate(ctx, tx, "schema_migrations", migrations)
+	if err != nil {
+		return fmt.Errorf("schema %s: %w", s.schema, err)
+	}
+	for _, m := range applied {
+		s.log.Info("postgres store: schema migrated", "schema", s.schema, "version", m.Version, "name", m.Name)
+	}
+	return tx.Commit(ctx)
+}
+
+// Migrate applies in tx (its search_path set to the schema) the steps (in
+// ascending versions) newer than the last version recorded in table,
+// created when missing, recording each, and returns those it applied. A
+// recorded version newer than the last step is an error: a newer build
+// wrote the schema. The caller serialises migrators (an advisory lock).
+// The chat store keeps its schema this way too, in a table of its own.
+func Migrate(ctx context.Context, tx pgx.Tx, table string, steps []Migration) ([]Migration, error) {
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
 	version    integer PRIMARY KEY,
 	name       text NOT NULL,
 	applied_at timestamptz NOT NULL DEFAULT now()
 )`); err != nil {
-		return err
+		return nil, err
 	}
 	var current int
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
-		return err
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+table).Scan(&current); err != nil {
+		return nil, err
 	}
-	if current > SchemaVersion() {
-		return fmt.Errorf("schema %s is at version %d, newer than this build knows (%d)", s.schema, current, SchemaVersion())
+	if latest := steps[len(steps)-1].Version; current > latest {
+		return nil, fmt.Errorf("%s: the schema is at version %d, newer than this build knows (%d)", table, current, latest)
 	}
-	for _, m := range migrations {
-		if m.version <= current {
+	var applied []Migration
+	for _, m := range steps {
+		if m.Version <= current {
 			continue
 		}
-		if _, err := tx.Exec(ctx, m.sql, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return applied, fmt.Errorf("migration %d (%s): %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-			return err
+		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+			return applied, err
 		}
-		s.log.Info("postgres store: schema migrated", "schema", s.schema, "version", m.version, "name", m.name)
+		applied = append(applied, m)
 	}
-	return tx.Commit(ctx)
+	return applied, nil
 }

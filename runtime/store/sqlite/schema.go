@@ -7,13 +7,14 @@ import (
 	"time"
 )
 
-// migration is one step of the schema. Steps are applied in version order,
-// each in the transaction that records it in schema_migrations, so a step
-// is applied completely or not at all, and exactly once.
-type migration struct {
-	version int
-	name    string
-	sql     string
+// Migration is one step of a schema kept in the store's file. Steps are
+// applied in version order, each in the transaction that records it in
+// the schema's table of migrations (see Migrate), so a step is applied
+// completely or not at all, and exactly once.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
 }
 
 // migrations is the schema history. Append only: never edit a step that
@@ -25,10 +26,10 @@ type migration struct {
 // keep their first-save order in ord (the rowid: an upsert updates the row
 // in place and keeps it). Events are a WITHOUT ROWID table clustered on
 // (run_id, seq): reading a log after a seq is one range scan.
-var migrations = []migration{{
-	version: 1,
-	name:    "runs, checkpoints, events",
-	sql: `
+var migrations = []Migration{{
+	Version: 1,
+	Name:    "runs, checkpoints, events",
+	SQL: `
 CREATE TABLE runs (
 	id               TEXT PRIMARY KEY,
 	parent_id        TEXT NOT NULL DEFAULT '',
@@ -95,16 +96,16 @@ CREATE TABLE events (
 ) WITHOUT ROWID;
 `,
 }, {
-	version: 2,
-	name:    "runs.answers",
-	sql:     `ALTER TABLE runs ADD COLUMN answers TEXT;`,
+	Version: 2,
+	Name:    "runs.answers",
+	SQL:     `ALTER TABLE runs ADD COLUMN answers TEXT;`,
 }, {
 	// Completed side effects by idempotency key (runtime.EffectLedger).
 	// runs_root serves retention's question "does this lineage still
 	// have a run?".
-	version: 3,
-	name:    "effects",
-	sql: `
+	Version: 3,
+	Name:    "effects",
+	SQL: `
 CREATE TABLE effects (
 	key         TEXT PRIMARY KEY,
 	root_run_id TEXT NOT NULL,
@@ -119,7 +120,7 @@ CREATE INDEX runs_root ON runs (root_id);
 }}
 
 // SchemaVersion is the schema version this package writes.
-func SchemaVersion() int { return migrations[len(migrations)-1].version }
+func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
 // migrate applies the missing migrations in one IMMEDIATE transaction: two
 // processes opening one file at once serialise on SQLite's write lock, and
@@ -131,32 +132,49 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	applied, err := Migrate(ctx, tx, "schema_migrations", migrations)
+	if err != nil {
+		return err
+	}
+	for _, m := range applied {
+		s.log.Info("sqlite store: schema migrated", "path", s.path, "version", m.Version, "name", m.Name)
+	}
+	return tx.Commit()
+}
+
+// Migrate applies in tx the steps (in ascending versions) newer than the
+// last version recorded in table, created when missing, recording each,
+// and returns those it applied. A recorded version newer than the last
+// step is an error: a newer build wrote the file. The chat store keeps
+// its schema this way too, in a table of its own.
+func Migrate(ctx context.Context, tx *sql.Tx, table string, steps []Migration) ([]Migration, error) {
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
 	version    INTEGER PRIMARY KEY,
 	name       TEXT NOT NULL,
 	applied_at INTEGER NOT NULL
 )`); err != nil {
-		return err
+		return nil, err
 	}
 	var current sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&current); err != nil {
-		return err
+	if err := tx.QueryRowContext(ctx, `SELECT max(version) FROM `+table).Scan(&current); err != nil {
+		return nil, err
 	}
-	if int(current.Int64) > SchemaVersion() {
-		return fmt.Errorf("database schema is at version %d, newer than this build knows (%d)", current.Int64, SchemaVersion())
+	if latest := steps[len(steps)-1].Version; int(current.Int64) > latest {
+		return nil, fmt.Errorf("%s: the schema is at version %d, newer than this build knows (%d)", table, current.Int64, latest)
 	}
-	for _, m := range migrations {
-		if m.version <= int(current.Int64) {
+	var applied []Migration
+	for _, m := range steps {
+		if m.Version <= int(current.Int64) {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return applied, fmt.Errorf("migration %d (%s): %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.version, m.name, time.Now().UnixMicro()); err != nil {
-			return err
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.Version, m.Name, time.Now().UnixMicro()); err != nil {
+			return applied, err
 		}
-		s.log.Info("sqlite store: schema migrated", "path", s.path, "version", m.version, "name", m.name)
+		applied = append(applied, m)
 	}
-	return tx.Commit()
+	return applied, nil
 }
