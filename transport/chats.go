@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -125,8 +124,7 @@ func (s *Server) getChat(c echo.Context) error {
 	}
 	if more {
 		out.MessagesCursor = encodeSeqCursor(msgs[len(msgs)-1].Seq)
-		q := url.Values{"limit": {strconv.Itoa(chatMessagesLimit)}, "cursor": {out.MessagesCursor}}
-		c.Response().Header().Set("Link", "</api/v1/chats/"+url.PathEscape(chat.ID)+"/messages?"+q.Encode()+`>; rel="next"`)
+		setLink(c, "/api/v1/chats/"+url.PathEscape(chat.ID)+"/messages", url.Values{}, chatMessagesLimit, out.MessagesCursor)
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -79,9 +79,14 @@ func setNextLink(c echo.Context, limit int, cursor string) {
 	for k, v := range c.QueryParams() {
 		q[k] = v
 	}
+	setLink(c, c.Request().URL.Path, q, limit, cursor)
+}
+
+// setLink sets `Link: <path?q&limit=&cursor=>; rel="next"`.
+func setLink(c echo.Context, path string, q url.Values, limit int, cursor string) {
 	q.Set("limit", strconv.Itoa(limit))
 	q.Set("cursor", cursor)
-	c.Response().Header().Set("Link", "<"+c.Request().URL.Path+"?"+q.Encode()+`>; rel="next"`)
+	c.Response().Header().Set("Link", "<"+path+"?"+q.Encode()+`>; rel="next"`)
 }
 
 func encodeCursor(c chat.Cursor) string {
