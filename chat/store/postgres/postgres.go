@@ -392,7 +392,10 @@ func (s *Store) Messages(ctx context.Context, chatID string) ([]*chat.Message, e
 	return s.ListMessages(ctx, chatID, 0, 0)
 }
 
-// ListMessages implements chat.Store.
+// ListMessages implements chat.Store. A page never skips a message that
+// commits later with a lower seq: BeginTurn, the only writer of new
+// messages, locks the chat's row (touchChat) before it takes their seqs,
+// so the messages of one chat commit in seq order.
 func (s *Store) ListMessages(ctx context.Context, chatID string, after int64, limit int) ([]*chat.Message, error) {
 	var lim *int
 	if limit > 0 {

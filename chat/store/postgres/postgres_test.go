@@ -131,3 +131,83 @@ CREATE TRIGGER hold_insert BEFORE INSERT ON chats FOR EACH ROW EXECUTE FUNCTION 
 	require.Equal(t, 1, made, "the bound holds")
 	require.Equal(t, 1, refused)
 }
+
+// A page of messages never skips one that commits late: two turns of one
+// chat commit their messages in seq order. Deterministic: a trigger holds
+// the first turn's insert (its seq taken) on a lock the test keeps, while
+// the second turn runs — into the chat's row lock, or, were the turns not
+// ordered, to its commit with a higher seq; a page read then must not
+// carry a cursor past the held message.
+func TestMessagePagesSkipNothing(t *testing.T) {
+	cs, runs := open(t)
+	ctx := t.Context()
+	pool := runs.(*rpostgres.Store).Pool()
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1"}, 0))
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	gate := int64(binary.BigEndian.Uint32(b)) + 1
+	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.id = 'held' THEN PERFORM pg_advisory_xact_lock_shared(%d); END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER hold_insert BEFORE INSERT ON chat_messages FOR EACH ROW EXECUTE FUNCTION hold_insert();`, gate),
+		pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	holder, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer holder.Release()
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate)
+	require.NoError(t, err)
+
+	turn := func(runID, msgID string) chat.Turn {
+		now := time.Now()
+		return chat.Turn{ChatID: "c1", ActiveLeafID: msgID,
+			Messages: []*chat.Message{{ID: msgID, Role: chat.RoleUser, Content: msgID, Status: chat.StatusCompleted}},
+			Run: &runtime.RunRecord{ID: runID, RootID: runID, ChatID: "c1", GraphID: "g1", Status: runtime.RunPending,
+				CreatedAt: now, UpdatedAt: now}}
+	}
+	first := make(chan error, 1)
+	go func() { first <- cs.BeginTurn(ctx, turn("r1", "held")) }()
+	var heldPID int32
+	require.Eventually(t, func() bool {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+	AND ((classid::bigint << 32) | objid::bigint) = $1`, gate).Scan(&heldPID)
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond, "the first turn waits in its insert")
+	second := make(chan error, 1)
+	go func() { second <- cs.BeginTurn(ctx, turn("r2", "later")) }()
+	secondDone, secondErr := false, error(nil)
+	require.Eventually(t, func() bool {
+		select {
+		case secondErr = <-second:
+			secondDone = true
+			return true
+		default:
+		}
+		var blocked int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, heldPID).Scan(&blocked)
+		return err == nil && blocked > 0
+	}, 10*time.Second, 5*time.Millisecond, "the second turn waits for the first, or commits")
+
+	page, err := cs.ListMessages(ctx, "c1", 0, 0)
+	require.NoError(t, err)
+	var cursor int64
+	for _, m := range page {
+		cursor = m.Seq
+	}
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate)
+	require.NoError(t, err)
+	require.NoError(t, <-first)
+	if !secondDone {
+		secondErr = <-second
+	}
+	require.NoError(t, secondErr)
+	rest, err := cs.ListMessages(ctx, "c1", cursor, 0)
+	require.NoError(t, err)
+	var ids []string
+	for _, m := range append(page, rest...) {
+		ids = append(ids, m.ID)
+	}
+	require.ElementsMatch(t, []string{"held", "later"}, ids, "the pages hold every message once")
+}
