@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"chatgraph/runtime"
@@ -186,6 +187,41 @@ type HistoryBatch struct {
 	Rewritten, Kept int
 	// Done: the migration is applied; there is no next batch.
 	Done bool
+}
+
+// RewriteInline is the part of a MigrateInlineHistory batch the stores
+// share, run in the batch's transaction: it hands each of runs (the
+// batch, in id order) with the messages of its chat (read once per chat
+// through messages) to rewrite, stores what rewrite returns, as JSON,
+// through setInput, and counts both outcomes and the last run in b.
+func RewriteInline(b *HistoryBatch, runs []InlineRun, messages func(chatID string) ([]*Message, error),
+	setInput func(runID string, input []byte) error, rewrite func(InlineRun, []*Message) (any, bool)) error {
+	msgs := map[string][]*Message{}
+	for _, r := range runs {
+		b.Last = r.ID
+		ms, ok := msgs[r.ChatID]
+		if !ok {
+			var err error
+			if ms, err = messages(r.ChatID); err != nil {
+				return err
+			}
+			msgs[r.ChatID] = ms
+		}
+		in, ok := rewrite(r, ms)
+		if !ok {
+			b.Kept++
+			continue
+		}
+		enc, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("run %s: input: %w", r.ID, err)
+		}
+		if err := setInput(r.ID, enc); err != nil {
+			return err
+		}
+		b.Rewritten++
+	}
+	return nil
 }
 
 // Page selects one page of a list: at most Limit items (0: all) that come

@@ -37,31 +37,19 @@ func (s *Store) MigrateInlineHistory(ctx context.Context, after string, limit in
 		if err != nil {
 			return err
 		}
-		msgs := map[string][]*chat.Message{}
-		for _, r := range runs {
-			b.Last = r.ID
-			if _, ok := msgs[r.ChatID]; !ok {
-				rows, err := tx.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, r.ChatID)
-				if err != nil {
-					return err
-				}
-				if msgs[r.ChatID], err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) }); err != nil {
-					return err
-				}
-			}
-			in, ok := rewrite(r, msgs[r.ChatID])
-			if !ok {
-				b.Kept++
-				continue
-			}
-			enc, err := json.Marshal(in)
+		messages := func(chatID string) ([]*chat.Message, error) {
+			rows, err := tx.Query(ctx, `SELECT `+msgCols+` FROM chat_messages WHERE chat_id = $1 ORDER BY seq`, chatID)
 			if err != nil {
-				return fmt.Errorf("run %s: input: %w", r.ID, err)
+				return nil, err
 			}
-			if _, err := tx.Exec(ctx, `UPDATE runs SET input = $1::json WHERE id = $2`, string(enc), r.ID); err != nil {
-				return err
-			}
-			b.Rewritten++
+			return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
+		}
+		setInput := func(runID string, input []byte) error {
+			_, err := tx.Exec(ctx, `UPDATE runs SET input = $1::json WHERE id = $2`, string(input), runID)
+			return err
+		}
+		if err := chat.RewriteInline(&b, runs, messages, setInput, rewrite); err != nil {
+			return err
 		}
 		if len(runs) < limit {
 			b.Done = true

@@ -33,31 +33,19 @@ func (s *Store) MigrateInlineHistory(ctx context.Context, after string, limit in
 		if err != nil {
 			return err
 		}
-		msgs := map[string][]*chat.Message{}
-		for _, r := range runs {
-			b.Last = r.ID
-			if _, ok := msgs[r.ChatID]; !ok {
-				rows, err := tx.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? ORDER BY seq`, r.ChatID)
-				if err != nil {
-					return err
-				}
-				if msgs[r.ChatID], err = collect(rows, scanMsg); err != nil {
-					return err
-				}
-			}
-			in, ok := rewrite(r, msgs[r.ChatID])
-			if !ok {
-				b.Kept++
-				continue
-			}
-			enc, err := json.Marshal(in)
+		messages := func(chatID string) ([]*chat.Message, error) {
+			rows, err := tx.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? ORDER BY seq`, chatID)
 			if err != nil {
-				return fmt.Errorf("run %s: input: %w", r.ID, err)
+				return nil, err
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE runs SET input = ? WHERE id = ?`, string(enc), r.ID); err != nil {
-				return err
-			}
-			b.Rewritten++
+			return collect(rows, scanMsg)
+		}
+		setInput := func(runID string, input []byte) error {
+			_, err := tx.ExecContext(ctx, `UPDATE runs SET input = ? WHERE id = ?`, string(input), runID)
+			return err
+		}
+		if err := chat.RewriteInline(&b, runs, messages, setInput, rewrite); err != nil {
+			return err
 		}
 		if len(runs) < limit {
 			b.Done = true
