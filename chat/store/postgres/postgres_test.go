@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/chat"
@@ -72,6 +73,32 @@ INSERT INTO chats (id, graph_id, created_at, updated_at) VALUES ('old', 'g1', no
 	require.ErrorContains(t, err, "newer than this build knows")
 }
 
+// holdInserts makes the inserts into table whose row meets cond (SQL on
+// NEW) wait, in a BEFORE INSERT trigger, until release: they wait on the
+// advisory lock gate, which the test holds on a connection of its own.
+func holdInserts(t *testing.T, pool *pgxpool.Pool, table, cond string) (gate int64, release func()) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	gate = int64(binary.BigEndian.Uint32(b)) + 1
+	_, err := pool.Exec(t.Context(), fmt.Sprintf(`CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF %s THEN PERFORM pg_advisory_xact_lock_shared(%d); END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER hold_insert BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION hold_insert();`, cond, gate, table),
+		pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	holder, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(holder.Release)
+	_, err = holder.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, gate)
+	require.NoError(t, err)
+	return gate, func() {
+		_, err := holder.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, gate)
+		require.NoError(t, err)
+	}
+}
+
 // Two creations for one owner at its bound take turns on the owner's
 // lock: the second counts the first's chat even while the first has not
 // committed yet. Deterministic: a trigger holds the first insert (on a
@@ -85,20 +112,7 @@ func TestChatsPerOwnerTakeTurns(t *testing.T) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	owner := "gated_" + hex.EncodeToString(b)
-	gate := int64(binary.BigEndian.Uint32(b)) + 1
-	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF NEW.owner = '%s' THEN PERFORM pg_advisory_xact_lock_shared(%d); END IF;
-	RETURN NEW;
-END $$;
-CREATE TRIGGER hold_insert BEFORE INSERT ON chats FOR EACH ROW EXECUTE FUNCTION hold_insert();`, owner, gate),
-		pgx.QueryExecModeSimpleProtocol)
-	require.NoError(t, err)
-	holder, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer holder.Release()
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate)
-	require.NoError(t, err)
+	gate, release := holdInserts(t, pool, "chats", "NEW.owner = '"+owner+"'")
 
 	errs := make(chan error, 2)
 	for i := range 2 {
@@ -114,8 +128,7 @@ CREATE TRIGGER hold_insert BEFORE INSERT ON chats FOR EACH ROW EXECUTE FUNCTION 
 	AND ((classid::bigint << 32) | objid::bigint) IN ($1, hashtext('chatgraph:chat owner:' || $2)::bigint)`, gate, owner).Scan(&waiting)
 		return err == nil && waiting == 2
 	}, 10*time.Second, 5*time.Millisecond, "both creations wait")
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate)
-	require.NoError(t, err)
+	release()
 
 	made, refused := 0, 0
 	for range 2 {
@@ -143,22 +156,7 @@ func TestMessagePagesSkipNothing(t *testing.T) {
 	ctx := t.Context()
 	pool := runs.(*rpostgres.Store).Pool()
 	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1"}, 0))
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	gate := int64(binary.BigEndian.Uint32(b)) + 1
-	_, err := pool.Exec(ctx, fmt.Sprintf(`CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF NEW.id = 'held' THEN PERFORM pg_advisory_xact_lock_shared(%d); END IF;
-	RETURN NEW;
-END $$;
-CREATE TRIGGER hold_insert BEFORE INSERT ON chat_messages FOR EACH ROW EXECUTE FUNCTION hold_insert();`, gate),
-		pgx.QueryExecModeSimpleProtocol)
-	require.NoError(t, err)
-	holder, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer holder.Release()
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate)
-	require.NoError(t, err)
+	gate, release := holdInserts(t, pool, "chat_messages", "NEW.id = 'held'")
 
 	turn := func(runID, msgID string) chat.Turn {
 		now := time.Now()
@@ -196,8 +194,7 @@ CREATE TRIGGER hold_insert BEFORE INSERT ON chat_messages FOR EACH ROW EXECUTE F
 	for _, m := range page {
 		cursor = m.Seq
 	}
-	_, err = holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate)
-	require.NoError(t, err)
+	release()
 	require.NoError(t, <-first)
 	if !secondDone {
 		secondErr = <-second
