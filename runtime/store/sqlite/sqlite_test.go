@@ -221,3 +221,13 @@ func BenchmarkWriteBatch(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkGroupCommit(b *testing.B) {
+	for _, sync := range []sqlite.Synchronous{sqlite.SyncFull, sqlite.SyncNormal} {
+		b.Run("sync="+string(sync), func(b *testing.B) {
+			storetest.BenchGroupCommit(b, func(tb testing.TB) runtime.Store {
+				return openAt(tb, filepath.Join(tb.TempDir(), "bench.db"), sync)
+			})
+		})
+	}
+}
