@@ -226,15 +226,20 @@ func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame
 			return end, err
 		}
 	}
+	var buf []frame
 	for {
-		select {
-		case f, ok := <-sub.C():
-			if !ok {
-				return false, nil
-			}
+		frames, open := sub.Take(buf)
+		for _, f := range frames {
 			if stop, end, err := deliver(f); stop {
 				return end, err
 			}
+		}
+		if !open {
+			return false, nil
+		}
+		buf = frames
+		select {
+		case <-sub.Ready():
 		case <-tick:
 			if err := idle(); err != nil {
 				return false, err

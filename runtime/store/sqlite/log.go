@@ -207,11 +207,11 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, runID string, token int
 		}
 	}
 	for i := range evs {
-		data, err := jsonText(evs[i].Data)
+		data, err := evs[i].DataJSON()
 		if err != nil {
 			return nil, fmt.Errorf("event %d data: %w", evs[i].Seq, err)
 		}
-		rows = append(rows, eventRow{runID: runID, ev: &evs[i], data: data})
+		rows = append(rows, eventRow{runID: runID, ev: &evs[i], data: text(data)})
 	}
 	advance, err := s.wstmt(ctx, tx, advanceQuery)
 	if err != nil {
@@ -309,6 +309,10 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 // FinishesBatches marks the store as a runtime.BatchFinisher: WriteBatches
 // applies Finish and Release in the batch's transaction.
 func (s *Store) FinishesBatches() {}
+
+// KeepsEventJSON marks the store as a runtime.JSONEventStore: it writes
+// the bytes of Event.DataJSON.
+func (s *Store) KeepsEventJSON() {}
 
 // inTx runs fn in an IMMEDIATE transaction on the writer and commits it
 // when fn returns nil.

@@ -76,11 +76,12 @@ type Store struct {
 }
 
 var (
-	_ runtime.Store        = (*Store)(nil)
-	_ runtime.Leaser       = (*Store)(nil)
-	_ runtime.Inspector    = (*Store)(nil)
-	_ runtime.BatchWriter  = (*Store)(nil)
-	_ runtime.EffectLedger = (*Store)(nil)
+	_ runtime.Store          = (*Store)(nil)
+	_ runtime.Leaser         = (*Store)(nil)
+	_ runtime.Inspector      = (*Store)(nil)
+	_ runtime.BatchWriter    = (*Store)(nil)
+	_ runtime.JSONEventStore = (*Store)(nil)
+	_ runtime.EffectLedger   = (*Store)(nil)
 )
 
 // Open opens (creating it if needed) the store at cfg.Path and applies any
