@@ -285,10 +285,12 @@ func (s *Server) replay(ctx context.Context, runID string, after *int64, until i
 }
 
 // sseWriter writes Server-Sent Events with a deadline on every write.
+// One goroutine writes to it.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
+	buf     []byte // reused: the response writer copies what it is given
 }
 
 func (w *sseWriter) write(b []byte) error {
@@ -300,14 +302,14 @@ func (w *sseWriter) write(b []byte) error {
 }
 
 func (w *sseWriter) event(f frame) error {
-	buf := make([]byte, 0, len(f.JSON)+64)
-	buf = append(buf, "id: "...)
+	buf := append(w.buf[:0], "id: "...)
 	buf = strconv.AppendInt(buf, f.Seq, 10)
 	buf = append(buf, "\nevent: "...)
 	buf = append(buf, f.Type...)
 	buf = append(buf, "\ndata: "...)
 	buf = append(buf, f.JSON...)
 	buf = append(buf, "\n\n"...)
+	w.buf = buf
 	return w.write(buf)
 }
 

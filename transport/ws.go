@@ -475,9 +475,9 @@ func (wc *wsConn) follow(id, runID string, after int64) {
 	go func() {
 		defer wc.wg.Done()
 		defer stop()
+		var b []byte // reused: a write is done with its bytes when it returns
 		err := wc.s.follow(ctx, runID, after, func(f frame) error {
-			b := make([]byte, 0, len(f.JSON)+26)
-			b = append(b, `{"type":"event","event":`...)
+			b = append(b[:0], `{"type":"event","event":`...)
 			b = append(b, f.JSON...)
 			b = append(b, '}')
 			return wc.send(b)
