@@ -308,9 +308,10 @@ func (wc *wsConn) close(code websocket.StatusCode, reason string) {
 // send writes one frame, after the frames other goroutines of the
 // connection are writing. A write that the client has not taken within
 // half the write timeout closes the connection with 1008 (the client
-// resumes with subscribe afterSeq); the close frame follows the write if
-// the client takes it within the other half, else the connection is cut.
-// Only the connection's own goroutines wait here, never a run.
+// resumes with subscribe afterSeq): the close frame follows the write if
+// the client takes it within coder/websocket's close timeout (5s), else
+// the connection is cut. Only the connection's own goroutines wait here,
+// never a run.
 func (wc *wsConn) send(b []byte) error {
 	wc.wmu.Lock()
 	defer wc.wmu.Unlock()
@@ -331,11 +332,8 @@ func (wc *wsConn) send(b []byte) error {
 }
 
 // stalled closes a connection whose write has waited half the write
-// timeout, and cuts it after the other half.
-func (wc *wsConn) stalled() {
-	wc.close(CloseTooSlow, "too slow: resubscribe with afterSeq")
-	time.AfterFunc(wc.s.cfg.WriteTimeout/2, func() { _ = wc.conn.CloseNow() })
-}
+// timeout.
+func (wc *wsConn) stalled() { wc.close(CloseTooSlow, "too slow: resubscribe with afterSeq") }
 
 func (wc *wsConn) sendFrame(f serverFrame) { _ = wc.send(mustJSON(f)) }
 
