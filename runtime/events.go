@@ -60,6 +60,44 @@ type Event struct {
 	Attempt int       `json:"attempt,omitempty"`
 	Time    time.Time `json:"time"`
 	Data    any       `json:"data,omitempty"`
+
+	// data is Data encoded, when the engine encoded it at emit (for a
+	// store that keeps event data as JSON, see JSONEventStore).
+	data []byte
+}
+
+// DataJSON returns Data as JSON, nil when Data is nil: the bytes the
+// engine encoded when the run emitted the event (once, for the store and
+// every transport), or Data encoded now. The caller must not modify them.
+func (e *Event) DataJSON() ([]byte, error) {
+	if e.data != nil {
+		return e.data, nil
+	}
+	if e.Data == nil {
+		return nil, nil
+	}
+	return json.Marshal(e.Data)
+}
+
+// encodeData encodes Data for DataJSON. Data that does not encode is left
+// to DataJSON, so the store reports the error where it did before.
+func (e *Event) encodeData() {
+	if e.Data == nil {
+		return
+	}
+	if b, err := json.Marshal(e.Data); err == nil {
+		e.data = b
+	}
+}
+
+// JSONEventStore is implemented by stores that keep each event's data as
+// JSON (the SQLite and Postgres stores). For them the engine encodes an
+// event's data once, when the run emits it, in the run's goroutine rather
+// than in the group commit that writes it; the store and the transports
+// take the bytes from Event.DataJSON.
+type JSONEventStore interface {
+	Store
+	KeepsEventJSON()
 }
 
 // EventSink receives a run's events in seq order, one call at a time per

@@ -1174,6 +1174,9 @@ func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data a
 		}
 		return
 	}
+	if r.store.jsonEvents {
+		ev.encodeData()
+	}
 	// Commit, then publish: the sink gets the event once the store holds
 	// it (flushLocked, committer.commit).
 	r.wb.evs = append(r.wb.evs, ev)

@@ -53,6 +53,8 @@ type storeView struct {
 	starter   RunStarter
 	effects   EffectLedger
 	owned     OwnerLister
+	// jsonEvents: the store keeps event data as JSON (JSONEventStore).
+	jsonEvents bool
 }
 
 // newStoreView probes st for every optional interface; with obs non-nil it
@@ -70,6 +72,7 @@ func newStoreView(st Store, obs StoreObserver) *storeView {
 	v.finisher, _ = st.(BatchFinisher)
 	v.starter, _ = st.(RunStarter)
 	v.effects, _ = st.(EffectLedger)
+	_, v.jsonEvents = st.(JSONEventStore)
 	if v.leaser != nil {
 		v.owned, _ = st.(OwnerLister)
 	}

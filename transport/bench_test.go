@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,7 +74,8 @@ func quantile(xs []float64, q float64) float64 {
 
 // BenchmarkEventLatencyWebSocket: 1,000 concurrent runs streamed over 50
 // WebSocket connections; the latency of each node_delta from the runtime
-// emitting it (its envelope time) to the client reading it.
+// emitting it (its envelope time) to the client reading it, and the
+// process's CPU time per event read (server and in-process clients).
 func BenchmarkEventLatencyWebSocket(b *testing.B) { modes(b, benchEventLatency) }
 
 func benchEventLatency(b *testing.B, d rt.Durability) {
@@ -97,7 +99,7 @@ func benchEventLatency(b *testing.B, d rt.Durability) {
 		var lat []float64
 		var events atomic.Int64
 		var wg sync.WaitGroup
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuTime()
 		writes0, commits0, commitNs0 := writes.n.Load(), writes.commits.Load(), writes.commitNs.Load()
 		for c := range conns {
 			wg.Add(1)
@@ -154,8 +156,9 @@ func benchEventLatency(b *testing.B, d rt.Durability) {
 			}()
 		}
 		wg.Wait()
-		took := time.Since(start)
+		took, cpu := time.Since(start), cpuTime()-cpu0
 		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(events.Load()), "cpu-µs/event")
 		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
 		b.ReportMetric(float64(events.Load())/took.Seconds(), "events/s")
 		b.ReportMetric(float64(writes.n.Load()-writes0)/took.Seconds(), "fsyncs/s")
@@ -225,6 +228,16 @@ func TestHelperIdleClients(t *testing.T) {
 	for _, c := range conns {
 		c.CloseNow()
 	}
+}
+
+// cpuTime is the process's user and system CPU time so far (server and
+// in-process clients together).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func rssKiB() int64 {

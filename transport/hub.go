@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,16 +16,64 @@ type frame struct {
 	JSON []byte // the envelope
 }
 
-// encodeEvent encodes the envelope. Times are UTC with microseconds, as
-// the durable stores keep them, so a live event and its replay from the
-// log are the same bytes.
+// encodeEvent encodes the envelope: the bytes json.Marshal gives for the
+// event, built by hand around the data the engine encoded once at emit
+// (runtime.Event.DataJSON), so the store row, the hub's frame and every
+// subscriber's SSE or WebSocket frame share one encoding. Times are UTC
+// with microseconds, as the durable stores keep them, so a live event and
+// its replay from the log are the same bytes.
 func encodeEvent(ev runtime.Event) (frame, error) {
 	ev.Time = ev.Time.UTC().Truncate(time.Microsecond)
-	b, err := json.Marshal(ev)
+	data, err := ev.DataJSON()
 	if err != nil {
 		return frame{}, err
 	}
+	if y := ev.Time.Year(); y < 0 || y > 9999 {
+		_, err := json.Marshal(ev) // encoding/json refuses these times
+		return frame{}, err
+	}
+	b := make([]byte, 0, 96+len(ev.RunID)+len(ev.ChatID)+len(ev.Type)+len(ev.NodeID)+len(data))
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, ev.Seq, 10)
+	b = append(b, `,"runId":`...)
+	b = appendString(b, ev.RunID)
+	if ev.ChatID != "" {
+		b = append(b, `,"chatId":`...)
+		b = appendString(b, ev.ChatID)
+	}
+	b = append(b, `,"type":`...)
+	b = appendString(b, string(ev.Type))
+	if ev.NodeID != "" {
+		b = append(b, `,"nodeId":`...)
+		b = appendString(b, ev.NodeID)
+	}
+	if ev.Attempt != 0 {
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendInt(b, int64(ev.Attempt), 10)
+	}
+	b = append(b, `,"time":"`...)
+	b = ev.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if ev.Data != nil {
+		b = append(b, `,"data":`...)
+		b = append(b, data...)
+	}
+	b = append(b, '}')
 	return frame{Seq: ev.Seq, Type: ev.Type, JSON: b}, nil
+}
+
+// appendString appends s as a JSON string, escaped as encoding/json
+// escapes it (HTML-safe).
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // maxBacklog bounds the frames a live topic keeps; older ones are read
@@ -32,14 +81,14 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 const maxBacklog = 16384
 
 // hub fans the events of the runs this process executes out to their
-// subscribers. The engine hands events to its sink before its store has
-// them (it writes in batches), so a topic keeps the frames of its run
-// (up to maxBacklog): a subscriber gets the ones it missed from there and
-// the older ones from the store. Publishing never blocks: each subscriber
-// has a bounded queue, and one that is full is dropped (its channel is
-// closed with Dropped() true) and resubscribes after its last seq. A
-// topic exists from the moment the runner mints a run id until the run
-// has ended and its events are stored. Safe for concurrent use.
+// subscribers. The engine hands it each event once its store holds it
+// (commit-then-publish); a topic keeps the frames of its run (up to
+// maxBacklog), so a subscriber gets the ones it missed from there and the
+// older ones from the store. Publishing never blocks: each subscriber has
+// a bounded queue, and one that is full is dropped (its subscription ends
+// with the frames it had) and resubscribes after its last seq. A topic
+// exists from the moment the runner mints a run id until the run has
+// ended and its events are stored. Safe for concurrent use.
 type hub struct {
 	queue  int
 	shards [hubShards]hubShard
@@ -67,13 +116,16 @@ type topic struct {
 	base   int64   // every seq <= base is in the store
 }
 
-// subscription receives one run's live events in seq order.
+// subscription receives one run's live events in seq order: the
+// publisher appends them to its queue (under the shard's lock) and wakes
+// the one goroutine that takes them. The queue grows as needed, up to the
+// hub's limit, so an idle subscription holds no buffer.
 type subscription struct {
-	sh      *hubShard
-	runID   string
-	ch      chan frame
-	dropped bool // set (under sh.mu) before ch is closed
-	closed  bool
+	sh     *hubShard
+	runID  string
+	notify chan struct{} // cap 1: frames are queued or the subscription ended
+	q      []frame       // under sh.mu
+	closed bool          // under sh.mu: ended (the run's events are all stored, or dropped, or Close)
 }
 
 func newHub(queue int) *hub {
@@ -98,8 +150,8 @@ func (h *hub) open(runID string, base int64) {
 	sh.mu.Unlock()
 }
 
-// close ends a topic once its run's events are all stored: its
-// subscribers' channels are closed (not dropped).
+// close ends a topic once its run's events are all stored, and with it
+// its subscriptions.
 func (h *hub) close(runID string) {
 	sh := h.shard(runID)
 	sh.mu.Lock()
@@ -111,7 +163,7 @@ func (h *hub) close(runID string) {
 	delete(sh.topics, runID)
 	for sub := range t.subs {
 		sub.closed = true
-		close(sub.ch)
+		sub.wake()
 	}
 }
 
@@ -135,7 +187,7 @@ func (h *hub) subscribe(runID string, after int64) (sub *subscription, backlog [
 	if t == nil {
 		return nil, nil, 0
 	}
-	sub = &subscription{sh: sh, runID: runID, ch: make(chan frame, h.queue)}
+	sub = &subscription{sh: sh, runID: runID, notify: make(chan struct{}, 1)}
 	t.subs[sub] = struct{}{}
 	if i := after - t.base; i < int64(len(t.frames)) {
 		if i < 0 {
@@ -171,26 +223,42 @@ func (h *hub) publish(runID string, f frame) {
 		t.base += int64(n)
 	}
 	for sub := range t.subs {
-		select {
-		case sub.ch <- f:
-		default:
+		if len(sub.q) >= h.queue {
+			// Too slow: it catches up from the kept frames and the log.
 			delete(t.subs, sub)
-			sub.dropped, sub.closed = true, true
-			close(sub.ch)
+			sub.closed = true
+		} else {
+			sub.q = append(sub.q, f)
 		}
+		sub.wake()
 	}
 }
 
-// C delivers the events; it is closed when the run ended (Dropped false)
-// or the subscriber fell behind (Dropped true).
-func (s *subscription) C() <-chan frame { return s.ch }
+// wake tells the subscription's taker that something changed (under
+// sh.mu).
+func (s *subscription) wake() {
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
 
-// Dropped reports whether the hub dropped this subscriber for being slow.
-// Valid once C is closed.
-func (s *subscription) Dropped() bool {
+// Ready is signalled when frames are queued or the subscription ended;
+// then call Take.
+func (s *subscription) Ready() <-chan struct{} { return s.notify }
+
+// Take returns the frames queued since the last Take, in seq order, and
+// whether the subscription is still open; once it is not (the run's
+// events are all stored, or the subscriber was too slow and was dropped),
+// resubscribe after the last seq delivered. buf, when not nil, is the
+// slice a previous Take returned, done with: it is reused for the queue.
+// One goroutine takes from a subscription.
+func (s *subscription) Take(buf []frame) (frames []frame, open bool) {
+	clear(buf)
 	s.sh.mu.Lock()
 	defer s.sh.mu.Unlock()
-	return s.dropped
+	frames, s.q = s.q, buf[:0]
+	return frames, !s.closed
 }
 
 // Close unsubscribes. Idempotent; nil-safe.
@@ -207,5 +275,5 @@ func (s *subscription) Close() {
 	if t := s.sh.topics[s.runID]; t != nil {
 		delete(t.subs, s)
 	}
-	close(s.ch)
+	s.q = nil
 }

@@ -35,10 +35,7 @@ func (s *Server) RunEvent(run *chat.LiveRun, ev runtime.Event) {
 		f = frame{Seq: ev.Seq, Type: ev.Type, JSON: mustJSON(runtime.Event{Seq: ev.Seq, RunID: ev.RunID, ChatID: ev.ChatID,
 			Type: ev.Type, NodeID: ev.NodeID, Attempt: ev.Attempt, Time: ev.Time})}
 	}
-	s.hub.publish(ev.RunID, f)
-	if s.cfg.Relay != nil {
-		s.cfg.Relay.Publish(ev.RunID, f.Seq, string(f.Type), f.JSON)
-	}
+	// Metrics first: a client that has read the event may read them next.
 	switch ev.Type {
 	case runtime.EventNodeCompleted, runtime.EventNodeFailed:
 		s.metrics.observeNode(run.NodeType(ev.NodeID), ev)
@@ -57,6 +54,10 @@ func (s *Server) RunEvent(run *chat.LiveRun, ev runtime.Event) {
 			}
 		}
 		s.log.Info("run ended", "run", ev.RunID, "chat", ev.ChatID, "status", status, "lastSeq", ev.Seq)
+	}
+	s.hub.publish(ev.RunID, f)
+	if s.cfg.Relay != nil {
+		s.cfg.Relay.Publish(ev.RunID, f.Seq, string(f.Type), f.JSON)
 	}
 }
 

@@ -63,11 +63,9 @@ type Config struct {
 	// WriteTimeout bounds each SSE or WebSocket write (default 10s).
 	WriteTimeout time.Duration
 	// WSPing is the WebSocket ping interval (default 20s); WSReadLimit the
-	// largest client frame (default 64 KiB); WSSendQueue the frames queued
-	// per connection before a slow client is closed with 1008 (default 256).
+	// largest client frame (default 64 KiB).
 	WSPing      time.Duration
 	WSReadLimit int64
-	WSSendQueue int
 	// SubscriberQueue is the live events buffered per subscriber before a
 	// slow one is dropped to catch up from the log (default 1024).
 	SubscriberQueue int
@@ -120,6 +118,7 @@ type Server struct {
 	wsConns  map[*wsConn]struct{}
 	wsSlots  *ipSlots
 	pingOnce sync.Once
+	wsWG     sync.WaitGroup // the WebSocket connections' goroutines
 }
 
 // New builds a Server from cfg and makes it the chat service's publisher
@@ -157,9 +156,6 @@ func New(cfg Config) (*Server, error) {
 	def(&cfg.PollInterval, 250*time.Millisecond)
 	if cfg.WSReadLimit <= 0 {
 		cfg.WSReadLimit = 64 << 10
-	}
-	if cfg.WSSendQueue <= 0 {
-		cfg.WSSendQueue = 256
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -365,6 +361,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.close(CloseShutdown, "server shutting down")
 	}
 	s.cancelBase()
+	done := make(chan struct{})
+	go func() {
+		s.wsWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, ctx.Err())
+	}
 	return err
 }
 

@@ -226,15 +226,20 @@ func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame
 			return end, err
 		}
 	}
+	var buf []frame
 	for {
-		select {
-		case f, ok := <-sub.C():
-			if !ok {
-				return false, nil
-			}
+		frames, open := sub.Take(buf)
+		for _, f := range frames {
 			if stop, end, err := deliver(f); stop {
 				return end, err
 			}
+		}
+		if !open {
+			return false, nil
+		}
+		buf = frames
+		select {
+		case <-sub.Ready():
 		case <-tick:
 			if err := idle(); err != nil {
 				return false, err
@@ -280,10 +285,12 @@ func (s *Server) replay(ctx context.Context, runID string, after *int64, until i
 }
 
 // sseWriter writes Server-Sent Events with a deadline on every write.
+// One goroutine writes to it.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
+	buf     []byte // reused: the response writer copies what it is given
 }
 
 func (w *sseWriter) write(b []byte) error {
@@ -295,14 +302,14 @@ func (w *sseWriter) write(b []byte) error {
 }
 
 func (w *sseWriter) event(f frame) error {
-	buf := make([]byte, 0, len(f.JSON)+64)
-	buf = append(buf, "id: "...)
+	buf := append(w.buf[:0], "id: "...)
 	buf = strconv.AppendInt(buf, f.Seq, 10)
 	buf = append(buf, "\nevent: "...)
 	buf = append(buf, f.Type...)
 	buf = append(buf, "\ndata: "...)
 	buf = append(buf, f.JSON...)
 	buf = append(buf, "\n\n"...)
+	w.buf = buf
 	return w.write(buf)
 }
 

@@ -1,10 +1,13 @@
 package transport
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -89,26 +92,65 @@ func decodeClientFrame(b []byte) (*clientFrame, error) {
 	return &f, nil
 }
 
-// wsConn is one WebSocket connection: a reader that always runs, one
-// command worker, one writer draining a bounded send queue, a pinger, and
-// one forwarder per followed run. A client whose queue overflows is
-// closed with 1008 and resumes with subscribe afterSeq; runs are never
-// slowed by it.
+// wsConn is one WebSocket connection: a reader that always runs, a
+// command worker while commands are queued, and one forwarder per
+// followed run. Whoever has a frame to send writes it (one write at a
+// time); a write the client does not take within half the write timeout
+// closes the connection with 1008, and the client resumes with subscribe
+// afterSeq. Runs are never slowed by a client: they hand their events to
+// the hub, which never blocks. An idle connection holds one goroutine
+// (its reader) and no send buffer.
 type wsConn struct {
 	s    *Server
 	conn *websocket.Conn
 	ctx  context.Context
 	stop context.CancelFunc
-	out  chan []byte
 	cmds chan *clientFrame
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
+	wmu   sync.Mutex  // one write at a time
+	stall *time.Timer // fires when a write takes too long (under wmu; made at the first write)
+
 	mu       sync.Mutex
 	working  bool // a worker goroutine runs the queued commands
 	subs     map[string]context.CancelFunc
 	onCancel map[string]bool // runs to cancel when the client goes away
+}
+
+// Buffers of a WebSocket connection: its reader's and its writer's, kept
+// for the connection's life. A client frame is a command of a few hundred
+// bytes; larger reads and writes bypass them.
+const (
+	wsReadBuffer  = 1024
+	wsWriteBuffer = 1024
+)
+
+// wsUpgrade hands coder/websocket a hijacked connection with buffers of
+// wsReadBuffer and wsWriteBuffer bytes instead of net/http's pair of 4 KiB
+// ones, which an idle connection would otherwise hold for its whole life.
+type wsUpgrade struct {
+	http.ResponseWriter
+	hj http.Hijacker
+}
+
+func (w wsUpgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := w.hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	var r io.Reader = conn
+	if n := brw.Reader.Buffered(); n > 0 {
+		// The client may have sent frames right behind its handshake.
+		b, _ := brw.Reader.Peek(n)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
+	}
+	return conn, bufio.NewReadWriter(bufio.NewReaderSize(r, wsReadBuffer), bufio.NewWriterSize(conn, wsWriteBuffer)), nil
 }
 
 func isUpgrade(r *http.Request) bool {
@@ -144,32 +186,43 @@ func (s *Server) websocket(c echo.Context) error {
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeTooManyConnections, RetryAfter: 5,
 			Message: "too many WebSocket connections from this client"}
 	}
-	defer s.wsSlots.release(ip)
-	conn, err := websocket.Accept(c.Response(), r, &websocket.AcceptOptions{
+	w := c.Response()
+	conn, err := websocket.Accept(wsUpgrade{ResponseWriter: w, hj: w}, r, &websocket.AcceptOptions{
 		Subprotocols: []string{Subprotocol}, OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {
+		s.wsSlots.release(ip)
 		s.log.Info("websocket refused", "err", err)
 		return nil // Accept answered the request
 	}
 	if !authorized {
 		_ = conn.Close(CloseUnauthorized, "unauthorized")
+		s.wsSlots.release(ip)
 		return nil
 	}
 	conn.SetReadLimit(s.cfg.WSReadLimit)
-	wc := &wsConn{s: s, conn: conn, out: make(chan []byte, s.cfg.WSSendQueue), cmds: make(chan *clientFrame, 64),
+	wc := &wsConn{s: s, conn: conn, cmds: make(chan *clientFrame, 64),
 		subs: map[string]context.CancelFunc{}, onCancel: map[string]bool{}}
 	// The connection's commands count against the client's run limit.
-	wc.ctx, wc.stop = context.WithCancel(chat.WithClient(s.base, c.RealIP()))
+	wc.ctx, wc.stop = context.WithCancel(chat.WithClient(s.base, ip))
 	s.mu.Lock()
 	s.wsConns[wc] = struct{}{}
 	s.mu.Unlock()
 	s.pingOnce.Do(func() { go s.pingLoop() })
 	s.metrics.activeStreams.WithLabelValues("websocket").Inc()
-	defer s.metrics.activeStreams.WithLabelValues("websocket").Dec()
-	wc.serve()
-	s.mu.Lock()
-	delete(s.wsConns, wc)
-	s.mu.Unlock()
+	// The connection is hijacked: it is served on a goroutine of its own,
+	// and the handler returns, so that net/http's state for the request
+	// and the handler chain's stack are not kept for the connection's
+	// life. Shutdown waits for it.
+	s.wsWG.Add(1)
+	go func() {
+		defer s.wsWG.Done()
+		wc.serve()
+		s.mu.Lock()
+		delete(s.wsConns, wc)
+		s.mu.Unlock()
+		s.metrics.activeStreams.WithLabelValues("websocket").Dec()
+		s.wsSlots.release(ip)
+	}()
 	return nil
 }
 
@@ -186,11 +239,9 @@ func websocketProtocols(r *http.Request) []string {
 }
 
 // serve runs the connection until it closes. An idle connection holds
-// two goroutines: this reader and the writer (pings come from one loop
-// for all connections; a worker runs only while commands are queued).
+// one goroutine: this reader (pings come from one loop for all
+// connections; a worker runs only while commands are queued).
 func (wc *wsConn) serve() {
-	wc.wg.Add(1)
-	go wc.writer()
 	for {
 		_, data, err := wc.conn.Read(context.Background())
 		if err != nil {
@@ -254,58 +305,40 @@ func (wc *wsConn) close(code websocket.StatusCode, reason string) {
 	})
 }
 
-// enqueue queues one frame. A burst (a replay from the log) may wait for
-// room; a queue that stays full for half the write timeout means the
-// client cannot keep up: it is closed with 1008 and resumes with
-// subscribe afterSeq. Only the connection's own forwarders wait here,
+// send writes one frame, after the frames other goroutines of the
+// connection are writing. A write that the client has not taken within
+// half the write timeout closes the connection with 1008 (the client
+// resumes with subscribe afterSeq): the close frame follows the write if
+// the client takes it within coder/websocket's close timeout (5s), else
+// the connection is cut. Only the connection's own goroutines wait here,
 // never a run.
-func (wc *wsConn) enqueue(b []byte) error {
-	if wc.ctx.Err() != nil {
-		return wc.ctx.Err()
+func (wc *wsConn) send(b []byte) error {
+	wc.wmu.Lock()
+	defer wc.wmu.Unlock()
+	if err := wc.ctx.Err(); err != nil {
+		return err // closing: leave the line free for the close frame
 	}
-	select {
-	case wc.out <- b:
-		return nil
-	default:
+	if wc.stall == nil {
+		wc.stall = time.AfterFunc(wc.s.cfg.WriteTimeout/2, wc.stalled)
+	} else {
+		wc.stall.Reset(wc.s.cfg.WriteTimeout / 2)
 	}
-	t := time.NewTimer(wc.s.cfg.WriteTimeout / 2)
-	defer t.Stop()
-	select {
-	case wc.out <- b:
-		return nil
-	case <-wc.ctx.Done():
-		return wc.ctx.Err()
-	case <-t.C:
-		wc.close(CloseTooSlow, "too slow: resubscribe with afterSeq")
-		return errors.New("send queue full")
+	err := wc.conn.Write(context.Background(), websocket.MessageText, b)
+	wc.stall.Stop()
+	if err != nil {
+		wc.close(websocket.StatusNormalClosure, "")
 	}
+	return err
 }
 
-func (wc *wsConn) sendFrame(f serverFrame) { _ = wc.enqueue(mustJSON(f)) }
+// stalled closes a connection whose write has waited half the write
+// timeout.
+func (wc *wsConn) stalled() { wc.close(CloseTooSlow, "too slow: resubscribe with afterSeq") }
+
+func (wc *wsConn) sendFrame(f serverFrame) { _ = wc.send(mustJSON(f)) }
 
 func (wc *wsConn) sendError(id string, err error) {
 	wc.sendFrame(serverFrame{Type: "error", ID: id, Error: errorJSON(err)})
-}
-
-func (wc *wsConn) writer() {
-	defer wc.wg.Done()
-	for {
-		if wc.ctx.Err() != nil {
-			return // closing: leave the line free for the close frame
-		}
-		select {
-		case b := <-wc.out:
-			ctx, cancel := context.WithTimeout(context.Background(), wc.s.cfg.WriteTimeout)
-			err := wc.conn.Write(ctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				wc.close(CloseTooSlow, "write timed out")
-				return
-			}
-		case <-wc.ctx.Done():
-			return
-		}
-	}
 }
 
 // pingLoop pings every WebSocket connection every WSPing (one loop for
@@ -440,12 +473,12 @@ func (wc *wsConn) follow(id, runID string, after int64) {
 	go func() {
 		defer wc.wg.Done()
 		defer stop()
+		var b []byte // reused: a write is done with its bytes when it returns
 		err := wc.s.follow(ctx, runID, after, func(f frame) error {
-			b := make([]byte, 0, len(f.JSON)+26)
-			b = append(b, `{"type":"event","event":`...)
+			b = append(b[:0], `{"type":"event","event":`...)
 			b = append(b, f.JSON...)
 			b = append(b, '}')
-			return wc.enqueue(b)
+			return wc.send(b)
 		}, nil)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, runtime.ErrRunNotFound) {
 			wc.sendError(id, err)

@@ -244,7 +244,6 @@ func TestWebSocketCloseCodes(t *testing.T) {
 func TestWebSocketSlowClientClosed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *transportConfig) {
-		c.WSSendQueue = 8
 		c.WriteTimeout = 4 * time.Second
 		c.Nodes.DeltaEventsPerRun = -1 // one frame per word: a flood
 	})

@@ -102,7 +102,7 @@ func eventArgs(runID string, token int64, evs []runtime.Event) ([]any, error) {
 	)
 	for i := range evs {
 		e := &evs[i]
-		b, err := rowjson.Bytes(e.Data)
+		b, err := e.DataJSON()
 		if err != nil {
 			return nil, fmt.Errorf("event %d data: %w", e.Seq, err)
 		}
@@ -300,6 +300,10 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 // FinishesBatches marks the store as a runtime.BatchFinisher: WriteBatches
 // applies Create, Finish and Release in the batch's transaction.
 func (s *Store) FinishesBatches() {}
+
+// KeepsEventJSON marks the store as a runtime.JSONEventStore: it writes
+// the bytes of Event.DataJSON.
+func (s *Store) KeepsEventJSON() {}
 
 // Events implements runtime.Store. Data comes back as json.RawMessage,
 // byte for byte as written.

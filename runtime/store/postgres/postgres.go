@@ -51,11 +51,12 @@ type Store struct {
 }
 
 var (
-	_ runtime.Store        = (*Store)(nil)
-	_ runtime.Leaser       = (*Store)(nil)
-	_ runtime.Inspector    = (*Store)(nil)
-	_ runtime.BatchWriter  = (*Store)(nil)
-	_ runtime.EffectLedger = (*Store)(nil)
+	_ runtime.Store          = (*Store)(nil)
+	_ runtime.Leaser         = (*Store)(nil)
+	_ runtime.Inspector      = (*Store)(nil)
+	_ runtime.BatchWriter    = (*Store)(nil)
+	_ runtime.JSONEventStore = (*Store)(nil)
+	_ runtime.EffectLedger   = (*Store)(nil)
 )
 
 // Open connects to cfg.URL, creates cfg.Schema when missing and applies

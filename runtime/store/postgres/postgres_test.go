@@ -154,6 +154,8 @@ func BenchmarkSaveCheckpoint(b *testing.B) { storetest.BenchSaveCheckpoint(b, op
 
 func BenchmarkWriteBatch(b *testing.B) { storetest.BenchWriteBatch(b, open) }
 
+func BenchmarkGroupCommit(b *testing.B) { storetest.BenchGroupCommit(b, open) }
+
 // TestReserveRun: another store's transaction writes its own rows and a
 // run's reservation together; ReserveRun refuses an id that exists
 // (pending or not) and a record that is not pending, and the refusal

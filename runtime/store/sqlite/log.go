@@ -31,13 +31,52 @@ ON CONFLICT (run_id, node_id) DO UPDATE SET
 // ends where the batch starts.
 const advanceQuery = `UPDATE runs SET last_seq = ? WHERE id = ? AND token <= ? AND last_seq = ?`
 
-const insertEventQuery = `INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+// eventCols is the number of columns insertEvents writes per row.
+const eventCols = 8
+
+// maxInsertRows is the most rows one event INSERT carries. A group commit
+// inserts its events with one statement per power of two in their count
+// (21 events: 16 + 4 + 1), each prepared once: a statement's overhead
+// (binding, stepping, resetting) is paid per statement, not per row.
+const maxInsertRows = 64
+
+// insertEventsQueries[n] inserts n events (n a power of two up to
+// maxInsertRows).
+var insertEventsQueries = func() map[int]string {
+	m := map[int]string{}
+	for n := 1; n <= maxInsertRows; n *= 2 {
+		q := `INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data) VALUES `
+		for i := range n {
+			if i > 0 {
+				q += ", "
+			}
+			q += "(?, ?, ?, ?, ?, ?, ?, ?)"
+		}
+		m[n] = q
+	}
+	return m
+}()
+
+// insertRows is the row count of the next INSERT for left rows: the
+// largest power of two not above left, capped at maxInsertRows.
+func insertRows(left int) int {
+	n := 1
+	for n*2 <= left && n*2 <= maxInsertRows {
+		n *= 2
+	}
+	return n
+}
 
 // txQueries are the statements run inside write transactions; Open
 // prepares them (see stmts.in).
-var txQueries = []string{fenceQuery, saveCheckpointQuery, advanceQuery, insertEventQuery, putEffectQuery, getEffectQuery,
-	reserveRunQuery}
+var txQueries = func() []string {
+	qs := []string{fenceQuery, saveCheckpointQuery, advanceQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
+		updateRunQuery, createClaimedQuery, releaseQuery}
+	for n := 1; n <= maxInsertRows; n *= 2 {
+		qs = append(qs, insertEventsQueries[n])
+	}
+	return qs
+}()
 
 // wrap prefixes err with the operation unless it is one of the sentinels
 // callers branch on, whose messages already say what happened.
@@ -140,48 +179,78 @@ func (s *Store) AppendEvents(ctx context.Context, runID string, token int64, evs
 
 // appendEvents appends evs (not empty) in tx.
 func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, runID string, token int64, evs []runtime.Event) error {
+	rows, err := s.advance(ctx, tx, runID, token, evs, nil)
+	if err != nil {
+		return err
+	}
+	return s.insertEvents(ctx, tx, rows)
+}
+
+// eventRow is one events row to insert.
+type eventRow struct {
+	runID string
+	ev    *runtime.Event
+	data  any // the data column
+}
+
+// advance moves runID's LastSeq past evs (not empty) in tx, checking the
+// token and that evs continue the log, and appends their rows to rows for
+// insertEvents.
+func (s *Store) advance(ctx context.Context, tx *sql.Tx, runID string, token int64, evs []runtime.Event, rows []eventRow) ([]eventRow, error) {
 	for i := range evs {
 		if evs[i].Seq != evs[0].Seq+int64(i) {
 			// Report fencing first, as for any write.
 			if _, err := s.fence(ctx, tx, runID, token); err != nil {
-				return err
+				return nil, err
 			}
-			return fmt.Errorf("%w: run %s: batch seqs are not consecutive", runtime.ErrSeqConflict, runID)
+			return nil, fmt.Errorf("%w: run %s: batch seqs are not consecutive", runtime.ErrSeqConflict, runID)
 		}
 	}
-	data := make([]any, len(evs))
 	for i := range evs {
-		var err error
-		if data[i], err = jsonText(evs[i].Data); err != nil {
-			return fmt.Errorf("event %d data: %w", evs[i].Seq, err)
+		data, err := evs[i].DataJSON()
+		if err != nil {
+			return nil, fmt.Errorf("event %d data: %w", evs[i].Seq, err)
 		}
+		rows = append(rows, eventRow{runID: runID, ev: &evs[i], data: text(data)})
 	}
 	advance, err := s.wstmt(ctx, tx, advanceQuery)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	res, err := advance.ExecContext(ctx, evs[len(evs)-1].Seq, runID, token, evs[0].Seq-1)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return err
+		return nil, err
 	} else if n == 0 {
 		last, err := s.fence(ctx, tx, runID, token)
 		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
+	}
+	return rows, nil
+}
+
+// insertEvents inserts rows in tx, up to maxInsertRows in one statement.
+func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, rows []eventRow) error {
+	args := make([]any, 0, eventCols*min(len(rows), maxInsertRows))
+	for len(rows) > 0 {
+		n := insertRows(len(rows))
+		st, err := s.wstmt(ctx, tx, insertEventsQueries[n])
+		if err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
-	}
-	insert, err := s.wstmt(ctx, tx, insertEventQuery)
-	if err != nil {
-		return err
-	}
-	for i := range evs {
-		e := &evs[i]
-		if _, err := insert.ExecContext(ctx, runID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), data[i]); err != nil {
+		args = args[:0]
+		for _, r := range rows[:n] {
+			e := r.ev
+			args = append(args, r.runID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), r.data)
+		}
+		if _, err := st.ExecContext(ctx, args...); err != nil {
 			return err
 		}
+		rows = rows[n:]
 	}
 	return nil
 }
@@ -192,6 +261,9 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, runID string, toke
 // whole call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
 	err := s.inTxGated(ctx, true, func(tx *sql.Tx) error {
+		// The events of every batch are inserted together at the end;
+		// nothing else in the transaction reads them.
+		var rows []eventRow
 		for _, b := range batches {
 			if b.Create != nil {
 				if b.Lease == nil {
@@ -207,7 +279,8 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				}
 			}
 			if len(b.Events) > 0 {
-				if err := s.appendEvents(ctx, tx, b.RunID, b.Token, b.Events); err != nil {
+				var err error
+				if rows, err = s.advance(ctx, tx, b.RunID, b.Token, b.Events, rows); err != nil {
 					return wrap(err, "append events to %s", b.RunID)
 				}
 			}
@@ -228,7 +301,7 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				}
 			}
 		}
-		return nil
+		return wrap(s.insertEvents(ctx, tx, rows), "insert events")
 	})
 	return wrap(err, "write batches")
 }
@@ -236,6 +309,10 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 // FinishesBatches marks the store as a runtime.BatchFinisher: WriteBatches
 // applies Finish and Release in the batch's transaction.
 func (s *Store) FinishesBatches() {}
+
+// KeepsEventJSON marks the store as a runtime.JSONEventStore: it writes
+// the bytes of Event.DataJSON.
+func (s *Store) KeepsEventJSON() {}
 
 // inTx runs fn in an IMMEDIATE transaction on the writer and commits it
 // when fn returns nil.
@@ -258,7 +335,11 @@ func (s *Store) inTxGated(ctx context.Context, urgent bool, fn func(*sql.Tx) err
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.ck.dirty.Store(true)
+	return nil
 }
 
 // Events implements runtime.Store. Data comes back as json.RawMessage.

@@ -65,20 +65,23 @@ type Store struct {
 	// ws and rs hold the prepared statements of w and r: parsing SQL
 	// costs more than running these statements.
 	ws, rs *stmts
-	log    *slog.Logger
-	now    func() time.Time
-	busy   time.Duration // Config.BusyTimeout
+	// ck checkpoints the WAL on a connection of its own (checkpoint.go).
+	ck   *checkpointer
+	log  *slog.Logger
+	now  func() time.Time
+	busy time.Duration // Config.BusyTimeout
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 var (
-	_ runtime.Store        = (*Store)(nil)
-	_ runtime.Leaser       = (*Store)(nil)
-	_ runtime.Inspector    = (*Store)(nil)
-	_ runtime.BatchWriter  = (*Store)(nil)
-	_ runtime.EffectLedger = (*Store)(nil)
+	_ runtime.Store          = (*Store)(nil)
+	_ runtime.Leaser         = (*Store)(nil)
+	_ runtime.Inspector      = (*Store)(nil)
+	_ runtime.BatchWriter    = (*Store)(nil)
+	_ runtime.JSONEventStore = (*Store)(nil)
+	_ runtime.EffectLedger   = (*Store)(nil)
 )
 
 // Open opens (creating it if needed) the store at cfg.Path and applies any
@@ -118,7 +121,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 
 	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busy.Milliseconds(), level)
-	w, err := sql.Open("sqlite", cfg.Path+"?"+common+"&_txlock=immediate")
+	w, err := sql.Open("sqlite", cfg.Path+"?"+common+
+		fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_txlock=immediate", autocheckpointPages))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
@@ -160,6 +164,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
 	s.r, s.rs = r, newStmts(r)
+	ck, err := sql.Open("sqlite", cfg.Path+"?"+common)
+	if err != nil {
+		s.ws.close()
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("sqlite store: %w", err)
+	}
+	ck.SetMaxOpenConns(1)
+	ck.SetMaxIdleConns(1)
+	ck.SetConnMaxLifetime(0)
+	ck.SetConnMaxIdleTime(0)
+	s.ck = newCheckpointer(ck)
 	return s, nil
 }
 
@@ -171,7 +187,7 @@ func (s *Store) Path() string { return s.path }
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeErr = errors.Join(s.rs.close(), s.ws.close(), s.r.Close(), s.w.Close())
+		s.closeErr = errors.Join(s.ck.close(), s.rs.close(), s.ws.close(), s.r.Close(), s.w.Close())
 	})
 	return s.closeErr
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,4 +221,40 @@ func BenchmarkWriteBatch(b *testing.B) {
 			})
 		})
 	}
+}
+
+func BenchmarkGroupCommit(b *testing.B) {
+	for _, sync := range []sqlite.Synchronous{sqlite.SyncFull, sqlite.SyncNormal} {
+		b.Run("sync="+string(sync), func(b *testing.B) {
+			storetest.BenchGroupCommit(b, func(tb testing.TB) runtime.Store {
+				return openAt(tb, filepath.Join(tb.TempDir(), "bench.db"), sync)
+			})
+		})
+	}
+}
+
+// The store's own checkpointer copies the WAL into the database file soon
+// after a transaction commits; the writer does not (its automatic
+// checkpoint waits for 10,000 pages), so no commit carries that copy.
+func TestWALCheckpointedOffTheWriter(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "ck.db")
+	st := openAt(t, path, "")
+	ctx := t.Context()
+	size := func() int64 {
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		return fi.Size()
+	}
+	before := size()
+	var batches []runtime.WriteBatch
+	for i := range 50 {
+		id := fmt.Sprintf("r%02d", i)
+		require.NoError(t, st.CreateRun(ctx, &runtime.RunRecord{ID: id, Status: runtime.RunRunning, CreatedAt: time.Now(), UpdatedAt: time.Now()}))
+		batches = append(batches, runtime.WriteBatch{RunID: id, Events: []runtime.Event{{Seq: 1, RunID: id, Type: "node_delta",
+			Time: time.Now(), Data: map[string]string{"text": strings.Repeat("x", 4000)}}}})
+	}
+	require.NoError(t, st.WriteBatches(ctx, batches))
+	require.Eventually(t, func() bool { return size() >= before+150_000 }, 10*time.Second, 20*time.Millisecond,
+		"the database file stayed at %d bytes (was %d): the WAL was not checkpointed", size(), before)
 }

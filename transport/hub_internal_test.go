@@ -1,0 +1,67 @@
+package transport
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/nodes"
+	"chatgraph/runtime"
+)
+
+// encodeEvent builds the envelope by hand; it must be the bytes
+// encoding/json gives for the event (with the time in UTC, to the
+// microsecond), for every field value, or the wire shape would change.
+func TestEncodeEventIsJSONMarshal(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 24, 15, 4, 5, 123456789, time.FixedZone("CET", 3600))
+	events := []runtime.Event{
+		{Seq: 1, RunID: "r1", ChatID: "c1", Type: runtime.EventRunStarted, Time: at,
+			Data: runtime.RunStartedData{GraphID: "g", EntryNodeIDs: []string{"a"}, Attrs: map[string]any{"messageId": "m<1>"}}},
+		{Seq: 2, RunID: "r1", Type: "node_delta", NodeID: "agent", Attempt: 1, Time: at, Data: nodes.NodeDeltaData{Text: " a & b <c> \u2028 é \"q\" \\"}},
+		{Seq: 3, RunID: "r1", Type: runtime.EventNodeCompleted, NodeID: "n", Attempt: 3, Time: at.Truncate(time.Second),
+			Data: &runtime.NodeCompletedData{Output: map[string]any{"x": []any{1.5, nil, "y"}}, DurationMs: 0.25}},
+		{Seq: 4, RunID: "r<&>", ChatID: "c\"hat", Type: "custom\x01", NodeID: "nöde\u2029", Attempt: -1, Time: time.Time{}},
+		{Seq: 5, RunID: "r1", Type: runtime.EventRunCompleted, Time: at, Data: json.RawMessage(` {"durationMs" : 1, "s": "<\u2028>"} `)},
+		{Seq: 6, RunID: "r1", Type: "x", Time: at, Data: json.RawMessage(nil)},
+		{Seq: math.MaxInt64, RunID: "", Type: "", Time: time.Unix(0, 999).In(time.UTC), Data: "invalid \xff utf-8"},
+		{Seq: 8, RunID: "r1", Type: "x", Time: at, Data: map[string]any{}},
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	alphabet := []rune("ab<>&\"\\\x00\x1f\x7f é\u2028\u2029\U0001F600")
+	str := func() string {
+		r := make([]rune, rnd.IntN(8))
+		for i := range r {
+			r[i] = alphabet[rnd.IntN(len(alphabet))]
+		}
+		return string(r)
+	}
+	for i := range 500 {
+		events = append(events, runtime.Event{Seq: int64(i), RunID: str(), ChatID: str(), Type: runtime.EventType(str()),
+			NodeID: str(), Attempt: rnd.IntN(3), Time: at.Add(time.Duration(rnd.Int64N(1e15))), Data: map[string]string{str(): str()}})
+	}
+	for _, ev := range events {
+		f, err := encodeEvent(ev)
+		require.NoError(t, err)
+		want := ev
+		want.Time = want.Time.UTC().Truncate(time.Microsecond)
+		b, err := json.Marshal(want)
+		require.NoError(t, err)
+		require.Equal(t, string(b), string(f.JSON), "event %d", ev.Seq)
+		require.Equal(t, ev.Seq, f.Seq)
+		require.Equal(t, ev.Type, f.Type)
+	}
+	// What encoding/json refuses is refused.
+	for _, ev := range []runtime.Event{
+		{Seq: 1, RunID: "r", Type: "x", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Seq: 1, RunID: "r", Type: "x", Time: at, Data: math.Inf(1)},
+		{Seq: 1, RunID: "r", Type: "x", Time: at, Data: json.RawMessage(`{"a":`)},
+	} {
+		_, err := encodeEvent(ev)
+		require.Error(t, err)
+	}
+}
