@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +109,67 @@ func TestRunWallClockLimit(t *testing.T) {
 	last := c.events()[len(c.events())-1]
 	require.Equal(t, runtime.EventRunCancelled, last.Type)
 	require.Equal(t, runtime.ErrRunTimeLimit.Error(), last.Data.(*runtime.RunCancelledData).Cause)
+}
+
+// Nodes of Inline types that run beside others share workers, but never
+// one held by an executor that blocks: here the blocking nodes start
+// first (the Inline ones come a step later, behind "p") and wait until
+// every Inline node has run.
+func TestInlineNodesNeverWaitBehindABlockingExecutor(t *testing.T) {
+	t.Parallel()
+	const width = 6
+	reg := runtime.NewRegistry()
+	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	in := runtime.Port{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow}
+	pass := func(*runtime.Node) (runtime.Executor, error) {
+		return runtime.ExecutorFunc(func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+			return runtime.Result{Output: "x"}, nil
+		}), nil
+	}
+	var mu sync.Mutex
+	ran := 0
+	allRan := make(chan struct{})
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Inline: true, Ports: []runtime.Port{out}, New: pass})
+	reg.MustRegister(runtime.NodeType{Name: "mid", Inline: true, Ports: []runtime.Port{in, out}, New: pass})
+	reg.MustRegister(runtime.NodeType{Name: "wait", Ports: []runtime.Port{in, out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(ctx context.Context, _ *runtime.Node, _ runtime.Inputs, _ *runtime.FlowContext) (runtime.Result, error) {
+				select {
+				case <-allRan:
+					return runtime.Result{Output: "x"}, nil
+				case <-ctx.Done():
+					return runtime.Result{}, context.Cause(ctx)
+				}
+			}), nil
+		}})
+	reg.MustRegister(runtime.NodeType{Name: "brief", Inline: true, Ports: []runtime.Port{in, out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+				mu.Lock()
+				if ran++; ran == width {
+					close(allRan)
+				}
+				mu.Unlock()
+				return runtime.Result{Output: "x"}, nil
+			}), nil
+		}})
+	b := newGraph("brief").node("s", "start").node("p", "mid").flow("s", "p")
+	for i := 0; i < width; i++ {
+		b.node(fmt.Sprintf("w%d", i), "wait").flow("s", fmt.Sprintf("w%d", i))
+		b.node(fmt.Sprintf("b%d", i), "brief").flow("p", fmt.Sprintf("b%d", i))
+	}
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg})
+	require.NoError(t, err)
+	// The bound is for a run that hangs, not a timing assertion.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sink := &collect{}
+	res, err := e.Invoke(ctx, runtime.RunRequest{Graph: b.build(), Sink: sink})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status, "an Inline node waited behind a blocking executor")
+	for i := 0; i < width; i++ {
+		require.Equal(t, runtime.NodeSucceeded, res.NodeStatus(fmt.Sprintf("w%d", i)))
+		require.Equal(t, runtime.NodeSucceeded, res.NodeStatus(fmt.Sprintf("b%d", i)))
+	}
+	checkLifecycle(t, sink.events())
 }

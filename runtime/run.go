@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	goruntime "runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -61,12 +62,10 @@ type run struct {
 	// clock is the time of the dispatcher's current step, shared by the
 	// events it emits and the node it starts next (zero: read the clock).
 	clock     time.Time
-	work      chan job      // hands a node to an idle worker
-	quit      chan struct{} // closed when the run ends: idle workers exit
+	workers   *workers // made with the first node that goes to a worker
 	ready     rankHeap
 	inflight  int
 	slot      bool // a global slot is held for the next launch
-	done      chan completion
 	stopping  stop
 	failed    []string
 	firstErr  error
@@ -420,11 +419,12 @@ func (r *run) execute() (*RunResult, error) {
 		if r.canLaunch() && !r.slot {
 			slot = r.e.sem
 		}
+		if r.drain() {
+			continue // completions were waiting: no need to wait
+		}
 		r.clock = time.Time{} // the dispatcher waits: its next step reads the clock
 		select {
-		case c := <-r.done:
-			r.inflight--
-			r.complete(c)
+		case <-r.workers.wake:
 			r.drain()
 		case slot <- struct{}{}:
 			r.slot = true
@@ -442,18 +442,22 @@ func (r *run) execute() (*RunResult, error) {
 	return r.finish()
 }
 
-// drain handles every completion already waiting, so a burst of parallel
-// nodes costs one trip through the main select rather than one each.
-func (r *run) drain() {
-	for r.inflight > 0 {
-		select {
-		case c := <-r.done:
-			r.inflight--
-			r.complete(c)
-		default:
-			return
-		}
+// drain handles every completion waiting, so a burst of parallel nodes
+// costs one wake-up of the dispatcher rather than one each. It reports
+// whether there were any.
+func (r *run) drain() bool {
+	w := r.workers
+	w.mu.Lock()
+	cs := w.done
+	w.done, w.spare = w.spare[:0], nil
+	w.mu.Unlock()
+	for i := range cs {
+		r.inflight--
+		r.complete(cs[i])
+		cs[i] = completion{}
 	}
+	w.spare = cs[:0]
+	return len(cs) > 0
 }
 
 func (r *run) canLaunch() bool {
@@ -581,22 +585,24 @@ func (r *run) start(n int32) {
 	// On a worker, not on the dispatcher: a cancel must end the run even
 	// when the executor ignores its context.
 	r.inflight++
-	j := job{n: n, in: in, fc: fc}
-	if r.done == nil {
-		r.done = make(chan completion, len(r.as.nodes))
-		r.work, r.quit = make(chan job), make(chan struct{})
+	if r.workers == nil {
+		r.workers = newWorkers()
 	}
-	select {
-	case r.work <- j: // an idle worker of this run takes it
-	default:
-		go r.worker(j)
+	// A node of an Inline type that cannot wait (no timeout, no retry
+	// backoff) may share a worker with others like it.
+	brief := pn.typ.Inline && pn.opts.TimeoutMs == 0 && pn.opts.Retry.MaxAttempts <= 1 && fc.wait.IsZero()
+	if r.workers.give(job{n: n, in: in, fc: fc, brief: brief}) {
+		go r.worker()
 	}
 }
 
 // stopWorkers lets the run's idle workers exit once it has ended.
 func (r *run) stopWorkers() {
-	if r.quit != nil {
-		close(r.quit)
+	if w := r.workers; w != nil {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		w.more.Broadcast()
 	}
 }
 
@@ -615,20 +621,116 @@ type job struct {
 	n  int32
 	in Inputs
 	fc *FlowContext
+	// brief: the executor never blocks (an Inline type, no timeout, no
+	// retry), so the job may wait for a worker to finish another one.
+	brief bool
 }
 
-// worker executes jobs of its run and then waits for the next, so a burst
-// of parallel nodes reuses goroutines (and their grown stacks); it exits
-// when the run ends.
-func (r *run) worker(j job) {
+// workers are a run's worker goroutines and what passes between them and
+// the dispatcher, under one lock: jobs not taken yet (first in, first
+// out), and completions the dispatcher has not taken yet. A worker takes
+// the next job as soon as it is done with one, so a burst of parallel
+// nodes reuses goroutines (and their grown stacks), and the dispatcher
+// wakes once per batch of completions, not once per node.
+//
+// No job waits behind an executor that may block: every job that is not
+// brief has a worker of its own (avail >= blocking), and while a brief
+// job waits one more worker will come back to the queue. Brief jobs share
+// workers: up to GOMAXPROCS run at once, the rest queue behind them.
+type workers struct {
+	mu       sync.Mutex
+	jobs     []job
+	head     int // jobs[head:] are waiting
+	blocking int // waiting jobs that are not brief
+	briefs   int // waiting jobs that are brief
+	avail    int // workers not executing a job that is not brief
+	free     int // of those, waiting for a job and not yet signalled
+	procs    int
+	more     sync.Cond // signalled once per job given to a waiting worker
+	done     []completion
+	spare    []completion  // the dispatcher's last batch, reused
+	wake     chan struct{} // cap 1: done has completions
+	closed   bool          // the run has ended: idle workers exit
+}
+
+func newWorkers() *workers {
+	w := &workers{wake: make(chan struct{}, 1), procs: goruntime.GOMAXPROCS(0)}
+	w.more.L = &w.mu
+	return w
+}
+
+// give queues j. It reports whether a new worker must start for it.
+func (w *workers) give(j job) bool {
+	w.mu.Lock()
+	if w.head > 0 && len(w.jobs) == cap(w.jobs) {
+		k := copy(w.jobs, w.jobs[w.head:])
+		clear(w.jobs[k:])
+		w.jobs, w.head = w.jobs[:k], 0
+	}
+	w.jobs = append(w.jobs, j)
+	need := w.blocking
+	if j.brief {
+		w.briefs++
+	} else {
+		w.blocking++
+		need++
+	}
+	if w.briefs > 0 {
+		need++
+	}
+	spawn := w.avail < need || j.brief && w.free == 0 && w.avail-w.blocking < w.procs
+	if spawn {
+		w.avail++
+	}
+	signal := w.free > 0
+	if signal {
+		w.free--
+	}
+	w.mu.Unlock()
+	if signal {
+		w.more.Signal()
+	}
+	return spawn
+}
+
+// worker executes jobs of its run until the run ends.
+func (r *run) worker() {
+	w := r.workers
+	w.mu.Lock()
 	for {
+		for w.head == len(w.jobs) {
+			if w.closed {
+				w.avail--
+				w.mu.Unlock()
+				return
+			}
+			w.free++
+			w.more.Wait() // whoever signals counts free down
+		}
+		j := w.jobs[w.head]
+		w.jobs[w.head] = job{}
+		if w.head++; w.head == len(w.jobs) {
+			w.jobs, w.head = w.jobs[:0], 0
+		}
+		if j.brief {
+			w.briefs--
+		} else {
+			w.blocking--
+			w.avail--
+		}
+		w.mu.Unlock()
 		c := r.exec(j.n, j.in, j.fc)
 		j.fc.guard.returned(r.e)
-		r.done <- c
-		select {
-		case j = <-r.work:
-		case <-r.quit:
-			return
+		w.mu.Lock()
+		if !j.brief {
+			w.avail++
+		}
+		w.done = append(w.done, c)
+		if len(w.done) == 1 {
+			select {
+			case w.wake <- struct{}{}:
+			default: // a wake-up is pending already
+			}
 		}
 	}
 }
