@@ -60,8 +60,12 @@ type run struct {
 	// completedBuf holds the node_completed payloads still to hand out.
 	completedBuf []NodeCompletedData
 	// clock is the time of the dispatcher's current step, shared by the
-	// events it emits and the node it starts next (zero: read the clock).
-	clock     time.Time
+	// events it emits and the nodes it starts (zero: not read yet). A step
+	// ends when the dispatcher waits or a node ran on it.
+	clock time.Time
+	// lastAt (under emu) is the last event's time: events read the clock
+	// at different moments, and their times never go back.
+	lastAt    time.Time
 	workers   *workers // made with the first node that goes to a worker
 	ready     rankHeap
 	inflight  int
@@ -451,6 +455,9 @@ func (r *run) drain() bool {
 	cs := w.done
 	w.done, w.spare = w.spare[:0], nil
 	w.mu.Unlock()
+	if len(cs) > 0 {
+		r.clock = time.Time{} // a new step, whose one reading the batch shares
+	}
 	for i := range cs {
 		r.inflight--
 		r.complete(cs[i])
@@ -567,8 +574,10 @@ func (r *run) start(n int32) {
 		r.emit(EventNodeRetrying, n, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
 			DelayMs: max(time.Until(fc.wait), 0).Milliseconds(), Error: prev.Error, Code: prev.ErrorCode})
 	}
-	r.beforeExecute(pn)
-	r.clock = time.Time{} // the flush may have waited
+	if r.store != nil {
+		r.beforeExecute(pn)
+		r.clock = time.Time{} // the flush may have waited
+	}
 	if r.ctx.Err() != nil {
 		// Cancelled (or the store failed) while flushing: never start the handler.
 		<-r.e.sem
@@ -579,14 +588,16 @@ func (r *run) start(n int32) {
 		// Nothing else can run until this node ends, and its type promises
 		// not to block: run it here and save a goroutine and two channel
 		// hand-offs.
-		r.complete(r.exec(n, in, fc))
+		c := r.exec(n, in, fc)
+		r.clock = time.Time{} // the node ran: a new step
+		r.complete(c)
 		return
 	}
 	// On a worker, not on the dispatcher: a cancel must end the run even
 	// when the executor ignores its context.
 	r.inflight++
 	if r.workers == nil {
-		r.workers = newWorkers()
+		r.workers = newWorkers(min(r.maxPar, len(r.as.nodes)))
 	}
 	// A node of an Inline type that cannot wait (no timeout, no retry
 	// backoff) may share a worker with others like it.
@@ -606,12 +617,10 @@ func (r *run) stopWorkers() {
 	}
 }
 
-// now is the time of the dispatcher's current step: the reading taken when
-// the step's node completed, while no executor runs beside the dispatcher
-// (nothing can emit between), else a new one.
+// now is the time of the dispatcher's current step, read once per step.
 func (r *run) now() time.Time {
-	if r.clock.IsZero() || r.inflight > 0 {
-		return time.Now()
+	if r.clock.IsZero() {
+		r.clock = time.Now()
 	}
 	return r.clock
 }
@@ -653,8 +662,11 @@ type workers struct {
 	closed   bool          // the run has ended: idle workers exit
 }
 
-func newWorkers() *workers {
-	w := &workers{wake: make(chan struct{}, 1), procs: goruntime.GOMAXPROCS(0)}
+// newWorkers sizes its queues for k jobs in flight.
+func newWorkers(k int) *workers {
+	w := &workers{wake: make(chan struct{}, 1), procs: goruntime.GOMAXPROCS(0), jobs: make([]job, 0, k)}
+	cs := make([]completion, 2*k)
+	w.done, w.spare = cs[:0:k], cs[k:k]
 	w.more.L = &w.mu
 	return w
 }
@@ -955,8 +967,7 @@ func (r *run) complete(c completion) {
 	}
 	fc := &r.fcs[n]
 	pn := &r.p.nodes[n]
-	now := time.Now()
-	r.clock = now
+	now := r.now()
 	dur := float64(now.Sub(c.begin).Microseconds()) / 1000
 	switch ie := interruptOf(c.err); {
 	case c.err == nil:
@@ -1368,6 +1379,10 @@ func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data a
 	if at.IsZero() {
 		at = time.Now()
 	}
+	if at.Before(r.lastAt) {
+		at = r.lastAt
+	}
+	r.lastAt = at
 	ev := Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, Attempt: attempt, Time: at, Data: data}
 	if n >= 0 {
 		ev.NodeID = r.p.nodes[n].node.ID
