@@ -173,3 +173,43 @@ func TestInlineNodesNeverWaitBehindABlockingExecutor(t *testing.T) {
 	}
 	checkLifecycle(t, sink.events())
 }
+
+// Event times follow seq order although the dispatcher stamps a step's
+// events with one clock reading while executors on workers emit their own.
+func TestEventTimesNeverGoBack(t *testing.T) {
+	t.Parallel()
+	reg := runtime.NewRegistry()
+	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	in := runtime.Port{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Inline: true, Ports: []runtime.Port{out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+				return runtime.Result{Output: "x"}, nil
+			}), nil
+		}})
+	reg.MustRegister(runtime.NodeType{Name: "chatty", Ports: []runtime.Port{in, out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(_ context.Context, _ *runtime.Node, _ runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
+				for i := 0; i < 20; i++ {
+					if err := fc.Emit("chatty_said", i); err != nil {
+						return runtime.Result{}, err
+					}
+				}
+				return runtime.Result{Output: "x"}, nil
+			}), nil
+		}})
+	b := newGraph("times").node("s", "start").node("j", "chatty")
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("c%d", i)
+		b.node(id, "chatty").flow("s", id).flow(id, "j")
+	}
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg})
+	require.NoError(t, err)
+	for range 20 {
+		sink := &collect{}
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: b.build(), Sink: sink})
+		require.NoError(t, err)
+		require.Equal(t, runtime.RunCompleted, res.Status)
+		checkLifecycle(t, sink.events()) // times never go back
+	}
+}
