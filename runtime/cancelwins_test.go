@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,4 +214,73 @@ func TestEventTimesNeverGoBack(t *testing.T) {
 		require.Equal(t, runtime.RunCompleted, res.Status)
 		checkLifecycle(t, sink.events()) // times never go back
 	}
+}
+
+// GlobalMaxParallel bounds the executors of all runs at once, whether they
+// run on workers or (Inline, alone) on their run's dispatcher, which hands
+// its slot from one node of a chain to the next.
+func TestGlobalMaxParallelBoundsEveryRun(t *testing.T) {
+	t.Parallel()
+	const limit = 2
+	var running, most atomic.Int32
+	body := func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+		now := running.Add(1)
+		for {
+			m := most.Load()
+			if now <= m || most.CompareAndSwap(m, now) {
+				break
+			}
+		}
+		for range 50 {
+			goruntime.Gosched() // stay a while, so overlaps happen
+		}
+		running.Add(-1)
+		return runtime.Result{Output: "x"}, nil
+	}
+	newBody := func(*runtime.Node) (runtime.Executor, error) { return runtime.ExecutorFunc(body), nil }
+	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	in := runtime.Port{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}
+	reg := runtime.NewRegistry()
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Inline: true, Ports: []runtime.Port{out}, New: newBody})
+	reg.MustRegister(runtime.NodeType{Name: "inline", Inline: true, Ports: []runtime.Port{in, out}, New: newBody})
+	reg.MustRegister(runtime.NodeType{Name: "work", Ports: []runtime.Port{in, out}, New: newBody})
+	chain := newGraph("chain").node("s", "start")
+	for i := 0; i < 6; i++ {
+		chain.node(fmt.Sprintf("n%d", i), "inline")
+		if i == 0 {
+			chain.flow("s", "n0")
+		} else {
+			chain.flow(fmt.Sprintf("n%d", i-1), fmt.Sprintf("n%d", i))
+		}
+	}
+	fan := newGraph("fan").node("s", "start").node("j", "inline")
+	for i := 0; i < 6; i++ {
+		id := fmt.Sprintf("w%d", i)
+		fan.node(id, "work").flow("s", id).flow(id, "j")
+		id = fmt.Sprintf("b%d", i)
+		fan.node(id, "inline").flow("s", id).flow(id, "j")
+	}
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg, GlobalMaxParallel: limit})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		g := chain.build()
+		if i%2 == 1 {
+			g = fan.build()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g})
+				if err != nil || res.Status != runtime.RunCompleted {
+					t.Errorf("run: %v %v", err, res)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.LessOrEqual(t, most.Load(), int32(limit), "more executors at once than GlobalMaxParallel")
+	require.Equal(t, int32(limit), most.Load(), "the runs overlapped up to the bound")
 }

@@ -419,6 +419,10 @@ func (r *run) execute() (*RunResult, error) {
 		if r.stopping != stopNone && grace == nil {
 			grace = time.After(r.e.grace)
 		}
+		if r.slot && !r.canLaunch() {
+			<-r.e.sem // nothing to start with it: never wait holding a slot
+			r.slot = false
+		}
 		var slot chan<- struct{}
 		if r.canLaunch() && !r.slot {
 			slot = r.e.sem
@@ -588,7 +592,10 @@ func (r *run) start(n int32) {
 		// Nothing else can run until this node ends, and its type promises
 		// not to block: run it here and save a goroutine and two channel
 		// hand-offs.
-		c := r.exec(n, in, fc)
+		c, held := r.exec(n, in, fc)
+		// The slot passes to the node the dispatcher starts next (launch),
+		// if any: a chain of such nodes takes one slot, not one each.
+		r.slot = held
 		r.clock = time.Time{} // the node ran: a new step
 		r.complete(c)
 		return
@@ -731,7 +738,10 @@ func (r *run) worker() {
 			w.avail--
 		}
 		w.mu.Unlock()
-		c := r.exec(j.n, j.in, j.fc)
+		c, held := r.exec(j.n, j.in, j.fc)
+		if held {
+			<-r.e.sem
+		}
 		j.fc.guard.returned(r.e)
 		w.mu.Lock()
 		if !j.brief {
@@ -807,13 +817,15 @@ func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
 }
 
 // exec runs node n's attempts with its retry policy. It holds a global slot
-// while an attempt runs and releases it for backoff delays.
-func (r *run) exec(n int32, in Inputs, fc *FlowContext) completion {
+// while an attempt runs and releases it for backoff delays. It reports
+// whether it still holds the slot (not when the run stopped during a
+// backoff): the caller releases it or passes it on.
+func (r *run) exec(n int32, in Inputs, fc *FlowContext) (completion, bool) {
 	pn := &r.p.nodes[n]
 	pol := &pn.opts.Retry
 	if !fc.wait.IsZero() {
 		if c, ok := r.backoff(n, fc, fc.wait); !ok {
-			return c
+			return c, false
 		}
 	}
 	for {
@@ -823,11 +835,10 @@ func (r *run) exec(n int32, in Inputs, fc *FlowContext) completion {
 			next = r.retry(pol, fc, &c)
 		}
 		if next.IsZero() {
-			<-r.e.sem
-			return c
+			return c, true
 		}
 		if c, ok := r.backoff(n, fc, next); !ok {
-			return c
+			return c, false
 		}
 	}
 }
