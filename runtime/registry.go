@@ -49,7 +49,7 @@ type NodeType struct {
 	// from their inputs and return at once. When nothing else of the run
 	// can run, the dispatcher then executes the node itself, saving a
 	// goroutine hand-off each way; beside other nodes, Inline nodes
-	// (without a timeout or retries) share the run's workers, up to
+	// (without a timeout, retries or links) share the run's workers, up to
 	// GOMAXPROCS of them at once, rather than each taking a goroutine.
 	// Every other node runs on a worker of its own, so a cancel ends the
 	// run after the grace even when an executor ignores its context; an

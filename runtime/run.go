@@ -607,8 +607,9 @@ func (r *run) start(n int32) {
 		r.workers = newWorkers(min(r.maxPar, len(r.as.nodes)))
 	}
 	// A node of an Inline type that cannot wait (no timeout, no retry
-	// backoff) may share a worker with others like it.
-	brief := pn.typ.Inline && pn.opts.TimeoutMs == 0 && pn.opts.Retry.MaxAttempts <= 1 && fc.wait.IsZero()
+	// backoff, no link to materialize) may share a worker with others
+	// like it.
+	brief := pn.typ.Inline && pn.opts.TimeoutMs == 0 && pn.opts.Retry.MaxAttempts <= 1 && fc.wait.IsZero() && len(pn.linkIn) == 0
 	if r.workers.give(job{n: n, in: in, fc: fc, brief: brief}) {
 		go r.worker()
 	}
@@ -638,7 +639,7 @@ type job struct {
 	in Inputs
 	fc *FlowContext
 	// brief: the executor never blocks (an Inline type, no timeout, no
-	// retry), so the job may wait for a worker to finish another one.
+	// retry, no links), so the job may wait for a worker to finish another.
 	brief bool
 }
 
