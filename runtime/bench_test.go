@@ -26,6 +26,9 @@ func benchRegistry() *runtime.Registry {
 	reg.MustRegister(runtime.NodeType{Name: "src", Entry: true, Inline: true, Ports: []runtime.Port{out}, New: newPass})
 	reg.MustRegister(runtime.NodeType{Name: "pass", Inline: true, New: newPass, Ports: []runtime.Port{
 		{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}, out}})
+	// work is pass without the Inline promise: each node on a worker of its own.
+	reg.MustRegister(runtime.NodeType{Name: "work", New: newPass, Ports: []runtime.Port{
+		{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}, out}})
 	return reg
 }
 
@@ -40,12 +43,15 @@ func chainGraph(id string, n int) *runtime.Graph {
 	return g
 }
 
-func fanGraph(width int) *runtime.Graph {
-	g := &runtime.Graph{ID: "fan", PlanVersion: 1}
+func fanGraph(width int) *runtime.Graph { return fanGraphOf("fan", "pass", width) }
+
+// fanGraphOf is start -> width nodes of type typ -> join.
+func fanGraphOf(id, typ string, width int) *runtime.Graph {
+	g := &runtime.Graph{ID: id, PlanVersion: 1}
 	g.Nodes = append(g.Nodes, runtime.Node{ID: "s", Type: "src"}, runtime.Node{ID: "join", Type: "pass"})
 	for i := 0; i < width; i++ {
 		id := fmt.Sprintf("b%d", i)
-		g.Nodes = append(g.Nodes, runtime.Node{ID: id, Type: "pass"})
+		g.Nodes = append(g.Nodes, runtime.Node{ID: id, Type: typ})
 		g.Edges = append(g.Edges,
 			runtime.Edge{ID: "a" + id, Source: "s", SourceHandle: "out", Target: id, TargetHandle: "in", Data: runtime.EdgeData{Channel: runtime.ChannelFlow}},
 			runtime.Edge{ID: "j" + id, Source: id, SourceHandle: "out", Target: "join", TargetHandle: "in", Data: runtime.EdgeData{Channel: runtime.ChannelFlow}})
@@ -112,6 +118,22 @@ func BenchmarkW2FanOut50(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/52, "ns/node")
 	})
+}
+
+// BenchmarkW2FanOut50Workers: W2 with parallel nodes of a type that is not
+// Inline, so each runs on a worker goroutine of its own.
+func BenchmarkW2FanOut50Workers(b *testing.B) {
+	e := benchEngine(b, false, runtime.Limits{})
+	p, err := e.Compile(fanGraphOf("fanw", "work", 50))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		mustRun(b, e, p)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/52, "ns/node")
 }
 
 // BenchmarkW3Throughput: 5-node chains, 50 runs in flight at once.

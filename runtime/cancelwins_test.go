@@ -3,6 +3,10 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,4 +111,176 @@ func TestRunWallClockLimit(t *testing.T) {
 	last := c.events()[len(c.events())-1]
 	require.Equal(t, runtime.EventRunCancelled, last.Type)
 	require.Equal(t, runtime.ErrRunTimeLimit.Error(), last.Data.(*runtime.RunCancelledData).Cause)
+}
+
+// Nodes of Inline types that run beside others share workers, but never
+// one held by an executor that blocks: here the blocking nodes start
+// first (the Inline ones come a step later, behind "p") and wait until
+// every Inline node has run.
+func TestInlineNodesNeverWaitBehindABlockingExecutor(t *testing.T) {
+	t.Parallel()
+	const width = 6
+	reg := runtime.NewRegistry()
+	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	in := runtime.Port{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow}
+	pass := func(*runtime.Node) (runtime.Executor, error) {
+		return runtime.ExecutorFunc(func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+			return runtime.Result{Output: "x"}, nil
+		}), nil
+	}
+	var mu sync.Mutex
+	ran := 0
+	allRan := make(chan struct{})
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Inline: true, Ports: []runtime.Port{out}, New: pass})
+	reg.MustRegister(runtime.NodeType{Name: "mid", Inline: true, Ports: []runtime.Port{in, out}, New: pass})
+	reg.MustRegister(runtime.NodeType{Name: "wait", Ports: []runtime.Port{in, out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(ctx context.Context, _ *runtime.Node, _ runtime.Inputs, _ *runtime.FlowContext) (runtime.Result, error) {
+				select {
+				case <-allRan:
+					return runtime.Result{Output: "x"}, nil
+				case <-ctx.Done():
+					return runtime.Result{}, context.Cause(ctx)
+				}
+			}), nil
+		}})
+	reg.MustRegister(runtime.NodeType{Name: "brief", Inline: true, Ports: []runtime.Port{in, out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+				mu.Lock()
+				if ran++; ran == width {
+					close(allRan)
+				}
+				mu.Unlock()
+				return runtime.Result{Output: "x"}, nil
+			}), nil
+		}})
+	b := newGraph("brief").node("s", "start").node("p", "mid").flow("s", "p")
+	for i := 0; i < width; i++ {
+		b.node(fmt.Sprintf("w%d", i), "wait").flow("s", fmt.Sprintf("w%d", i))
+		b.node(fmt.Sprintf("b%d", i), "brief").flow("p", fmt.Sprintf("b%d", i))
+	}
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg})
+	require.NoError(t, err)
+	// The bound is for a run that hangs, not a timing assertion.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sink := &collect{}
+	res, err := e.Invoke(ctx, runtime.RunRequest{Graph: b.build(), Sink: sink})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status, "an Inline node waited behind a blocking executor")
+	for i := 0; i < width; i++ {
+		require.Equal(t, runtime.NodeSucceeded, res.NodeStatus(fmt.Sprintf("w%d", i)))
+		require.Equal(t, runtime.NodeSucceeded, res.NodeStatus(fmt.Sprintf("b%d", i)))
+	}
+	checkLifecycle(t, sink.events())
+}
+
+// Event times follow seq order although the dispatcher stamps a step's
+// events with one clock reading while executors on workers emit their own.
+func TestEventTimesNeverGoBack(t *testing.T) {
+	t.Parallel()
+	reg := runtime.NewRegistry()
+	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	in := runtime.Port{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Inline: true, Ports: []runtime.Port{out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+				return runtime.Result{Output: "x"}, nil
+			}), nil
+		}})
+	reg.MustRegister(runtime.NodeType{Name: "chatty", Ports: []runtime.Port{in, out},
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(_ context.Context, _ *runtime.Node, _ runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
+				for i := 0; i < 20; i++ {
+					if err := fc.Emit("chatty_said", i); err != nil {
+						return runtime.Result{}, err
+					}
+				}
+				return runtime.Result{Output: "x"}, nil
+			}), nil
+		}})
+	b := newGraph("times").node("s", "start").node("j", "chatty")
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("c%d", i)
+		b.node(id, "chatty").flow("s", id).flow(id, "j")
+	}
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg})
+	require.NoError(t, err)
+	for range 20 {
+		sink := &collect{}
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: b.build(), Sink: sink})
+		require.NoError(t, err)
+		require.Equal(t, runtime.RunCompleted, res.Status)
+		checkLifecycle(t, sink.events()) // times never go back
+	}
+}
+
+// GlobalMaxParallel bounds the executors of all runs at once, whether they
+// run on workers or (Inline, alone) on their run's dispatcher, which hands
+// its slot from one node of a chain to the next.
+func TestGlobalMaxParallelBoundsEveryRun(t *testing.T) {
+	t.Parallel()
+	const limit = 2
+	var running, most atomic.Int32
+	body := func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+		now := running.Add(1)
+		for {
+			m := most.Load()
+			if now <= m || most.CompareAndSwap(m, now) {
+				break
+			}
+		}
+		for range 50 {
+			goruntime.Gosched() // stay a while, so overlaps happen
+		}
+		running.Add(-1)
+		return runtime.Result{Output: "x"}, nil
+	}
+	newBody := func(*runtime.Node) (runtime.Executor, error) { return runtime.ExecutorFunc(body), nil }
+	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	in := runtime.Port{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}
+	reg := runtime.NewRegistry()
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Inline: true, Ports: []runtime.Port{out}, New: newBody})
+	reg.MustRegister(runtime.NodeType{Name: "inline", Inline: true, Ports: []runtime.Port{in, out}, New: newBody})
+	reg.MustRegister(runtime.NodeType{Name: "work", Ports: []runtime.Port{in, out}, New: newBody})
+	chain := newGraph("chain").node("s", "start")
+	for i := 0; i < 6; i++ {
+		chain.node(fmt.Sprintf("n%d", i), "inline")
+		if i == 0 {
+			chain.flow("s", "n0")
+		} else {
+			chain.flow(fmt.Sprintf("n%d", i-1), fmt.Sprintf("n%d", i))
+		}
+	}
+	fan := newGraph("fan").node("s", "start").node("j", "inline")
+	for i := 0; i < 6; i++ {
+		id := fmt.Sprintf("w%d", i)
+		fan.node(id, "work").flow("s", id).flow(id, "j")
+		id = fmt.Sprintf("b%d", i)
+		fan.node(id, "inline").flow("s", id).flow(id, "j")
+	}
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg, GlobalMaxParallel: limit})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		g := chain.build()
+		if i%2 == 1 {
+			g = fan.build()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g})
+				if err != nil || res.Status != runtime.RunCompleted {
+					t.Errorf("run: %v %v", err, res)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.LessOrEqual(t, most.Load(), int32(limit), "more executors at once than GlobalMaxParallel")
+	require.Equal(t, int32(limit), most.Load(), "the runs overlapped up to the bound")
 }

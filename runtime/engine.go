@@ -218,7 +218,8 @@ func (e *Engine) Compile(g *Graph) (*Plan, error) {
 }
 
 func (e *Engine) newRunID() string {
-	return e.idPrefix + strconv.FormatUint(e.idSeq.Add(1), 36)
+	var b [32]byte
+	return string(strconv.AppendUint(append(b[:0], e.idPrefix...), e.idSeq.Add(1), 36))
 }
 
 // planCache keeps the most recently added plans, evicting the oldest.
@@ -267,13 +268,15 @@ type activeSet struct {
 	isActive []bool
 	nodes    []int32 // active nodes in rank order
 	inCount  []int32 // per node: active incoming flow edges
+	inputs   int     // entries plus active incoming flow edges: a run's Input count at most
 	ids      []string
 	entryIDs []string
 	err      error
 }
 
 type activeCache struct {
-	m sync.Map // string(entry ids) -> *activeSet
+	m        sync.Map // string(entry ids) -> *activeSet
+	defaults atomic.Pointer[activeSet]
 }
 
 func (p *Plan) active(entryIDs []string) *activeSet {
@@ -321,10 +324,12 @@ func (p *Plan) computeActive(entryIDs []string) *activeSet {
 			}
 		}
 	}
+	as.inputs = len(as.entries)
 	for _, i := range p.byRank {
 		if as.isActive[i] {
 			as.nodes = append(as.nodes, i)
 			as.ids = append(as.ids, p.nodes[i].node.ID)
+			as.inputs += int(as.inCount[i])
 		}
 	}
 	// A run may not touch a part with warnings: check the active nodes and
@@ -644,8 +649,12 @@ func (e *Engine) CancelInterrupted(ctx context.Context, runID string, cause erro
 	return rec, nil
 }
 
-// hold notes one more reason this engine holds run id.
+// hold notes one more reason this engine holds run id. Only recovery asks,
+// and it needs a store with leases: without one there is nothing to note.
 func (e *Engine) hold(id string) {
+	if e.store == nil || e.store.leaser == nil {
+		return
+	}
 	e.hmu.Lock()
 	e.held[id]++
 	e.hmu.Unlock()
@@ -653,6 +662,9 @@ func (e *Engine) hold(id string) {
 
 // unhold drops one reason.
 func (e *Engine) unhold(id string) {
+	if e.store == nil || e.store.leaser == nil {
+		return
+	}
 	e.hmu.Lock()
 	if e.held[id]--; e.held[id] <= 0 {
 		delete(e.held, id)

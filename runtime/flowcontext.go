@@ -14,25 +14,27 @@ import (
 // keep it after Execute returns. Its methods are safe for concurrent use by
 // the goroutines of one executor.
 type FlowContext struct {
-	r          *run
-	node       int32
+	// Fields are ordered so the small ones share words: a run holds one
+	// FlowContext per node.
+	r    *run
+	node int32
+	// guard tracks the worker executing this node (see execGuard).
+	guard      execGuard
 	attempt    int
+	resumes    int
 	attemptID  string
 	inputsHash string
-	begin      time.Time
+	answers    string // the interrupt id the resume value answers
 	resume     any
-	hasResume  bool
-	resumes    int
-	answers    string    // the interrupt id the resume value answers
+	begin      time.Time
 	wait       time.Time // recovery: the persisted time of the next attempt
-	stale      bool      // recovery: this attempt was lost with its process
-	replayed   bool
 	// chain is the link materialization path that led here (for cycle checks).
-	chain []int32
+	chain     []int32
+	hasResume bool
+	stale     bool // recovery: this attempt was lost with its process
+	replayed  bool
 	// closed (guarded by run.emu) is set with the node's terminal event.
 	closed bool
-	// guard tracks the worker executing this node (see execGuard).
-	guard execGuard
 }
 
 // NodeID is the id of the node this context belongs to.

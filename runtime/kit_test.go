@@ -303,6 +303,9 @@ func checkLifecycle(t testing.TB, evs []runtime.Event) {
 	skipped := map[string]bool{}
 	for i, e := range evs {
 		require.Equal(t, int64(i+1), e.Seq, "seq has no gaps")
+		if i > 0 {
+			require.False(t, e.Time.Before(evs[i-1].Time), "the time of seq %d goes back", e.Seq)
+		}
 		if i > 0 && i < len(evs)-1 {
 			require.NotEqual(t, runtime.EventRunStarted, e.Type)
 			require.False(t, e.Type.Terminal(), "terminal run event in the middle at seq %d", e.Seq)

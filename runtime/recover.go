@@ -124,7 +124,7 @@ func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *Ru
 		}
 		prev[cp.NodeID] = cp
 	}
-	r, err := e.newRunState(ctx, p, as, rec, req.Services, req.Sink, lease)
+	r, err := e.newRunState(ctx, p, as, rec, time.Now(), req.Services, req.Sink, lease)
 	if err != nil {
 		return nil, err
 	}

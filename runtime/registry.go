@@ -48,10 +48,13 @@ type NodeType struct {
 	// Inline promises that the type's executors never block: they compute
 	// from their inputs and return at once. When nothing else of the run
 	// can run, the dispatcher then executes the node itself, saving a
-	// goroutine hand-off each way. Every other node runs on a worker, so a
-	// cancel ends the run after the grace even when an executor ignores its
-	// context; an Inline executor that blocked would hold the run's cancel
-	// until it returned.
+	// goroutine hand-off each way; beside other nodes, Inline nodes
+	// (without a timeout, retries or links) share the run's workers, up to
+	// GOMAXPROCS of them at once, rather than each taking a goroutine.
+	// Every other node runs on a worker of its own, so a cancel ends the
+	// run after the grace even when an executor ignores its context; an
+	// Inline executor that blocked would hold the run's cancel (or the
+	// Inline nodes queued behind it) until it returned.
 	Inline bool
 	// Label, Description and DataSchema (a JSON Schema of data) are for
 	// editors; the runtime does not read them.

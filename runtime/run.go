@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	goruntime "runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -44,20 +45,31 @@ type run struct {
 	sink     EventSink
 	storeErr error
 
-	// Dispatcher-owned state, indexed by plan node or edge.
-	state     []NodeStatus
-	pending   []int32 // unresolved active incoming flow edges
-	live      []int32 // taken incoming flow edges
-	edgeLive  []bool
-	edgeVal   []any
-	outputs   []any
-	fcs       []*FlowContext
-	work      chan job      // hands a node to an idle worker
-	quit      chan struct{} // closed when the run ends: idle workers exit
+	// Dispatcher-owned state, indexed by plan node or edge. The arrays of
+	// one element type share one allocation (newRunState).
+	state    []NodeStatus
+	pending  []int32 // unresolved active incoming flow edges
+	live     []int32 // taken incoming flow edges
+	edgeLive []int32 // 1: the edge was taken
+	edgeVal  []any
+	outputs  []any
+	fcs      []FlowContext // a node's context, once it starts
+	ins      []Input       // carved into the nodes' Inputs (inputs)
+	liveBuf  []bool        // evalEdges' answer, read before its next call
+	liveArr  [8]bool       // liveBuf's first backing array
+	// completedBuf holds the node_completed payloads still to hand out.
+	completedBuf []NodeCompletedData
+	// clock is the time of the dispatcher's current step, shared by the
+	// events it emits and the nodes it starts (zero: not read yet). A step
+	// ends when the dispatcher waits or a node ran on it.
+	clock time.Time
+	// lastAt (under emu) is the last event's time: events read the clock
+	// at different moments, and their times never go back.
+	lastAt    time.Time
+	workers   *workers // made with the first node that goes to a worker
 	ready     rankHeap
 	inflight  int
 	slot      bool // a global slot is held for the next launch
-	done      chan completion
 	stopping  stop
 	failed    []string
 	firstErr  error
@@ -257,10 +269,15 @@ func matchAnswers(parent *RunRecord, req ResumeRequest) (map[string]any, error) 
 
 // activeFrom is active with empty entryIDs meaning the default entries.
 func (p *Plan) activeFrom(entryIDs []string) *activeSet {
-	if len(entryIDs) == 0 {
-		entryIDs = p.defaultEntries()
+	if len(entryIDs) > 0 {
+		return p.active(entryIDs)
 	}
-	return p.active(entryIDs)
+	if as := p.actives.defaults.Load(); as != nil {
+		return as
+	}
+	as := p.active(p.defaultEntries())
+	p.actives.defaults.Store(as)
+	return as
 }
 
 func (p *Plan) defaultEntries() []string {
@@ -283,7 +300,7 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 		// The record and its first lease join the run's first group commit.
 		rec.Token = 1
 		lease = &Lease{RunID: rec.ID, Owner: e.owner, Token: 1, ExpiresAt: time.Now().Add(e.leaseTTL)}
-		r, err := e.newRunState(ctx, p, as, rec, services, sink, lease)
+		r, err := e.newRunState(ctx, p, as, rec, rec.CreatedAt, services, sink, lease)
 		if err != nil {
 			return nil, err
 		}
@@ -311,13 +328,18 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 			rec.Token = got.Token
 		}
 	}
-	return e.newRunState(ctx, p, as, rec, services, sink, lease)
+	return e.newRunState(ctx, p, as, rec, rec.CreatedAt, services, sink, lease)
 }
 
-func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink, lease *Lease) (*run, error) {
+// newRunState makes the run's state; started is when its clock starts
+// (the durations of run events count from it).
+func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, started time.Time, services any, sink EventSink, lease *Lease) (*run, error) {
 	n, m := len(p.nodes), len(p.edges)
 	r := &run{e: e, p: p, as: as, rec: rec, store: e.store, services: services, sink: sink, lease: lease,
-		maxPar: rec.Options.MaxParallel, bg: context.WithoutCancel(ctx), started: time.Now()}
+		maxPar: rec.Options.MaxParallel, started: started}
+	if r.store != nil {
+		r.bg = context.WithoutCancel(ctx)
+	}
 	if r.maxPar <= 0 {
 		r.maxPar = e.maxPar
 	}
@@ -334,16 +356,16 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 	}
 	e.hold(rec.ID) // until execute returns
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
-	// One allocation for the per-node counters.
-	counters := make([]int32, 2*n)
-	r.pending, r.live = counters[:n:n], counters[n:]
+	// One allocation per element type; the channels of workers come with
+	// the first node that goes to one (a chain of Inline nodes never does).
+	ints := make([]int32, 2*n+m+len(as.nodes))
+	r.pending, r.live, r.edgeLive = ints[:n:n], ints[n:2*n:2*n], ints[2*n:2*n+m:2*n+m]
+	r.ready.h = ints[2*n+m : 2*n+m] // a node is pushed once at most
+	r.liveBuf = r.liveArr[:]
+	vals := make([]any, n+m)
+	r.outputs, r.edgeVal = vals[:n:n], vals[n:]
 	r.state = make([]NodeStatus, n)
-	r.outputs = make([]any, n)
-	r.fcs = make([]*FlowContext, n)
-	r.edgeLive = make([]bool, m)
-	r.edgeVal = make([]any, m)
-	r.done = make(chan completion, len(as.nodes))
-	r.work, r.quit = make(chan job), make(chan struct{})
+	r.fcs = make([]FlowContext, n)
 	r.ready.rank = p.nodes
 	return r, nil
 }
@@ -352,7 +374,7 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 func (r *run) execute() (*RunResult, error) {
 	defer r.e.unhold(r.rec.ID)
 	defer r.cancel(context.Canceled)
-	defer close(r.quit)
+	defer r.stopWorkers()
 	if r.e.maxRun > 0 {
 		clock := time.AfterFunc(r.e.maxRun, func() { r.cancel(ErrRunTimeLimit) })
 		defer clock.Stop()
@@ -362,7 +384,7 @@ func (r *run) execute() (*RunResult, error) {
 		defer close(stop)
 		go r.renewLease(stop)
 	}
-	r.emit(EventRunStarted, -1, 0, &RunStartedData{Kind: r.rec.Kind, GraphID: r.p.GraphID,
+	r.emitAt(r.started, EventRunStarted, -1, 0, &RunStartedData{Kind: r.rec.Kind, GraphID: r.p.GraphID,
 		PlanVersion: r.p.PlanVersion, EntryNodeIDs: r.as.entryIDs, ActiveNodeIDs: r.as.ids,
 		ParentRunID: r.rec.ParentID, Resumed: r.rec.ParentID != "", Attrs: r.rec.Attrs})
 	// run_started is durable and published before any node starts, in
@@ -378,7 +400,8 @@ func (r *run) execute() (*RunResult, error) {
 			r.settle(i)
 		}
 	}
-	ctxDone := r.ctx.Done()
+	var ctxDone <-chan struct{}
+	watching := false // ctxDone is set (nil again once the cancel is seen)
 	var grace <-chan time.Time
 	for {
 		r.launch()
@@ -388,17 +411,28 @@ func (r *run) execute() (*RunResult, error) {
 			}
 			continue
 		}
+		if !watching {
+			// Only now: a run whose nodes all ran on the dispatcher
+			// never makes its context's channel.
+			ctxDone, watching = r.ctx.Done(), true
+		}
 		if r.stopping != stopNone && grace == nil {
 			grace = time.After(r.e.grace)
+		}
+		if r.slot && !r.canLaunch() {
+			<-r.e.sem // nothing to start with it: never wait holding a slot
+			r.slot = false
 		}
 		var slot chan<- struct{}
 		if r.canLaunch() && !r.slot {
 			slot = r.e.sem
 		}
+		if r.drain() {
+			continue // completions were waiting: no need to wait
+		}
+		r.clock = time.Time{} // the dispatcher waits: its next step reads the clock
 		select {
-		case c := <-r.done:
-			r.inflight--
-			r.complete(c)
+		case <-r.workers.wake:
 			r.drain()
 		case slot <- struct{}{}:
 			r.slot = true
@@ -416,18 +450,25 @@ func (r *run) execute() (*RunResult, error) {
 	return r.finish()
 }
 
-// drain handles every completion already waiting, so a burst of parallel
-// nodes costs one trip through the main select rather than one each.
-func (r *run) drain() {
-	for r.inflight > 0 {
-		select {
-		case c := <-r.done:
-			r.inflight--
-			r.complete(c)
-		default:
-			return
-		}
+// drain handles every completion waiting, so a burst of parallel nodes
+// costs one wake-up of the dispatcher rather than one each. It reports
+// whether there were any.
+func (r *run) drain() bool {
+	w := r.workers
+	w.mu.Lock()
+	cs := w.done
+	w.done, w.spare = w.spare[:0], nil
+	w.mu.Unlock()
+	if len(cs) > 0 {
+		r.clock = time.Time{} // a new step, whose one reading the batch shares
 	}
+	for i := range cs {
+		r.inflight--
+		r.complete(cs[i])
+		cs[i] = completion{}
+	}
+	w.spare = cs[:0]
+	return len(cs) > 0
 }
 
 func (r *run) canLaunch() bool {
@@ -449,6 +490,7 @@ func (r *run) launch() {
 				if r.inflight > 0 {
 					return // wait in the main select
 				}
+				r.clock = time.Time{}
 				select {
 				case r.e.sem <- struct{}{}:
 				case <-r.ctx.Done():
@@ -493,8 +535,9 @@ func (r *run) start(n int32) {
 		hash = inputsHash(r.rec.RootID, r.p, n, in)
 	}
 	prev := r.prev[pn.node.ID]
-	now := time.Now()
-	fc := &FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: now}
+	now := r.now()
+	fc := &r.fcs[n]
+	*fc = FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: now}
 	switch {
 	case r.recovering && prev != nil:
 		if r.restore(n, prev, fc) {
@@ -513,7 +556,6 @@ func (r *run) start(n int32) {
 			r.answer(fc, prev.Interrupt.ID)
 		}
 	}
-	r.fcs[n] = fc
 	r.state[n] = NodeRunning
 	var details map[string]any
 	if pn.desc != nil {
@@ -536,7 +578,10 @@ func (r *run) start(n int32) {
 		r.emit(EventNodeRetrying, n, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
 			DelayMs: max(time.Until(fc.wait), 0).Milliseconds(), Error: prev.Error, Code: prev.ErrorCode})
 	}
-	r.beforeExecute(pn)
+	if r.store != nil {
+		r.beforeExecute(pn)
+		r.clock = time.Time{} // the flush may have waited
+	}
 	if r.ctx.Err() != nil {
 		// Cancelled (or the store failed) while flushing: never start the handler.
 		<-r.e.sem
@@ -547,18 +592,45 @@ func (r *run) start(n int32) {
 		// Nothing else can run until this node ends, and its type promises
 		// not to block: run it here and save a goroutine and two channel
 		// hand-offs.
-		r.complete(r.exec(n, in, fc))
+		c, held := r.exec(n, in, fc)
+		// The slot passes to the node the dispatcher starts next (launch),
+		// if any: a chain of such nodes takes one slot, not one each.
+		r.slot = held
+		r.clock = time.Time{} // the node ran: a new step
+		r.complete(c)
 		return
 	}
 	// On a worker, not on the dispatcher: a cancel must end the run even
 	// when the executor ignores its context.
 	r.inflight++
-	j := job{n: n, in: in, fc: fc}
-	select {
-	case r.work <- j: // an idle worker of this run takes it
-	default:
-		go r.worker(j)
+	if r.workers == nil {
+		r.workers = newWorkers(min(r.maxPar, len(r.as.nodes)))
 	}
+	// A node of an Inline type that cannot wait (no timeout, no retry
+	// backoff, no link to materialize) may share a worker with others
+	// like it.
+	brief := pn.typ.Inline && pn.opts.TimeoutMs == 0 && pn.opts.Retry.MaxAttempts <= 1 && fc.wait.IsZero() && len(pn.linkIn) == 0
+	if r.workers.give(job{n: n, in: in, fc: fc, brief: brief}) {
+		go r.worker()
+	}
+}
+
+// stopWorkers lets the run's idle workers exit once it has ended.
+func (r *run) stopWorkers() {
+	if w := r.workers; w != nil {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		w.more.Broadcast()
+	}
+}
+
+// now is the time of the dispatcher's current step, read once per step.
+func (r *run) now() time.Time {
+	if r.clock.IsZero() {
+		r.clock = time.Now()
+	}
+	return r.clock
 }
 
 // job is a node execution handed to a worker goroutine.
@@ -566,20 +638,122 @@ type job struct {
 	n  int32
 	in Inputs
 	fc *FlowContext
+	// brief: the executor never blocks (an Inline type, no timeout, no
+	// retry, no links), so the job may wait for a worker to finish another.
+	brief bool
 }
 
-// worker executes jobs of its run and then waits for the next, so a burst
-// of parallel nodes reuses goroutines (and their grown stacks); it exits
-// when the run ends.
-func (r *run) worker(j job) {
+// workers are a run's worker goroutines and what passes between them and
+// the dispatcher, under one lock: jobs not taken yet (first in, first
+// out), and completions the dispatcher has not taken yet. A worker takes
+// the next job as soon as it is done with one, so a burst of parallel
+// nodes reuses goroutines (and their grown stacks), and the dispatcher
+// wakes once per batch of completions, not once per node.
+//
+// No job waits behind an executor that may block: every job that is not
+// brief has a worker of its own (avail >= blocking), and while a brief
+// job waits one more worker will come back to the queue. Brief jobs share
+// workers: up to GOMAXPROCS run at once, the rest queue behind them.
+type workers struct {
+	mu       sync.Mutex
+	jobs     []job
+	head     int // jobs[head:] are waiting
+	blocking int // waiting jobs that are not brief
+	briefs   int // waiting jobs that are brief
+	avail    int // workers not executing a job that is not brief
+	free     int // of those, waiting for a job and not yet signalled
+	procs    int
+	more     sync.Cond // signalled once per job given to a waiting worker
+	done     []completion
+	spare    []completion  // the dispatcher's last batch, reused
+	wake     chan struct{} // cap 1: done has completions
+	closed   bool          // the run has ended: idle workers exit
+}
+
+// newWorkers sizes its queues for k jobs in flight.
+func newWorkers(k int) *workers {
+	w := &workers{wake: make(chan struct{}, 1), procs: goruntime.GOMAXPROCS(0), jobs: make([]job, 0, k)}
+	cs := make([]completion, 2*k)
+	w.done, w.spare = cs[:0:k], cs[k:k]
+	w.more.L = &w.mu
+	return w
+}
+
+// give queues j. It reports whether a new worker must start for it.
+func (w *workers) give(j job) bool {
+	w.mu.Lock()
+	if w.head > 0 && len(w.jobs) == cap(w.jobs) {
+		k := copy(w.jobs, w.jobs[w.head:])
+		clear(w.jobs[k:])
+		w.jobs, w.head = w.jobs[:k], 0
+	}
+	w.jobs = append(w.jobs, j)
+	need := w.blocking
+	if j.brief {
+		w.briefs++
+	} else {
+		w.blocking++
+		need++
+	}
+	if w.briefs > 0 {
+		need++
+	}
+	spawn := w.avail < need || j.brief && w.free == 0 && w.avail-w.blocking < w.procs
+	if spawn {
+		w.avail++
+	}
+	signal := w.free > 0
+	if signal {
+		w.free--
+	}
+	w.mu.Unlock()
+	if signal {
+		w.more.Signal()
+	}
+	return spawn
+}
+
+// worker executes jobs of its run until the run ends.
+func (r *run) worker() {
+	w := r.workers
+	w.mu.Lock()
 	for {
-		c := r.exec(j.n, j.in, j.fc)
+		for w.head == len(w.jobs) {
+			if w.closed {
+				w.avail--
+				w.mu.Unlock()
+				return
+			}
+			w.free++
+			w.more.Wait() // whoever signals counts free down
+		}
+		j := w.jobs[w.head]
+		w.jobs[w.head] = job{}
+		if w.head++; w.head == len(w.jobs) {
+			w.jobs, w.head = w.jobs[:0], 0
+		}
+		if j.brief {
+			w.briefs--
+		} else {
+			w.blocking--
+			w.avail--
+		}
+		w.mu.Unlock()
+		c, held := r.exec(j.n, j.in, j.fc)
+		if held {
+			<-r.e.sem
+		}
 		j.fc.guard.returned(r.e)
-		r.done <- c
-		select {
-		case j = <-r.work:
-		case <-r.quit:
-			return
+		w.mu.Lock()
+		if !j.brief {
+			w.avail++
+		}
+		w.done = append(w.done, c)
+		if len(w.done) == 1 {
+			select {
+			case w.wake <- struct{}{}:
+			default: // a wake-up is pending already
+			}
 		}
 	}
 }
@@ -608,13 +782,13 @@ func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
 		return true
 	case NodeFailed:
 		<-r.e.sem
-		r.fcs[n], r.state[n] = fc, NodeRunning
+		r.state[n] = NodeRunning
 		err := &CodedError{Code: prev.ErrorCode, Err: errors.New(prev.Error)}
 		r.failNode(n, fc, completion{node: n, err: err, trace: prev.ErrorTrace, attempt: fc.attempt, begin: fc.begin}, 0)
 		return true
 	case NodeInterrupted:
 		<-r.e.sem
-		r.fcs[n], r.state[n] = fc, NodeInterrupted
+		r.state[n] = NodeInterrupted
 		info := *prev.Interrupt
 		r.interrupt = append(r.interrupt, info)
 		r.terminal(fc, EventNodeInterrupted, &info)
@@ -622,7 +796,7 @@ func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
 	case NodeCancelled:
 		// The run was being cancelled when its process was lost: finish that.
 		<-r.e.sem
-		r.fcs[n], r.state[n] = fc, NodeRunning
+		r.state[n] = NodeRunning
 		if r.ctx.Err() == nil {
 			r.cancel(errors.New("cancelled before the run's process was lost"))
 		}
@@ -644,38 +818,47 @@ func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
 }
 
 // exec runs node n's attempts with its retry policy. It holds a global slot
-// while an attempt runs and releases it for backoff delays.
-func (r *run) exec(n int32, in Inputs, fc *FlowContext) completion {
+// while an attempt runs and releases it for backoff delays. It reports
+// whether it still holds the slot (not when the run stopped during a
+// backoff): the caller releases it or passes it on.
+func (r *run) exec(n int32, in Inputs, fc *FlowContext) (completion, bool) {
 	pn := &r.p.nodes[n]
 	pol := &pn.opts.Retry
 	if !fc.wait.IsZero() {
 		if c, ok := r.backoff(n, fc, fc.wait); !ok {
-			return c
+			return c, false
 		}
 	}
 	for {
 		c := r.attempt(pn, n, in, fc)
-		if c.err == nil || r.ctx.Err() != nil {
-			<-r.e.sem
-			return c
+		var next time.Time
+		if c.err != nil && r.ctx.Err() == nil {
+			next = r.retry(pol, fc, &c)
 		}
-		var ie *InterruptError
-		if errors.As(c.err, &ie) {
-			<-r.e.sem
-			return c
+		if next.IsZero() {
+			return c, true
 		}
-		code := ErrorCode(c.err)
-		if fc.attempt >= pol.MaxAttempts || !pol.Retryable(code) {
-			<-r.e.sem
-			return c
-		}
-		delay := pol.Delay(fc.attempt, rand.Float64())
-		next := time.Now().Add(delay)
-		r.retrying(fc, c, next, delay, code)
 		if c, ok := r.backoff(n, fc, next); !ok {
-			return c
+			return c, false
 		}
 	}
+}
+
+// retry decides whether a failed attempt runs again; if so it records the
+// failure and returns when the next attempt is due (zero: no retry). Apart
+// from exec, so the worker's common path keeps a small stack.
+func (r *run) retry(pol *RetryPolicy, fc *FlowContext, c *completion) time.Time {
+	if interruptOf(c.err) != nil {
+		return time.Time{}
+	}
+	code := ErrorCode(c.err)
+	if fc.attempt >= pol.MaxAttempts || !pol.Retryable(code) {
+		return time.Time{}
+	}
+	delay := pol.Delay(fc.attempt, rand.Float64())
+	next := time.Now().Add(delay)
+	r.retrying(fc, *c, next, delay, code)
+	return next
 }
 
 // backoff waits until the next attempt is due without holding a global
@@ -728,9 +911,14 @@ func (r *run) retrying(fc *FlowContext, c completion, next time.Time, delay time
 // attempt runs the executor once, with the node's timeout, recovering panics.
 func (r *run) attempt(pn *pnode, n int32, in Inputs, fc *FlowContext) completion {
 	if pn.opts.TimeoutMs <= 0 {
-		c := r.call(r.ctx, pn, n, in, fc)
-		return c
+		return r.call(r.ctx, pn, n, in, fc)
 	}
+	return r.attemptTimed(pn, n, in, fc)
+}
+
+// attemptTimed is attempt for a node with a timeout: the executor runs on
+// its own goroutine, given up at its deadline plus a grace.
+func (r *run) attemptTimed(pn *pnode, n int32, in Inputs, fc *FlowContext) completion {
 	d := time.Duration(pn.opts.TimeoutMs) * time.Millisecond
 	ctx, cancel := context.WithTimeoutCause(r.ctx, d, ErrNodeTimeout)
 	defer cancel()
@@ -789,12 +977,11 @@ func (r *run) complete(c completion) {
 	if r.state[n] != NodeRunning {
 		return // abandoned after the grace period
 	}
-	fc := r.fcs[n]
+	fc := &r.fcs[n]
 	pn := &r.p.nodes[n]
-	now := time.Now()
+	now := r.now()
 	dur := float64(now.Sub(c.begin).Microseconds()) / 1000
-	var ie *InterruptError
-	switch {
+	switch ie := interruptOf(c.err); {
 	case c.err == nil:
 		out := c.res.Output
 		live, err := r.evalEdges(n, WhenOnSuccess, out)
@@ -813,14 +1000,17 @@ func (r *run) complete(c completion) {
 			}
 			r.save(cp)
 		}
-		r.terminalAt(now, fc, EventNodeCompleted, &NodeCompletedData{Output: out, DurationMs: dur})
+		d := r.completedData()
+		d.Output, d.DurationMs = out, dur
+		r.terminalAt(now, fc, EventNodeCompleted, d)
 		if pn.opts.Effect.Sticky() && r.durability == DurabilitySync {
 			r.flush(true) // an effect that happened must never be repeated
+			r.clock = time.Time{}
 		}
 		if r.stopping == stopNone {
 			r.routeAt(now, n, live, out)
 		}
-	case errors.As(c.err, &ie):
+	case ie != nil:
 		info := InterruptInfo{ID: fc.InterruptID(),
 			NodeID: pn.node.ID, Reason: ie.Reason, Payload: ie.Payload}
 		r.state[n] = NodeInterrupted
@@ -836,6 +1026,29 @@ func (r *run) complete(c completion) {
 	default:
 		r.failNode(n, fc, c, dur)
 	}
+}
+
+// interruptOf returns err's *InterruptError, if it has one.
+func interruptOf(err error) *InterruptError {
+	if err == nil {
+		return nil
+	}
+	var ie *InterruptError
+	if errors.As(err, &ie) {
+		return ie
+	}
+	return nil
+}
+
+// completedData returns a node_completed payload from one array per run
+// (a node completes once).
+func (r *run) completedData() *NodeCompletedData {
+	if len(r.completedBuf) == 0 {
+		r.completedBuf = make([]NodeCompletedData, len(r.as.nodes))
+	}
+	d := &r.completedBuf[0]
+	r.completedBuf = r.completedBuf[1:]
+	return d
 }
 
 func (r *run) cancelNode(n int32, fc *FlowContext, cause string) {
@@ -886,7 +1099,8 @@ func (r *run) failNode(n int32, fc *FlowContext, c completion, dur float64) {
 // evalEdges returns which outgoing flow edges of n fire for an outcome.
 // For a success: on_success and always edges whose condition holds; for a
 // failure: on_failure and always edges (and, with continueOnError,
-// on_success edges) whose condition holds.
+// on_success edges) whose condition holds. The answer is the run's scratch
+// slice: use it before the next call.
 func (r *run) evalEdges(n int32, outcome When, v any) ([]bool, error) {
 	pn := &r.p.nodes[n]
 	if len(pn.flowOut) == 0 {
@@ -906,7 +1120,11 @@ func (r *run) evalEdges(n int32, outcome When, v any) ([]bool, error) {
 		}
 		if fires {
 			if live == nil {
-				live = make([]bool, len(pn.flowOut))
+				if cap(r.liveBuf) < len(pn.flowOut) {
+					r.liveBuf = make([]bool, len(pn.flowOut))
+				}
+				live = r.liveBuf[:len(pn.flowOut)]
+				clear(live)
 			}
 			live[k] = true
 		}
@@ -923,7 +1141,7 @@ func (r *run) routeAt(at time.Time, n int32, live []bool, v any) {
 	pn := &r.p.nodes[n]
 	for k, ei := range pn.flowOut {
 		if live != nil && live[k] {
-			r.edgeLive[ei], r.edgeVal[ei] = true, v
+			r.edgeLive[ei], r.edgeVal[ei] = 1, v
 			r.emitAt(at, EventEdgeTaken, -1, 0, r.p.edges[ei].taken)
 		}
 	}
@@ -935,7 +1153,7 @@ func (r *run) routeAt(at time.Time, n int32, live []bool, v any) {
 func (r *run) resolve(edges []int32) {
 	for _, ei := range edges {
 		d := r.p.edges[ei].dst
-		if r.edgeLive[ei] {
+		if r.edgeLive[ei] != 0 {
 			r.live[d]++
 		}
 		if r.pending[d]--; r.pending[d] == 0 {
@@ -984,16 +1202,16 @@ func (r *run) skip(n int32, reason string) {
 			UpdatedAt: time.Now(), Token: r.rec.Token}
 		r.save(cp)
 	}
-	r.emit(EventNodeSkipped, n, 0, &NodeSkippedData{Reason: reason})
+	r.emitAt(r.now(), EventNodeSkipped, n, 0, &NodeSkippedData{Reason: reason})
 }
 
 // replay completes n from the parent run's checkpoint without executing it.
 func (r *run) replay(n int32, prev *Checkpoint, hash string) {
-	fc := &FlowContext{r: r, node: n, attempt: prev.Attempt, inputsHash: hash, begin: time.Now(), replayed: true}
+	fc := &r.fcs[n]
+	*fc = FlowContext{r: r, node: n, attempt: prev.Attempt, inputsHash: hash, begin: time.Now(), replayed: true}
 	if fc.attempt == 0 {
 		fc.attempt = 1
 	}
-	r.fcs[n] = fc
 	r.state[n] = NodeRunning
 	r.emit(EventNodeStarted, n, fc.attempt, replayedStart)
 	out := prev.Output
@@ -1010,7 +1228,9 @@ func (r *run) replay(n int32, prev *Checkpoint, hash string) {
 		cp.StartedAt, cp.AttemptID = prev.StartedAt, prev.AttemptID
 		r.save(cp)
 	}
-	r.terminal(fc, EventNodeCompleted, &NodeCompletedData{Output: out, Replayed: !r.recovering})
+	d := r.completedData()
+	d.Output, d.Replayed = out, !r.recovering
+	r.terminal(fc, EventNodeCompleted, d)
 	if r.stopping == stopNone {
 		r.route(n, live, out)
 	}
@@ -1024,7 +1244,7 @@ func (r *run) abandon() {
 	for _, n := range r.as.nodes {
 		if r.state[n] == NodeRunning {
 			r.fcs[n].guard.abandon(r.e)
-			r.cancelNode(n, r.fcs[n], causeText(r.ctx)+" (executor did not stop within the grace period)")
+			r.cancelNode(n, &r.fcs[n], causeText(r.ctx)+" (executor did not stop within the grace period)")
 			r.inflight--
 		}
 	}
@@ -1055,11 +1275,12 @@ func (r *run) finish() (*RunResult, error) {
 			}
 		}
 	}
-	dur := float64(time.Since(r.started).Microseconds()) / 1000
+	now := r.now()
+	dur := float64(now.Sub(r.started).Microseconds()) / 1000
 	res := &RunResult{RunID: r.rec.ID, Status: status, Interrupts: r.interrupt, plan: r.p, outputs: r.outputs, states: r.state}
 	switch status {
 	case RunCompleted:
-		r.emit(EventRunCompleted, -1, 0, &RunCompletedData{DurationMs: dur})
+		r.emitAt(now, EventRunCompleted, -1, 0, &RunCompletedData{DurationMs: dur})
 	case RunFailed:
 		d := &RunFailedData{FailedNodes: r.failed, DurationMs: dur}
 		if r.firstErr != nil {
@@ -1119,12 +1340,18 @@ func (r *run) inputs(n int32) Inputs {
 	if size == 0 {
 		return nil
 	}
-	in := make(Inputs, 0, size)
+	// Each node's inputs are carved from one array per run (each taken edge
+	// feeds one node, once), capped so an executor's append copies.
+	if len(r.ins) < size {
+		r.ins = make([]Input, max(size, r.as.inputs))
+	}
+	in := Inputs(r.ins[:0:size])
+	r.ins = r.ins[size:]
 	if r.as.isEntry[n] {
 		in = append(in, Input{Value: cloneValue(r.rec.Input)})
 	}
 	for _, ei := range pn.flowIn {
-		if r.edgeLive[ei] {
+		if r.edgeLive[ei] != 0 {
 			pe := &r.p.edges[ei]
 			in = append(in, Input{EdgeID: pe.edge.ID, Source: pe.edge.Source, Handle: pe.edge.TargetHandle, Value: cloneValue(r.edgeVal[ei])})
 		}
@@ -1164,6 +1391,10 @@ func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data a
 	if at.IsZero() {
 		at = time.Now()
 	}
+	if at.Before(r.lastAt) {
+		at = r.lastAt
+	}
+	r.lastAt = at
 	ev := Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, Attempt: attempt, Time: at, Data: data}
 	if n >= 0 {
 		ev.NodeID = r.p.nodes[n].node.ID
