@@ -186,10 +186,11 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, runID string, toke
 	return nil
 }
 
-// WriteBatches implements runtime.BatchWriter: every batch's checkpoints,
-// then its events, in one transaction — one commit, one fsync. Any
-// refused write (ErrFenced, ErrSeqConflict, ErrRunNotFound) rolls the
-// whole call back.
+// WriteBatches implements runtime.BatchWriter and runtime.BatchFinisher:
+// every batch's creation, checkpoints, events, final record, lease
+// release and joined writes (Write), in one transaction — one commit, one
+// fsync. Any refused write (ErrFenced, ErrSeqConflict, ErrRunNotFound, a
+// joined write's error) rolls the whole call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
 	err := s.inTxGated(ctx, true, func(tx *sql.Tx) error {
 		for _, b := range batches {
@@ -225,6 +226,15 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				// Finish was fenced above in that case.
 				if _, err := st.ExecContext(ctx, b.Release.RunID, b.Release.Token, b.Release.Owner); err != nil {
 					return wrap(err, "release %s", b.Release.RunID)
+				}
+			}
+			for _, w := range b.Writes {
+				fn, ok := w.(Write)
+				if !ok {
+					return fmt.Errorf("run %s: a joined write of type %T (want sqlite.Write)", b.RunID, w)
+				}
+				if err := fn(ctx, tx); err != nil {
+					return err
 				}
 			}
 		}
