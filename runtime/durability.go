@@ -14,8 +14,10 @@ type Durability string
 const (
 	// DurabilitySync writes every transition before the next node step
 	// starts: the writes between two executor starts go in one batch, and
-	// a node's running checkpoint is durable before its handler runs. A
-	// succeeded write/external/human node is flushed at once.
+	// a node's running checkpoint is durable before its handler runs. The
+	// committer commits at once, so a succeeded write/external/human node
+	// is durable before anything else executes. A run with a BatchFinisher
+	// store is created in its first commit (with run_started).
 	DurabilitySync Durability = "sync"
 	// DurabilityBatched hands writes to a group committer that flushes the
 	// transitions of all runs together every few milliseconds (or every N

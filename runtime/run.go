@@ -828,9 +828,11 @@ func (r *run) complete(c completion) {
 			r.save(cp)
 		}
 		r.terminalAt(now, fc, EventNodeCompleted, &NodeCompletedData{Output: out, DurationMs: dur})
-		if pn.opts.Effect.Sticky() && r.durability == DurabilitySync {
-			r.flush(true) // an effect that happened must never be repeated
-		}
+		// An effect that happened must never be repeated: the sync
+		// committer commits the success at once, and no executor starts
+		// before it is durable (beforeExecute waits for every write
+		// buffered so far), so the dispatcher need not wait for it here:
+		// the next node's start joins the same commit when it can.
 		if r.stopping == stopNone {
 			r.routeAt(now, n, live, out)
 		}
