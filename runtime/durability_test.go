@@ -164,3 +164,28 @@ func TestUnknownDurability(t *testing.T) {
 		Options: runtime.RunOptions{Durability: "whenever"}})
 	require.Error(t, err)
 }
+
+// Joined writes need a store that commits them: without a store the
+// request is refused; a store that refuses them (the memory store knows
+// no application data) refuses the run's first commit, so the run ends
+// with the store's error and nothing of it is written or published.
+func TestJoinedWritesRefused(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	g := newGraph("j").node("s", "start").build()
+	_, err := k.engine(t, nil).Invoke(context.Background(), runtime.RunRequest{Graph: g,
+		Joined: runtime.Joined{Writes: []any{"x"}}})
+	require.ErrorContains(t, err, "Joined")
+
+	mem := newMem()
+	e := k.engine(t, mem)
+	require.True(t, e.JoinsWrites())
+	var got []runtime.Event
+	_, err = e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "j1",
+		Sink:   runtime.SinkFunc(func(ev runtime.Event) { got = append(got, ev) }),
+		Joined: runtime.Joined{Writes: []any{"x"}}})
+	require.ErrorContains(t, err, "joined writes")
+	require.Empty(t, got, "nothing published")
+	_, err = mem.GetRun(context.Background(), "j1")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound, "nothing written")
+}
