@@ -37,7 +37,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 // txQueries are the statements run inside write transactions; Open
 // prepares them (see stmts.in).
 var txQueries = []string{fenceQuery, saveCheckpointQuery, advanceQuery, insertEventQuery, putEffectQuery, getEffectQuery,
-	reserveRunQuery}
+	reserveRunQuery, createClaimedQuery, updateRunQuery, releaseQuery}
 
 // wrap prefixes err with the operation unless it is one of the sentinels
 // callers branch on, whose messages already say what happened.
