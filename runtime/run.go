@@ -73,6 +73,9 @@ type run struct {
 	durability Durability
 	wb         writeBuf // guarded by emu
 	endWrites  func(*RunResult) []any
+	// bornInBatch: the run's record is created by its first group commit
+	// (its lease is renewed only once that commit is done).
+	bornInBatch bool
 	// With a committer (sync and batched runs with a store), events reach
 	// the sink only once committed: wgen counts buffered writes, cgen those
 	// committed and published, cwait is closed when cgen advances, queued
@@ -296,7 +299,7 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 			return nil, err
 		}
 		created, l := *rec, *lease
-		r.wb.create, r.wb.lease = &created, &l
+		r.wb.create, r.wb.lease, r.bornInBatch = &created, &l, true
 		r.wb.writes, r.endWrites = j.Writes, j.EndWrites
 		return r, nil
 	}
