@@ -126,8 +126,9 @@ func decodeChatInput(v any) ChatInput {
 
 // chatInputOf reads m as json.Unmarshal would when m holds only the
 // plain form of a ChatInput: a string content, history messages of
-// string role, content and name, string user tools. Anything else (client
-// tools, metadata, other keys or types) is not ok: decode it as JSON.
+// string role, content and name, a history reference of strings, string
+// user tools. Anything else (client tools, metadata, other keys or types)
+// is not ok: decode it as JSON.
 func chatInputOf(m map[string]any) (ChatInput, bool) {
 	var c ChatInput
 	for k, v := range m {
@@ -166,6 +167,12 @@ func chatInputOf(m map[string]any) (ChatInput, bool) {
 					}
 				}
 			}
+		case "historyFrom":
+			ref, ok := historyRefOf(v)
+			if !ok {
+				return ChatInput{}, false
+			}
+			c.HistoryFrom = ref
 		case "userTools":
 			items, ok := v.([]any)
 			if !ok {
@@ -280,4 +287,44 @@ func rawJSON(s string) json.RawMessage {
 	}
 	b, _ := json.Marshal(s)
 	return b
+}
+
+// historyRefOf reads v as json.Unmarshal would read a *HistoryRef when v
+// is its plain object form (string ids, pinned contents of strings).
+func historyRefOf(v any) (*HistoryRef, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	ref := &HistoryRef{}
+	for k, x := range m {
+		switch k {
+		case "chatId", "messageId":
+			s, ok := x.(string)
+			if !ok {
+				return nil, false
+			}
+			if k == "chatId" {
+				ref.ChatID = s
+			} else {
+				ref.MessageID = s
+			}
+		case "pinned":
+			pm, ok := x.(map[string]any)
+			if !ok {
+				return nil, false
+			}
+			ref.Pinned = make(map[string]string, len(pm))
+			for id, c := range pm {
+				s, ok := c.(string)
+				if !ok {
+					return nil, false
+				}
+				ref.Pinned[id] = s
+			}
+		default:
+			return nil, false
+		}
+	}
+	return ref, true
 }

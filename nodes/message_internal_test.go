@@ -21,6 +21,10 @@ func TestChatInputOfMatchesJSON(t *testing.T) {
 		{"history", `{"history":[{"role":"user","content":"a"},{"role":"assistant","content":"b","name":"Helper"}],"content":"c"}`, true},
 		{"empty history", `{"history":[],"content":"c"}`, true},
 		{"user tools", `{"content":"c","userTools":["clock","search"]}`, true},
+		{"history reference", `{"historyFrom":{"chatId":"c_1","messageId":"m_2","pinned":{"m_1":"kept","m_0":""}},"content":"c"}`, true},
+		{"reference without pins", `{"historyFrom":{"chatId":"c_1","messageId":"m_2"},"content":"c"}`, true},
+		{"reference of another shape", `{"historyFrom":{"chatId":1},"content":"c"}`, false},
+		{"null reference", `{"historyFrom":null,"content":"c"}`, false},
 		{"metadata", `{"history":[{"role":"assistant","content":"b","metadata":{"nodeId":"x"}}],"content":"c"}`, false},
 		{"client tools", `{"content":"c","clientTools":[{"name":"f","parameters":{"type":"object"}}]}`, false},
 		{"number content", `{"content":5}`, false},
@@ -37,5 +41,7 @@ func TestChatInputOfMatchesJSON(t *testing.T) {
 		})
 	}
 	in := ChatInput{History: []Message{{Role: RoleUser, Content: "a"}}, Content: "b", UserTools: []string{"t"}}
+	require.Equal(t, in, AsChatInput(in.Value()))
+	in = ChatInput{HistoryFrom: &HistoryRef{ChatID: "c", MessageID: "m", Pinned: map[string]string{"m0": "x"}}, Content: "b"}
 	require.Equal(t, in, AsChatInput(in.Value()))
 }
