@@ -187,7 +187,7 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, start fu
 	}
 	return s.launch(context.Background(), launch{
 		run: lr, scopes: scopes, strategy: runcontrol.Enqueue, afterSeq: rec.LastSeq, linkNow: true,
-		exec: func(ctx context.Context, sink runtime.EventSink) (*runtime.RunResult, error) {
+		exec: func(ctx context.Context, sink runtime.EventSink, _ []any) (*runtime.RunResult, error) {
 			r.sink = sink // set before start: no event comes earlier
 			return start(ctx)
 		},

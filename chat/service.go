@@ -98,9 +98,12 @@ type Service struct {
 	engine *runtime.Engine
 	runs   runtime.Store
 	chats  Store
-	ctl    runcontrol.Controller
-	queue  runcontrol.ChatQueue
-	pub    Publisher
+	// join is the chat store as a Joiner when the engine commits joined
+	// writes (nil otherwise): a turn's writes then go in its run's commits.
+	join  Joiner
+	ctl   runcontrol.Controller
+	queue runcontrol.ChatQueue
+	pub   Publisher
 
 	// base is the parent of every run context; cancelled by Shutdown last.
 	base       context.Context
@@ -167,6 +170,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, engine: cfg.Engine, runs: cfg.Engine.Store(), chats: cfg.Store,
 		ctl: cfg.Control, queue: cfg.Queue, pub: cfg.Publisher, live: map[string]*LiveRun{}, perChat: map[string]int{},
 		perClient: map[string]int{}}
+	if j, ok := cfg.Store.(Joiner); ok && cfg.Engine.JoinsWrites() {
+		s.join = j
+	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	return s, nil
 }

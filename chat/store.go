@@ -224,6 +224,26 @@ func RewriteInline(b *HistoryBatch, runs []InlineRun, messages func(chatID strin
 	return nil
 }
 
+// Joiner is implemented by chat stores in the run store's database whose
+// writes can be committed in a run's own transactions (runtime.Joined)
+// instead of their own: a turn that starts at once then writes its
+// messages in the commit that creates its run and logs run_started, and
+// its answer in the commit of the run's end (one transaction, one fsync,
+// fewer per turn, and no moment where the two disagree). The values they
+// return are writes of the run store's type (runtime.WriteBatch.Writes).
+type Joiner interface {
+	// TurnWrite is BeginTurn as a joined write, for the commit that
+	// creates t.Run: that creation makes the reservation needless, so
+	// t.Run only names the run (its record is not written). Its errors
+	// are BeginTurn's. The messages are dated now, when the write is made.
+	TurnWrite(t Turn) any
+	// FinishWrite is FinishMessage as a joined write, except that a
+	// message that no longer belongs to m.RunID is left as it is without
+	// an error (a refusal would undo the run's whole commit). m is read
+	// now: later changes to it are not written.
+	FinishWrite(m *Message) any
+}
+
 // Page selects one page of a list: at most Limit items (0: all) that come
 // after After in the list's order. After is the last item of the previous
 // page: its time in that order (UpdatedAt for graphs, CreatedAt for

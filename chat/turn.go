@@ -123,12 +123,15 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 	}
 	err = s.launch(ctx, launch{
 		run: lr, scopes: scopes, strategy: t.req.Strategy, tryTurn: true,
-		write:    func(ctx context.Context, holding bool) error { return s.writeTurn(ctx, t, runID, holding) },
+		write:    func(ctx context.Context, holding bool) ([]any, error) { return s.writeTurn(ctx, t, runID, holding) },
 		rollback: func(ctx context.Context, victims []string) { s.rollback(ctx, t, victims) },
-		exec: func(ctx context.Context, sink runtime.EventSink) (*runtime.RunResult, error) {
-			return s.execTurn(ctx, t, runID, sink)
+		exec: func(ctx context.Context, sink runtime.EventSink, writes []any) (*runtime.RunResult, error) {
+			return s.execTurn(ctx, t, runID, sink, writes)
 		},
 		finish: func(ctx context.Context, res *runtime.RunResult, err error) {
+			if err == nil && s.join != nil {
+				return // the answer was written in the commit of the run's end
+			}
 			s.finishMessage(ctx, t.assistant, t.graph, t.entries, res, err)
 		},
 		failStart: func(ctx context.Context, cause error) {
@@ -177,11 +180,15 @@ type launch struct {
 	linkNow bool
 	// write persists the turn; holding says the run already holds its
 	// chat's turn (it will start at once, not wait in the chat's queue).
-	write func(ctx context.Context, holding bool) error
+	// Instead of writing, it may return the writes (runtime.Joined) to
+	// commit with the run's creation and run_started: exec gets them, and
+	// launch returns only once that commit is done (or refused: launch
+	// then fails with the refusal, and nothing of the turn is written).
+	write func(ctx context.Context, holding bool) ([]any, error)
 	// rollback undoes the turns a rollback strategy superseded.
 	rollback func(ctx context.Context, victims []string)
-	// exec runs the graph; started reports run_started was emitted.
-	exec func(ctx context.Context, sink runtime.EventSink) (*runtime.RunResult, error)
+	// exec runs the graph, joining writes to its first commit.
+	exec func(ctx context.Context, sink runtime.EventSink, writes []any) (*runtime.RunResult, error)
 	// finish writes the assistant message from the outcome.
 	finish func(ctx context.Context, res *runtime.RunResult, err error)
 	// failStart ends a run that could not start (nil: log only).
@@ -215,8 +222,9 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 			return err
 		}
 	}
+	var writes []any
 	if l.write != nil {
-		if err := l.write(ctx, held != nil); err != nil {
+		if writes, err = l.write(ctx, held != nil); err != nil {
 			if held != nil {
 				held.Release()
 			}
@@ -226,12 +234,27 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 	}
 	s.pub.RunOpened(lr, l.afterSeq)
 	ok = true
-	go s.run(bound, release, held, l)
-	return nil
+	if len(writes) == 0 {
+		go s.run(bound, release, held, l, nil, nil)
+		return nil
+	}
+	begun := make(chan error, 1)
+	go s.run(bound, release, held, l, writes, begun)
+	return <-begun
 }
 
-// run executes a launched run to its end (see launch).
-func (s *Service) run(bound context.Context, release func(), held *runcontrol.Turn, l launch) {
+// run executes a launched run to its end (see launch). With writes, it
+// reports on begun once they are committed with run_started (nil) or
+// refused (the run's error: it then ends with nothing written).
+func (s *Service) run(bound context.Context, release func(), held *runcontrol.Turn, l launch, writes []any, begun chan<- error) {
+	report := func(err error) {
+		if begun != nil {
+			select {
+			case begun <- err:
+			default:
+			}
+		}
+	}
 	lr := l.run
 	defer s.retire(lr, true)
 	defer release()
@@ -277,14 +300,21 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		if ev.Type == runtime.EventRunStarted {
 			started = true
 			link()
+			report(nil)
 		}
 		hold.emit(ev)
 	})
-	res, err := l.exec(runCtx, sink)
+	res, err := l.exec(runCtx, sink, writes)
 	stop()
 	// The run is over: a cancel from now on is for whatever runs next.
 	release()
 	if err != nil && !started {
+		if begun != nil {
+			// Its writes were refused with its creation: there is no
+			// turn to settle, the caller answers the error.
+			report(err)
+			return
+		}
 		s.failStart(ctx, l, err)
 		return
 	}
@@ -615,15 +645,18 @@ func (t *turn) attrs() map[string]any {
 // is revealed. A new answer whose run holds its chat's turn (it starts at
 // once) is written running; one that waits in the chat's queue is
 // written pending and marked running when its run starts.
-func (s *Service) writeTurn(ctx context.Context, t *turn, runID string, holding bool) error {
+func (s *Service) writeTurn(ctx context.Context, t *turn, runID string, holding bool) ([]any, error) {
 	w := Turn{ChatID: t.chat.ID, Run: s.reservation(t, runID)}
 	if t.req.Kind == KindContinueMessage {
 		w.Claim = &Claim{MessageID: t.assistant.ID, FromRunID: t.assistant.RunID}
-		if err := s.chats.BeginTurn(ctx, w); err != nil {
-			return err
+		var writes []any
+		if holding && s.join != nil {
+			writes = []any{s.join.TurnWrite(w)}
+		} else if err := s.chats.BeginTurn(ctx, w); err != nil {
+			return nil, err
 		}
 		t.assistant.RunID, t.assistant.Status, t.assistant.Error = runID, StatusPending, ""
-		return nil
+		return writes, nil
 	}
 	t.assistant.RunID, t.assistant.TurnRunID = runID, runID
 	if holding {
@@ -641,27 +674,46 @@ func (s *Service) writeTurn(ctx context.Context, t *turn, runID string, holding 
 		}
 		w.Messages = append(slices.Clone(t.history), w.Messages...)
 	}
-	return s.chats.BeginTurn(ctx, w)
+	if holding && s.join != nil {
+		return []any{s.join.TurnWrite(w)}, nil
+	}
+	return nil, s.chats.BeginTurn(ctx, w)
 }
 
-// execTurn executes (or, for a continue, resumes) the turn's run.
-func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runtime.EventSink) (*runtime.RunResult, error) {
+// execTurn executes (or, for a continue, resumes) the turn's run; writes
+// join the run's first commit. With a Joiner store the answer marked
+// running (a turn that waited in its chat's queue) joins it too, and the
+// final answer is written in the commit of the run's end.
+func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runtime.EventSink, writes []any) (*runtime.RunResult, error) {
+	j := runtime.Joined{Writes: writes}
 	if t.req.Kind != KindContinueMessage && t.assistant.Status != StatusRunning {
 		t.assistant.Status = StatusRunning
-		_ = s.chats.FinishMessage(ctx, t.assistant)
+		if s.join != nil {
+			j.Writes = append(j.Writes, s.join.FinishWrite(t.assistant))
+		} else {
+			_ = s.chats.FinishMessage(ctx, t.assistant)
+		}
+	}
+	if s.join != nil {
+		j.EndWrites = func(res *runtime.RunResult) []any {
+			settle(t.assistant, t.graph, t.entries, res, nil)
+			return []any{s.join.FinishWrite(t.assistant)}
+		}
 	}
 	services, hist := s.services(chatscope.New(t.plan, t.entries))
 	if t.req.Kind == KindContinueMessage {
 		// The continued run's input (and its history reference) carries over.
 		return s.engine.Resume(ctx, runtime.ResumeRequest{RunID: t.parentRun.ID, NewRunID: runID, Plan: t.plan,
-			Kind: string(KindContinueMessage), Value: t.value, Values: t.values, Attrs: t.attrs(), Services: services, Sink: sink})
+			Kind: string(KindContinueMessage), Value: t.value, Values: t.values, Attrs: t.attrs(), Services: services, Sink: sink,
+			Joined: j})
 	}
 	in, err := s.turnInput(ctx, t, hist)
 	if err != nil {
 		return nil, err
 	}
 	return s.engine.Invoke(ctx, runtime.RunRequest{RunID: runID, ChatID: t.chat.ID, Plan: t.plan,
-		EntryNodeIDs: t.entries, Input: in, Kind: string(t.req.Kind), Attrs: t.attrs(), Services: services, Sink: sink})
+		EntryNodeIDs: t.entries, Input: in, Kind: string(t.req.Kind), Attrs: t.attrs(), Services: services, Sink: sink,
+		Joined: j})
 }
 
 // turnInput builds the run input: a reference to the branch before the
@@ -675,6 +727,9 @@ func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (
 		if err != nil {
 			return nil, err
 		}
+		// The turn's own transcript (Request.History) is not written yet
+		// when it joins the run's first commit.
+		msgs = append(msgs, t.history...)
 		br, err := branch(msgs, t.user.ParentID)
 		if err != nil {
 			return nil, err
@@ -738,6 +793,15 @@ func (s *Service) finishMessage(ctx context.Context, m *Message, g *runtime.Grap
 	if m == nil || m.ID == "" {
 		return
 	}
+	settle(m, g, entries, res, err)
+	if uerr := s.chats.FinishMessage(ctx, m); uerr != nil && !errors.Is(uerr, ErrNotFound) && !errors.Is(uerr, ErrConflict) {
+		s.log.Error("writing the assistant message", "message", m.ID, "err", uerr)
+	}
+}
+
+// settle sets the assistant message's final status, error and content
+// from its run's outcome (res nil: the run's store failed).
+func settle(m *Message, g *runtime.Graph, entries []string, res *runtime.RunResult, err error) {
 	switch {
 	case res == nil:
 		m.Status, m.Error = StatusFailed, "the run's store failed"
@@ -759,9 +823,6 @@ func (s *Service) finishMessage(ctx context.Context, m *Message, g *runtime.Grap
 	}
 	if err != nil && m.Error == "" {
 		m.Error = "the run's store failed"
-	}
-	if uerr := s.chats.FinishMessage(ctx, m); uerr != nil && !errors.Is(uerr, ErrNotFound) && !errors.Is(uerr, ErrConflict) {
-		s.log.Error("writing the assistant message", "message", m.ID, "err", uerr)
 	}
 }
 

@@ -102,12 +102,95 @@ func AsChatInput(v any) ChatInput {
 		return *x
 	case string:
 		return ChatInput{Content: x}
+	case map[string]any:
+		// The JSON object form, as a durable store gives it back and as
+		// ChatInput.Value makes it: read directly when it holds only what
+		// that form holds (every node of a turn reads it; a JSON round
+		// trip of the whole history each time was a visible share of a
+		// turn's CPU).
+		if c, ok := chatInputOf(x); ok {
+			return c
+		}
 	}
+	return decodeChatInput(v)
+}
+
+// decodeChatInput reads any value through its JSON text.
+func decodeChatInput(v any) ChatInput {
 	var c ChatInput
 	if b, err := json.Marshal(v); err == nil && json.Unmarshal(b, &c) == nil {
 		return c
 	}
 	return ChatInput{Content: fmt.Sprint(v)}
+}
+
+// chatInputOf reads m as json.Unmarshal would when m holds only the
+// plain form of a ChatInput: a string content, history messages of
+// string role, content and name, a history reference of strings, string
+// user tools. Anything else (client tools, metadata, other keys or types)
+// is not ok: decode it as JSON.
+func chatInputOf(m map[string]any) (ChatInput, bool) {
+	var c ChatInput
+	for k, v := range m {
+		switch k {
+		case "content":
+			s, ok := v.(string)
+			if !ok {
+				return ChatInput{}, false
+			}
+			c.Content = s
+		case "history":
+			items, ok := v.([]any)
+			if !ok {
+				return ChatInput{}, false
+			}
+			c.History = make([]Message, len(items))
+			for i, it := range items {
+				hm, ok := it.(map[string]any)
+				if !ok {
+					return ChatInput{}, false
+				}
+				for hk, hv := range hm {
+					s, ok := hv.(string)
+					if !ok {
+						return ChatInput{}, false
+					}
+					switch hk {
+					case "role":
+						c.History[i].Role = s
+					case "content":
+						c.History[i].Content = s
+					case "name":
+						c.History[i].Name = s
+					default:
+						return ChatInput{}, false
+					}
+				}
+			}
+		case "historyFrom":
+			ref, ok := historyRefOf(v)
+			if !ok {
+				return ChatInput{}, false
+			}
+			c.HistoryFrom = ref
+		case "userTools":
+			items, ok := v.([]any)
+			if !ok {
+				return ChatInput{}, false
+			}
+			c.UserTools = make([]string, len(items))
+			for i, it := range items {
+				s, ok := it.(string)
+				if !ok {
+					return ChatInput{}, false
+				}
+				c.UserTools[i] = s
+			}
+		default:
+			return ChatInput{}, false
+		}
+	}
+	return c, true
 }
 
 // AsMessage reads any flow payload as a Message: a Message (value or
@@ -204,4 +287,44 @@ func rawJSON(s string) json.RawMessage {
 	}
 	b, _ := json.Marshal(s)
 	return b
+}
+
+// historyRefOf reads v as json.Unmarshal would read a *HistoryRef when v
+// is its plain object form (string ids, pinned contents of strings).
+func historyRefOf(v any) (*HistoryRef, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	ref := &HistoryRef{}
+	for k, x := range m {
+		switch k {
+		case "chatId", "messageId":
+			s, ok := x.(string)
+			if !ok {
+				return nil, false
+			}
+			if k == "chatId" {
+				ref.ChatID = s
+			} else {
+				ref.MessageID = s
+			}
+		case "pinned":
+			pm, ok := x.(map[string]any)
+			if !ok {
+				return nil, false
+			}
+			ref.Pinned = make(map[string]string, len(pm))
+			for id, c := range pm {
+				s, ok := c.(string)
+				if !ok {
+					return nil, false
+				}
+				ref.Pinned[id] = s
+			}
+		default:
+			return nil, false
+		}
+	}
+	return ref, true
 }

@@ -14,8 +14,10 @@ type Durability string
 const (
 	// DurabilitySync writes every transition before the next node step
 	// starts: the writes between two executor starts go in one batch, and
-	// a node's running checkpoint is durable before its handler runs. A
-	// succeeded write/external/human node is flushed at once.
+	// a node's running checkpoint is durable before its handler runs. The
+	// committer commits at once, so a succeeded write/external/human node
+	// is durable before anything else executes. A run with a BatchFinisher
+	// store is created in its first commit (with run_started).
 	DurabilitySync Durability = "sync"
 	// DurabilityBatched hands writes to a group committer that flushes the
 	// transitions of all runs together every few milliseconds (or every N
@@ -51,11 +53,16 @@ type WriteBatch struct {
 	// and is ErrRunExists over any other. Only a BatchFinisher is handed it.
 	Create *RunRecord
 	Lease  *Lease
+	// Writes are an application's own writes (Joined), applied last, in
+	// the same transaction. Each is a value of a type the store defines;
+	// a store fails the call on a type it does not know. Only a
+	// BatchFinisher is handed them.
+	Writes []any
 }
 
 // BatchFinisher is a BatchWriter whose WriteBatches also applies Create
-// (with its Lease), Finish and Release, in the same transaction as the
-// batch's other writes.
+// (with its Lease), Finish, Release and Writes, in the same transaction
+// as the batch's other writes.
 type BatchFinisher interface {
 	BatchWriter
 	FinishesBatches()
@@ -84,10 +91,11 @@ type writeBuf struct {
 	release *Lease
 	create  *RunRecord
 	lease   *Lease
+	writes  []any
 }
 
 func (b *writeBuf) empty() bool {
-	return len(b.cps) == 0 && len(b.evs) == 0 && b.finish == nil && b.release == nil && b.create == nil
+	return len(b.cps) == 0 && len(b.evs) == 0 && b.finish == nil && b.release == nil && b.create == nil && len(b.writes) == 0
 }
 
 // maxBuffered bounds a run's buffer in sync and batched modes (a node
@@ -178,7 +186,7 @@ func applyBatches(ctx context.Context, st *storeView, batches []WriteBatch) erro
 // wakes an emitter waiting for room.
 func (r *run) takeLocked() WriteBatch {
 	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: latestPerNode(r.wb.cps), Events: r.wb.evs,
-		Finish: r.wb.finish, Release: r.wb.release, Create: r.wb.create, Lease: r.wb.lease}
+		Finish: r.wb.finish, Release: r.wb.release, Create: r.wb.create, Lease: r.wb.lease, Writes: r.wb.writes}
 	r.wb = writeBuf{}
 	r.roomLocked()
 	return b

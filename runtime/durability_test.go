@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/memory"
 )
 
 // Every mode ends with the same log in the store as the live stream.
@@ -163,4 +165,59 @@ func TestUnknownDurability(t *testing.T) {
 	_, err = e.Invoke(context.Background(), runtime.RunRequest{Graph: newGraph("u").node("s", "start").build(),
 		Options: runtime.RunOptions{Durability: "whenever"}})
 	require.Error(t, err)
+}
+
+// Joined writes need a store that commits them: without a store the
+// request is refused; a store that refuses them (the memory store knows
+// no application data) refuses the run's first commit, so the run ends
+// with the store's error and nothing of it is written or published.
+func TestJoinedWritesRefused(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	g := newGraph("j").node("s", "start").build()
+	_, err := k.engine(t, nil).Invoke(context.Background(), runtime.RunRequest{Graph: g,
+		Joined: runtime.Joined{Writes: []any{"x"}}})
+	require.ErrorContains(t, err, "Joined")
+
+	mem := newMem()
+	e := k.engine(t, mem)
+	require.True(t, e.JoinsWrites())
+	var got []runtime.Event
+	_, err = e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "j1",
+		Sink:   runtime.SinkFunc(func(ev runtime.Event) { got = append(got, ev) }),
+		Joined: runtime.Joined{Writes: []any{"x"}}})
+	require.ErrorContains(t, err, "joined writes")
+	require.Empty(t, got, "nothing published")
+	_, err = mem.GetRun(context.Background(), "j1")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound, "nothing written")
+}
+
+// slowBirth is a store whose group commits that create a run take a
+// while (as when they wait behind other transactions for the writer).
+type slowBirth struct {
+	*memory.Store
+	delay time.Duration
+}
+
+func (s slowBirth) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	for _, b := range bs {
+		if b.Create != nil {
+			time.Sleep(s.delay)
+		}
+	}
+	return s.Store.WriteBatches(ctx, bs)
+}
+
+// A run created in its first group commit has no record to renew a lease
+// on until that commit is done: its lease renewal waits for it instead
+// of taking the missing record for a lost lease.
+func TestLeaseRenewalWaitsForTheRunsCreation(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	st := slowBirth{Store: newMem(), delay: 150 * time.Millisecond}
+	e := k.engine(t, st, func(c *runtime.Config) { c.LeaseTTL = 60 * time.Millisecond })
+	g := newGraph("born").node("s", "start").node("a", "step").flow("s", "a").build()
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "born"})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status)
 }

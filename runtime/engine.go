@@ -395,6 +395,9 @@ type RunRequest struct {
 	Services any
 	// Sink receives the run's events in order (optional).
 	Sink EventSink
+	// Writes and EndWrites join the application's own writes to the run's
+	// transactions (see Joined).
+	Joined
 }
 
 // ResumeRequest continues a finished (interrupted, cancelled or failed) run
@@ -425,7 +428,30 @@ type ResumeRequest struct {
 	Attrs    map[string]any
 	Services any
 	Sink     EventSink
+	Joined
 }
+
+// Joined are an application's own writes committed in the run's own
+// transactions, so that its records and the run's never disagree after a
+// crash (a chat's messages and the run that answers them, say). It needs
+// a store whose WriteBatches applies them (a BatchFinisher that knows
+// their type: Engine.JoinsWrites); a request that has them is refused
+// otherwise. Each write is a value of a type the store defines (for
+// example sqlite.Write, postgres.Write); the kernel only carries them.
+type Joined struct {
+	// Writes are committed in the same transaction as the run's creation
+	// (a sync or batched run) and its run_started event. When the store
+	// refuses them (one fails), nothing of the run is written and it ends
+	// with the store's error before run_started is published.
+	Writes []any
+	// EndWrites, when set, is called once the run's outcome is known,
+	// before its end is written; the writes it returns are committed in
+	// the same transaction as the run's terminal event and final record.
+	// It is not called when the store failed the run before its end.
+	EndWrites func(*RunResult) []any
+}
+
+func (j Joined) empty() bool { return len(j.Writes) == 0 && j.EndWrites == nil }
 
 // RunResult is how a run ended.
 type RunResult struct {
@@ -491,6 +517,10 @@ func (e *Engine) Invoke(ctx context.Context, req RunRequest) (*RunResult, error)
 	}
 	return r.execute()
 }
+
+// JoinsWrites reports whether runs may carry Joined writes: the engine's
+// store commits them with the run's own writes.
+func (e *Engine) JoinsWrites() bool { return e.store != nil && e.store.finisher != nil }
 
 // Resume continues a finished run in a new run (see ResumeRequest).
 func (e *Engine) Resume(ctx context.Context, req ResumeRequest) (*RunResult, error) {

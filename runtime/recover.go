@@ -237,7 +237,13 @@ func (r *run) renewLease(stop <-chan struct{}) {
 		case <-t.C:
 			r.emu.Lock()
 			cur := *r.lease
+			// A run created in its first group commit has no record to
+			// renew until that commit is done (it may wait behind others).
+			unborn := r.bornInBatch && r.cgen == 0
 			r.emu.Unlock()
+			if unborn {
+				continue
+			}
 			next, err := l.RenewLease(r.bg, cur, r.e.leaseTTL)
 			r.emu.Lock()
 			ending := r.ending

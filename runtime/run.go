@@ -84,6 +84,10 @@ type run struct {
 	lease      *Lease
 	durability Durability
 	wb         writeBuf // guarded by emu
+	endWrites  func(*RunResult) []any
+	// bornInBatch: the run's record is created by its first group commit
+	// (its lease is renewed only once that commit is done).
+	bornInBatch bool
 	// With a committer (sync and batched runs with a store), events reach
 	// the sink only once committed: wgen counts buffered writes, cgen those
 	// committed and published, cwait is closed when cgen advances, queued
@@ -137,7 +141,7 @@ func (e *Engine) newRun(ctx context.Context, req RunRequest) (*run, error) {
 	rec := &RunRecord{ID: id, RootID: id, ChatID: req.ChatID, GraphID: p.GraphID, PlanVersion: p.PlanVersion,
 		Kind: req.Kind, Attrs: req.Attrs, EntryNodeIDs: as.entryIDs, Input: req.Input, Options: req.Options,
 		Status: RunRunning, CreatedAt: now, UpdatedAt: now}
-	return e.startRun(ctx, p, as, rec, req.Services, req.Sink)
+	return e.startRun(ctx, p, as, rec, req.Services, req.Sink, req.Joined)
 }
 
 func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error) {
@@ -205,7 +209,7 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 		GraphID: p.GraphID, PlanVersion: p.PlanVersion, Kind: kind, Attrs: attrs,
 		EntryNodeIDs: parent.EntryNodeIDs, Input: parent.Input, Options: parent.Options, Answers: answers,
 		Status: RunRunning, CreatedAt: now, UpdatedAt: now}
-	r, err := e.startRun(ctx, p, as, rec, req.Services, req.Sink)
+	r, err := e.startRun(ctx, p, as, rec, req.Services, req.Sink, req.Joined)
 	if err != nil {
 		return nil, err
 	}
@@ -290,14 +294,21 @@ func (p *Plan) defaultEntries() []string {
 	return ids
 }
 
-func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink) (*run, error) {
+func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink, j Joined) (*run, error) {
+	if !j.empty() && !e.JoinsWrites() {
+		return nil, errors.New("runtime: the engine's store cannot commit an application's writes with a run's (Joined)")
+	}
 	// Held from before its record exists: recovery never takes it back.
 	e.hold(rec.ID)
 	defer e.unhold(rec.ID)
 	var lease *Lease
-	batched := rec.Options.Durability == DurabilityBatched || rec.Options.Durability == "" && e.durability == DurabilityBatched
-	if e.store != nil && e.store.finisher != nil && batched {
-		// The record and its first lease join the run's first group commit.
+	mode := rec.Options.Durability
+	if mode == "" {
+		mode = e.durability
+	}
+	if e.store != nil && e.store.finisher != nil && mode != DurabilityExit {
+		// The record and its first lease join the run's first group commit
+		// (with run_started and the Joined writes).
 		rec.Token = 1
 		lease = &Lease{RunID: rec.ID, Owner: e.owner, Token: 1, ExpiresAt: time.Now().Add(e.leaseTTL)}
 		r, err := e.newRunState(ctx, p, as, rec, rec.CreatedAt, services, sink, lease)
@@ -305,7 +316,8 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 			return nil, err
 		}
 		created, l := *rec, *lease
-		r.wb.create, r.wb.lease = &created, &l
+		r.wb.create, r.wb.lease, r.bornInBatch = &created, &l, true
+		r.wb.writes, r.endWrites = j.Writes, j.EndWrites
 		return r, nil
 	}
 	if e.store != nil && e.store.starter != nil {
@@ -328,7 +340,12 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 			rec.Token = got.Token
 		}
 	}
-	return e.newRunState(ctx, p, as, rec, rec.CreatedAt, services, sink, lease)
+	r, err := e.newRunState(ctx, p, as, rec, rec.CreatedAt, services, sink, lease)
+	if err != nil {
+		return nil, err
+	}
+	r.wb.writes, r.endWrites = j.Writes, j.EndWrites
+	return r, nil
 }
 
 // newRunState makes the run's state; started is when its clock starts
@@ -1003,10 +1020,11 @@ func (r *run) complete(c completion) {
 		d := r.completedData()
 		d.Output, d.DurationMs = out, dur
 		r.terminalAt(now, fc, EventNodeCompleted, d)
-		if pn.opts.Effect.Sticky() && r.durability == DurabilitySync {
-			r.flush(true) // an effect that happened must never be repeated
-			r.clock = time.Time{}
-		}
+		// An effect that happened must never be repeated: the sync
+		// committer commits the success at once, and no executor starts
+		// before it is durable (beforeExecute waits for every write
+		// buffered so far), so the dispatcher need not wait for it here:
+		// the next node's start joins the same commit when it can.
 		if r.stopping == stopNone {
 			r.routeAt(now, n, live, out)
 		}
@@ -1307,6 +1325,9 @@ func (r *run) finish() (*RunResult, error) {
 		r.rec.Status, r.rec.Interrupts, r.rec.LastSeq, r.rec.UpdatedAt = status, r.interrupt, res.LastSeq, time.Now()
 		final := *r.rec
 		r.wb.finish = &final
+		if r.endWrites != nil {
+			r.wb.writes = append(r.wb.writes, r.endWrites(res)...)
+		}
 		r.ending = true
 		if r.lease != nil {
 			l := *r.lease

@@ -43,15 +43,20 @@ const (
 	turnLeaseTTL  = 300 * time.Millisecond
 )
 
-// turnOps are the writes of a turn's start, in order: the turn's messages
-// with the run's reservation (begin_turn), the assistant message marked
-// running (finish_message), the run's creation (create_claimed with a
-// RunStarter store, create_run + claim_run without), the writes of the
-// running run (write_batches with a BatchWriter store, save_checkpoint and
-// append_events without). A failpoint kills the worker right after the
-// n-th successful call of one of them, whichever turn makes it; or, for
-// final_message, right before the n-th write of a final answer (the run
-// has ended, its message is not written).
+// turnOps are the writes of a turn's start, in order. A turn that holds
+// its chat's turn (the first to a chat) writes its messages in the
+// commit that creates its run and logs run_started (write_batches: the
+// chat store is a chat.Joiner). A turn that waits in its chat's queue
+// (the second) writes its messages with the run's reservation at once
+// (begin_turn); its run's creation, with the answer marked running,
+// follows when it starts (write_batches). Without a BatchFinisher store:
+// the answer marked running (finish_message), the run's creation
+// (create_claimed with a RunStarter store, create_run + claim_run
+// without), the running run's writes (save_checkpoint, append_events). A
+// failpoint kills the worker right after the n-th successful call of one
+// of them, whichever turn makes it; or, for final_message, right before
+// the n-th final answer is written (the run has ended, its end and its
+// message are not committed).
 var turnOps = []string{"begin_turn", "finish_message", "create_claimed", "create_run", "claim_run",
 	"write_batches", "save_checkpoint", "append_events", "final_message"}
 
@@ -105,6 +110,19 @@ func (s killChats) BeginTurn(ctx context.Context, t chat.Turn) error {
 	err := s.Store.BeginTurn(ctx, t)
 	s.k.after("begin_turn", err)
 	return err
+}
+
+// TurnWrite and FinishWrite keep the store a chat.Joiner: a turn that
+// starts at once writes its messages in its run's first commit and its
+// answer in the commit of its end (both write_batches).
+func (s killChats) TurnWrite(t chat.Turn) any { return s.Store.(chat.Joiner).TurnWrite(t) }
+
+func (s killChats) FinishWrite(m *chat.Message) any {
+	if m.Status.Settled() {
+		// The run has ended; its end (with the answer) is not committed.
+		s.k.after("final_message", nil)
+	}
+	return s.Store.(chat.Joiner).FinishWrite(m)
 }
 
 func (s killChats) FinishMessage(ctx context.Context, m *chat.Message) error {
@@ -174,8 +192,9 @@ func turnWorker() int {
 	return 1
 }
 
-// sendTurns opens this iteration's chats on one graph and sends a turn to
-// each at once.
+// sendTurns opens this iteration's chats on one graph and sends two
+// turns to each at once: one holds the chat's turn and starts, the other
+// waits in the chat's queue.
 func sendTurns(ctx context.Context, chats chat.Store, svc *chat.Service, iter string) error {
 	body, err := json.Marshal(map[string]any{
 		"nodes": []map[string]any{
@@ -195,17 +214,19 @@ func sendTurns(ctx context.Context, chats chat.Store, svc *chat.Service, iter st
 	if err := chats.CreateGraph(ctx, g); err != nil {
 		return err
 	}
-	errs := make(chan error, turnChats)
+	errs := make(chan error, 2*turnChats)
 	var wg sync.WaitGroup
 	for i := range turnChats {
 		id := fmt.Sprintf("c_%s_%d", iter, i)
 		if err := chats.CreateChat(ctx, &chat.Chat{ID: id, GraphID: g.ID}, 0); err != nil {
 			return err
 		}
-		wg.Go(func() {
-			_, err := svc.Send(ctx, chat.Request{Kind: chat.KindStreamChat, ChatID: id, Content: "one two three four five six"})
-			errs <- err
-		})
+		for range 2 {
+			wg.Go(func() {
+				_, err := svc.Send(ctx, chat.Request{Kind: chat.KindStreamChat, ChatID: id, Content: "one two three four five six"})
+				errs <- err
+			})
+		}
 	}
 	wg.Wait()
 	close(errs)
@@ -346,5 +367,5 @@ func testTurnCrash(t *testing.T, db string) {
 	defer closeStores()
 	messages, lost := checkTurns(t, runs, chats)
 	t.Logf("%d kills %v; %d messages consistent, %d turns lost before their run began", total, kills, messages, lost)
-	require.Positive(t, lost, "no kill fell between a turn's messages and its run")
+	require.Positive(t, lost, "no kill fell between a queued turn's messages and its run")
 }

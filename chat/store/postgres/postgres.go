@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -275,48 +276,11 @@ func (s *Store) BeginTurn(ctx context.Context, turn chat.Turn) error {
 	if turn.Run == nil || turn.Run.Status != runtime.RunPending {
 		return errors.New("chat/store/postgres: a turn needs its run's reservation (status pending)")
 	}
+	t := now()
+	stamp(turn, t)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := touchChat(ctx, tx, turn.ChatID, turn.ActiveLeafID); err != nil {
+		if err := beginTurn(ctx, tx, turn, t); err != nil {
 			return err
-		}
-		t := now()
-		if c := turn.Claim; c != nil {
-			tag, err := tx.Exec(ctx, `UPDATE chat_messages SET run_id = $1, status = $2, error = '', updated_at = $3
-				WHERE chat_id = $4 AND id = $5 AND run_id = $6`, turn.Run.ID, chat.StatusPending, t, turn.ChatID, c.MessageID, c.FromRunID)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() != 1 {
-				var one int
-				if err := tx.QueryRow(ctx, `SELECT 1 FROM chat_messages WHERE chat_id = $1 AND id = $2`, turn.ChatID, c.MessageID).Scan(&one); err != nil {
-					if errors.Is(err, pgx.ErrNoRows) {
-						return fmt.Errorf("%w: message %s", chat.ErrNotFound, c.MessageID)
-					}
-					return err
-				}
-				return fmt.Errorf("%w: message %s cannot be continued from run %s", chat.ErrConflict, c.MessageID, c.FromRunID)
-			}
-		}
-		for _, m := range turn.Messages {
-			m.ChatID = turn.ChatID
-			if m.CreatedAt.IsZero() {
-				m.CreatedAt = t
-			}
-			m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Microsecond)
-			m.UpdatedAt = t
-			var tools any
-			if len(m.UserTools) > 0 {
-				tools = m.UserTools
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO chat_messages (chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-				turn.ChatID, m.ID, m.ParentID, m.Role, m.Content, m.RunID, m.Status, m.TurnRunID, m.AgentNodeID, tools, m.Error, m.CreatedAt, t)
-			if isUnique(err) {
-				return fmt.Errorf("%w: message %s exists", chat.ErrConflict, m.ID)
-			}
-			if err != nil {
-				return err
-			}
 		}
 		if err := s.runs.ReserveRun(ctx, tx, turn.Run); err != nil {
 			if errors.Is(err, runtime.ErrRunExists) {
@@ -326,6 +290,90 @@ func (s *Store) BeginTurn(ctx context.Context, turn chat.Turn) error {
 		}
 		return nil
 	})
+}
+
+var _ chat.Joiner = (*Store)(nil)
+
+// TurnWrite implements chat.Joiner: BeginTurn's writes but the
+// reservation, as an rpostgres.Write.
+func (s *Store) TurnWrite(turn chat.Turn) any {
+	t := now()
+	stamp(turn, t)
+	turn.Messages = slices.Clone(turn.Messages)
+	for i, m := range turn.Messages {
+		c := *m
+		turn.Messages[i] = &c
+	}
+	return rpostgres.Write(func(ctx context.Context, tx pgx.Tx) error {
+		if err := beginTurn(ctx, tx, turn, t); err != nil {
+			return fmt.Errorf("chat/store/postgres: begin turn in chat %s: %w", turn.ChatID, err)
+		}
+		return nil
+	})
+}
+
+// FinishWrite implements chat.Joiner: FinishMessage's UPDATE as an
+// rpostgres.Write (matching no row is not an error).
+func (s *Store) FinishWrite(m *chat.Message) any {
+	t, c := now(), *m
+	return rpostgres.Write(func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, finishMessageQuery, c.Content, c.Status, c.Error, t, c.ChatID, c.ID, c.RunID); err != nil {
+			return fmt.Errorf("chat/store/postgres: finish message %s: %w", c.ID, err)
+		}
+		return nil
+	})
+}
+
+// stamp dates the turn's messages and names their chat.
+func stamp(turn chat.Turn, t time.Time) {
+	for _, m := range turn.Messages {
+		m.ChatID = turn.ChatID
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = t
+		}
+		m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Microsecond)
+		m.UpdatedAt = t
+	}
+}
+
+// beginTurn writes turn (stamped), but its reservation, in tx.
+func beginTurn(ctx context.Context, tx pgx.Tx, turn chat.Turn, t time.Time) error {
+	if err := touchChat(ctx, tx, turn.ChatID, turn.ActiveLeafID); err != nil {
+		return err
+	}
+	if c := turn.Claim; c != nil {
+		tag, err := tx.Exec(ctx, `UPDATE chat_messages SET run_id = $1, status = $2, error = '', updated_at = $3
+			WHERE chat_id = $4 AND id = $5 AND run_id = $6`, turn.Run.ID, chat.StatusPending, t, turn.ChatID, c.MessageID, c.FromRunID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			var one int
+			if err := tx.QueryRow(ctx, `SELECT 1 FROM chat_messages WHERE chat_id = $1 AND id = $2`, turn.ChatID, c.MessageID).Scan(&one); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return fmt.Errorf("%w: message %s", chat.ErrNotFound, c.MessageID)
+				}
+				return err
+			}
+			return fmt.Errorf("%w: message %s cannot be continued from run %s", chat.ErrConflict, c.MessageID, c.FromRunID)
+		}
+	}
+	for _, m := range turn.Messages {
+		var tools any
+		if len(m.UserTools) > 0 {
+			tools = m.UserTools
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO chat_messages (chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			turn.ChatID, m.ID, m.ParentID, m.Role, m.Content, m.RunID, m.Status, m.TurnRunID, m.AgentNodeID, tools, m.Error, m.CreatedAt, t)
+		if isUnique(err) {
+			return fmt.Errorf("%w: message %s exists", chat.ErrConflict, m.ID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // UpdateMessage implements chat.Store.
@@ -344,8 +392,7 @@ func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
 // belongs to m.RunID.
 func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
 	t := now()
-	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET content = $1, status = $2, error = $3, updated_at = $4
-		WHERE chat_id = $5 AND id = $6 AND run_id = $7`, m.Content, m.Status, m.Error, t, m.ChatID, m.ID, m.RunID)
+	tag, err := s.pool.Exec(ctx, finishMessageQuery, m.Content, m.Status, m.Error, t, m.ChatID, m.ID, m.RunID)
 	if err != nil {
 		return err
 	}
@@ -358,6 +405,9 @@ func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
 	}
 	return fmt.Errorf("%w: message %s no longer belongs to run %s", chat.ErrConflict, m.ID, m.RunID)
 }
+
+const finishMessageQuery = `UPDATE chat_messages SET content = $1, status = $2, error = $3, updated_at = $4
+	WHERE chat_id = $5 AND id = $6 AND run_id = $7`
 
 const msgCols = `seq, chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at`
 

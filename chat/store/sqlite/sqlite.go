@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"chatgraph/chat"
@@ -37,8 +38,39 @@ func Open(ctx context.Context, runs *rsqlite.Store) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("chat sqlite store: open %s: %w", runs.Path(), err)
 	}
+	if err := runs.Prepare(ctx, txQueries...); err != nil {
+		return nil, fmt.Errorf("chat sqlite store: open %s: %w", runs.Path(), err)
+	}
 	return s, nil
 }
+
+var _ chat.Joiner = (*Store)(nil)
+
+// txQueries are the statements of a turn's writes, prepared at Open: a
+// turn runs them every time, and parsing SQL costs more than running it.
+var txQueries = []string{touchChatQuery, insertMessageQuery, claimMessageQuery, finishMessageQuery, messageRunQuery}
+
+// exec runs q (prepared when it is one of txQueries) in tx.
+func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	st, err := s.runs.Stmt(ctx, tx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// queryRow runs q on the read pool, prepared once.
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) scanner {
+	st, err := s.runs.ReadStmt(ctx, q)
+	if err != nil {
+		return errRow{err}
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // update runs fn in a transaction on the run store's writer (see
 // rsqlite.Store.Update) and prefixes its errors with op, except the
@@ -159,7 +191,7 @@ func (s *Store) GetGraphVersion(ctx context.Context, id string, version int64) (
 
 // GetGraph implements chat.Store.
 func (s *Store) GetGraph(ctx context.Context, id string) (*chat.Graph, error) {
-	g, err := scanGraph(s.r.QueryRowContext(ctx, `SELECT `+graphCols+` FROM graphs WHERE id = ? AND deleted = 0`, id))
+	g, err := scanGraph(s.queryRow(ctx, `SELECT `+graphCols+` FROM graphs WHERE id = ? AND deleted = 0`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: graph %s", chat.ErrNotFound, id)
 	}
@@ -257,7 +289,7 @@ func scanChat(row scanner) (*chat.Chat, error) {
 
 // GetChat implements chat.Store.
 func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
-	c, err := scanChat(s.r.QueryRowContext(ctx, `SELECT `+chatCols+` FROM chats WHERE id = ?`, id))
+	c, err := scanChat(s.queryRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
 	}
@@ -293,15 +325,16 @@ func (s *Store) DeleteChat(ctx context.Context, id string) error {
 
 // touchChat dates the chat's change and sets its active leaf when
 // activeLeafID is not empty; ErrNotFound if the chat is absent.
-func touchChat(ctx context.Context, tx *sql.Tx, chatID, activeLeafID string, t time.Time) error {
-	res, err := tx.ExecContext(ctx, `UPDATE chats SET updated_at = ?,
-	active_leaf_id = CASE WHEN ? = '' THEN active_leaf_id ELSE ? END WHERE id = ?`,
-		ts(t), activeLeafID, activeLeafID, chatID)
+func (s *Store) touchChat(ctx context.Context, tx *sql.Tx, chatID, activeLeafID string, t time.Time) error {
+	res, err := s.exec(ctx, tx, touchChatQuery, ts(t), activeLeafID, activeLeafID, chatID)
 	if err != nil {
 		return err
 	}
 	return affected(res, chat.ErrNotFound, "chat "+chatID)
 }
+
+const touchChatQuery = `UPDATE chats SET updated_at = ?,
+	active_leaf_id = CASE WHEN ? = '' THEN active_leaf_id ELSE ? END WHERE id = ?`
 
 // --- messages -------------------------------------------------------------
 
@@ -321,44 +354,11 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 	if t.Run == nil {
 		return errors.New("chat sqlite store: a turn needs its run's reservation (Turn.Run)")
 	}
+	now := now()
+	stamp(t, now)
 	return s.update(ctx, "begin turn in chat "+t.ChatID, func(tx *sql.Tx) error {
-		now := now()
-		if err := touchChat(ctx, tx, t.ChatID, t.ActiveLeafID, now); err != nil {
+		if err := s.beginTurn(ctx, tx, t, now); err != nil {
 			return err
-		}
-		for _, m := range t.Messages {
-			m.ChatID = t.ChatID
-			if m.CreatedAt.IsZero() {
-				m.CreatedAt = now
-			}
-			m.UpdatedAt = now
-			ut, err := tools(m.UserTools)
-			if err != nil {
-				return fmt.Errorf("message %s: user tools: %w", m.ID, err)
-			}
-			res, err := tx.ExecContext(ctx, `INSERT INTO messages (chat_id, id, parent_id, role, content, run_id, status,
-	turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, id) DO NOTHING`,
-				t.ChatID, m.ID, m.ParentID, string(m.Role), m.Content, m.RunID, string(m.Status), m.TurnRunID, m.AgentNodeID,
-				ut, m.Error, ts(m.CreatedAt), ts(now))
-			if err != nil {
-				return err
-			}
-			if err := affected(res, chat.ErrConflict, "message "+m.ID+" exists"); err != nil {
-				return err
-			}
-		}
-		if c := t.Claim; c != nil {
-			res, err := tx.ExecContext(ctx, `UPDATE messages SET run_id = ?, status = ?, error = '', updated_at = ?
-WHERE chat_id = ? AND id = ? AND run_id = ?`, t.Run.ID, string(chat.StatusPending), ts(now), t.ChatID, c.MessageID, c.FromRunID)
-			if err != nil {
-				return err
-			}
-			if n, err := res.RowsAffected(); err != nil {
-				return err
-			} else if n == 0 {
-				return lost(ctx, tx, t.ChatID, c.MessageID, c.FromRunID)
-			}
 		}
 		if err := s.runs.ReserveRun(ctx, tx, t.Run); errors.Is(err, runtime.ErrRunExists) {
 			return fmt.Errorf("%w: run %s: %w", chat.ErrConflict, t.Run.ID, runtime.ErrRunExists)
@@ -369,11 +369,89 @@ WHERE chat_id = ? AND id = ? AND run_id = ?`, t.Run.ID, string(chat.StatusPendin
 	})
 }
 
+// TurnWrite implements chat.Joiner: BeginTurn's writes but the
+// reservation, as an rsqlite.Write.
+func (s *Store) TurnWrite(t chat.Turn) any {
+	now := now()
+	stamp(t, now)
+	t.Messages = slices.Clone(t.Messages)
+	for i, m := range t.Messages {
+		c := *m
+		t.Messages[i] = &c
+	}
+	return rsqlite.Write(func(ctx context.Context, tx *sql.Tx) error {
+		if err := s.beginTurn(ctx, tx, t, now); err != nil {
+			return fmt.Errorf("chat sqlite store: begin turn in chat %s: %w", t.ChatID, err)
+		}
+		return nil
+	})
+}
+
+// stamp dates the turn's messages and names their chat.
+func stamp(t chat.Turn, now time.Time) {
+	for _, m := range t.Messages {
+		m.ChatID = t.ChatID
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = now
+		}
+		m.UpdatedAt = now
+	}
+}
+
+// beginTurn writes t (stamped), but its reservation, in tx.
+func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t chat.Turn, now time.Time) error {
+	if err := s.touchChat(ctx, tx, t.ChatID, t.ActiveLeafID, now); err != nil {
+		return err
+	}
+	for _, m := range t.Messages {
+		ut, err := tools(m.UserTools)
+		if err != nil {
+			return fmt.Errorf("message %s: user tools: %w", m.ID, err)
+		}
+		res, err := s.exec(ctx, tx, insertMessageQuery,
+			t.ChatID, m.ID, m.ParentID, string(m.Role), m.Content, m.RunID, string(m.Status), m.TurnRunID, m.AgentNodeID,
+			ut, m.Error, ts(m.CreatedAt), ts(now))
+		if err != nil {
+			return err
+		}
+		if err := affected(res, chat.ErrConflict, "message "+m.ID+" exists"); err != nil {
+			return err
+		}
+	}
+	if c := t.Claim; c != nil {
+		res, err := s.exec(ctx, tx, claimMessageQuery, t.Run.ID, string(chat.StatusPending), ts(now), t.ChatID, c.MessageID, c.FromRunID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return s.lost(ctx, tx, t.ChatID, c.MessageID, c.FromRunID)
+		}
+	}
+	return nil
+}
+
+const (
+	insertMessageQuery = `INSERT INTO messages (chat_id, id, parent_id, role, content, run_id, status,
+	turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, id) DO NOTHING`
+	claimMessageQuery = `UPDATE messages SET run_id = ?, status = ?, error = '', updated_at = ?
+WHERE chat_id = ? AND id = ? AND run_id = ?`
+	finishMessageQuery = `UPDATE messages SET content = ?, status = ?, error = ?, updated_at = ?
+WHERE chat_id = ? AND id = ? AND run_id = ?`
+	messageRunQuery = `SELECT run_id FROM messages WHERE chat_id = ? AND id = ?`
+)
+
 // lost says why a write conditional on a message's run id changed
 // nothing: ErrNotFound when the message is absent, else ErrConflict.
-func lost(ctx context.Context, tx *sql.Tx, chatID, msgID, runID string) error {
+func (s *Store) lost(ctx context.Context, tx *sql.Tx, chatID, msgID, runID string) error {
+	st, err := s.runs.Stmt(ctx, tx, messageRunQuery)
+	if err != nil {
+		return err
+	}
 	var cur string
-	err := tx.QueryRowContext(ctx, `SELECT run_id FROM messages WHERE chat_id = ? AND id = ?`, chatID, msgID).Scan(&cur)
+	err = st.QueryRowContext(ctx, chatID, msgID).Scan(&cur)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: message %s", chat.ErrNotFound, msgID)
 	}
@@ -402,17 +480,28 @@ WHERE chat_id = ? AND id = ?`, m.ParentID, m.Content, string(m.Status), m.RunID,
 func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
 	return s.update(ctx, "finish message "+m.ID, func(tx *sql.Tx) error {
 		t := now()
-		res, err := tx.ExecContext(ctx, `UPDATE messages SET content = ?, status = ?, error = ?, updated_at = ?
-WHERE chat_id = ? AND id = ? AND run_id = ?`, m.Content, string(m.Status), m.Error, ts(t), m.ChatID, m.ID, m.RunID)
+		res, err := s.exec(ctx, tx, finishMessageQuery, m.Content, string(m.Status), m.Error, ts(t), m.ChatID, m.ID, m.RunID)
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return lost(ctx, tx, m.ChatID, m.ID, m.RunID)
+			return s.lost(ctx, tx, m.ChatID, m.ID, m.RunID)
 		}
 		m.UpdatedAt = t
+		return nil
+	})
+}
+
+// FinishWrite implements chat.Joiner: FinishMessage's UPDATE as an
+// rsqlite.Write (matching no row is not an error).
+func (s *Store) FinishWrite(m *chat.Message) any {
+	t, c := now(), *m
+	return rsqlite.Write(func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, finishMessageQuery, c.Content, string(c.Status), c.Error, ts(t), c.ChatID, c.ID, c.RunID); err != nil {
+			return fmt.Errorf("chat sqlite store: finish message %s: %w", c.ID, err)
+		}
 		return nil
 	})
 }
@@ -442,7 +531,7 @@ func scanMsg(row scanner) (*chat.Message, error) {
 
 // GetMessage implements chat.Store.
 func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Message, error) {
-	m, err := scanMsg(s.r.QueryRowContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND id = ?`, chatID, id))
+	m, err := scanMsg(s.queryRow(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND id = ?`, chatID, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		if _, err := s.GetChat(ctx, chatID); err != nil {
 			return nil, err
@@ -462,8 +551,11 @@ func (s *Store) ListMessages(ctx context.Context, chatID string, after int64, li
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-		chatID, after, limit)
+	st, err := s.runs.ReadStmt(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND seq > ? ORDER BY seq LIMIT ?`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(ctx, chatID, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +584,7 @@ func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, erro
 // DeleteMessages implements chat.Store.
 func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
 	return s.update(ctx, "delete messages of chat "+chatID, func(tx *sql.Tx) error {
-		if err := touchChat(ctx, tx, chatID, activeLeafID, now()); err != nil {
+		if err := s.touchChat(ctx, tx, chatID, activeLeafID, now()); err != nil {
 			return err
 		}
 		for _, id := range ids {

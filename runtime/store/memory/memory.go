@@ -192,6 +192,10 @@ func (s *Store) WriteBatches(_ context.Context, batches []runtime.WriteBatch) er
 		return st, nil
 	}
 	for _, b := range batches {
+		if len(b.Writes) > 0 {
+			// It keeps no application's data to write them to.
+			return fmt.Errorf("memory store: run %s: joined writes (of type %T) are not supported", b.RunID, b.Writes[0])
+		}
 		if c := b.Create; c != nil {
 			if b.Lease == nil {
 				return fmt.Errorf("memory store: create %s in a batch needs its lease", c.ID)

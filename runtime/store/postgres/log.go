@@ -159,9 +159,10 @@ func (s *Store) appendEvents(ctx context.Context, runID string, token int64, evs
 // first Lease), locks the runs involved (in id order, so concurrent calls
 // cannot deadlock), checks every token and seq, then sends all writes —
 // checkpoints, events, the final records (Finish) and lease releases
-// (Release) — in one pipelined round trip and commits. Any refused write
-// (ErrFenced, ErrSeqConflict, ErrRunNotFound, ErrRunExists) rolls the
-// whole call back.
+// (Release) — in one pipelined round trip, applies the joined writes
+// (Write) and commits. Any refused write (ErrFenced, ErrSeqConflict,
+// ErrRunNotFound, ErrRunExists, a joined write's error) rolls the whole
+// call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
 	return wrap(s.writeBatches(ctx, batches), "write batches")
 }
@@ -172,7 +173,7 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 		for _, cp := range b.Checkpoints {
 			ids = append(ids, cp.RunID)
 		}
-		if len(b.Events) > 0 || b.Create != nil || b.Finish != nil || b.Release != nil {
+		if len(b.Events) > 0 || b.Create != nil || b.Finish != nil || b.Release != nil || len(b.Writes) > 0 {
 			ids = append(ids, b.RunID)
 		}
 	}
@@ -293,6 +294,17 @@ func (s *Store) writeBatches(ctx context.Context, batches []runtime.WriteBatch) 
 	}
 	if err := br.Close(); err != nil {
 		return err
+	}
+	for _, b := range batches {
+		for _, w := range b.Writes {
+			fn, ok := w.(Write)
+			if !ok {
+				return fmt.Errorf("run %s: a joined write of type %T (want postgres.Write)", b.RunID, w)
+			}
+			if err := fn(ctx, tx); err != nil {
+				return err
+			}
+		}
 	}
 	return tx.Commit(ctx)
 }

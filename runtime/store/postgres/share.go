@@ -13,7 +13,15 @@ import (
 // What another store keeping its tables in this schema needs, so that one
 // of its transactions can also reserve a run: the pool (Pool), the
 // schema-qualified names of its tables (Table) and the reservation insert
-// (ReserveRun).
+// (ReserveRun); and so that its writes can join a run's group commit
+// (Write).
+
+// Write is an application's write in a run's transaction
+// (runtime.Joined): WriteBatches runs it on tx after the batch's own
+// writes, and an error rolls the whole group commit back. It must use tx
+// only and may run more than once (a refused group commit is applied
+// again run by run to find whose writes were refused).
+type Write func(ctx context.Context, tx pgx.Tx) error
 
 // Pool returns the store's connection pool (its connections' search_path
 // is the schema). It closes with the store; the caller must not close it.

@@ -255,10 +255,11 @@ func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, rows []eventRow) e
 	return nil
 }
 
-// WriteBatches implements runtime.BatchWriter: every batch's checkpoints,
-// then its events, in one transaction — one commit, one fsync. Any
-// refused write (ErrFenced, ErrSeqConflict, ErrRunNotFound) rolls the
-// whole call back.
+// WriteBatches implements runtime.BatchWriter and runtime.BatchFinisher:
+// every batch's creation, checkpoints, events, final record, lease
+// release and joined writes (Write), in one transaction — one commit, one
+// fsync. Any refused write (ErrFenced, ErrSeqConflict, ErrRunNotFound, a
+// joined write's error) rolls the whole call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
 	err := s.inTxGated(ctx, true, func(tx *sql.Tx) error {
 		// The events of every batch are inserted together at the end;
@@ -298,6 +299,15 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				// Finish was fenced above in that case.
 				if _, err := st.ExecContext(ctx, b.Release.RunID, b.Release.Token, b.Release.Owner); err != nil {
 					return wrap(err, "release %s", b.Release.RunID)
+				}
+			}
+			for _, w := range b.Writes {
+				fn, ok := w.(Write)
+				if !ok {
+					return fmt.Errorf("run %s: a joined write of type %T (want sqlite.Write)", b.RunID, w)
+				}
+				if err := fn(ctx, tx); err != nil {
+					return err
 				}
 			}
 		}

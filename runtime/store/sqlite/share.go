@@ -10,7 +10,41 @@ import (
 
 // What another store keeping its tables in this file needs, so that one
 // of its transactions can also reserve a run: the writer (Update), the
-// read pool (ReadDB) and the reservation insert (ReserveRun).
+// read pool (ReadDB) and the reservation insert (ReserveRun); so that its
+// writes can join a run's group commit (Write); and prepared statements
+// for both (Prepare, Stmt, ReadStmt).
+
+// Write is an application's write in a run's transaction
+// (runtime.Joined): WriteBatches runs it on tx after the batch's own
+// writes, and an error rolls the whole group commit back. It must use tx
+// only and may run more than once (a refused group commit is applied
+// again run by run to find whose writes were refused).
+type Write func(ctx context.Context, tx *sql.Tx) error
+
+// Prepare prepares statements another store runs on the writer (in its
+// Update or Write transactions, through Stmt) once, so they are not
+// parsed again at every use. Call it before using them, outside any
+// transaction of the store.
+func (s *Store) Prepare(ctx context.Context, qs ...string) error {
+	for _, q := range qs {
+		if _, err := s.ws.get(ctx, q); err != nil {
+			return fmt.Errorf("sqlite store: prepare: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stmt returns q's writer statement bound to tx: prepared once when q
+// was given to Prepare, else prepared on tx for this use only.
+func (s *Store) Stmt(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error) {
+	return s.ws.in(ctx, tx, q)
+}
+
+// ReadStmt returns q's statement on the read pool, prepared on first use
+// and kept until the store closes (the caller must not close it).
+func (s *Store) ReadStmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	return s.rs.get(ctx, q)
+}
 
 // Update runs fn in one IMMEDIATE transaction on the store's writer
 // connection and commits it when fn returns nil (any error rolls it back).
