@@ -92,18 +92,21 @@ func NewID(prefix string) string {
 
 // turn is a prepared chat call: what to write and what to run.
 type turn struct {
-	req       Request
-	chat      *Chat
-	graph     *runtime.Graph
-	plan      *runtime.Plan
-	entries   []string
-	user      *Message // the turn's user message (new or existing)
-	newUser   bool
-	assistant *Message   // the message the run writes
-	history   []*Message // Request.History, chained under the user's parent
-	parentRun *runtime.RunRecord
-	values    map[string]any // continue: answers by interrupt id
-	value     any            // continue: the single answer
+	req     Request
+	chat    *Chat
+	graph   *runtime.Graph
+	plan    *runtime.Plan
+	entries []string
+	user    *Message // the turn's user message (new or existing)
+	newUser bool
+	// retryTools are the user tools a retry enables instead of those of
+	// the user message it answers again (nil: the message's).
+	retryTools []string
+	assistant  *Message   // the message the run writes
+	history    []*Message // Request.History, chained under the user's parent
+	parentRun  *runtime.RunRecord
+	values     map[string]any // continue: answers by interrupt id
+	value      any            // continue: the single answer
 }
 
 // Send starts a chat call: it prepares the turn, mints the run id and
@@ -483,7 +486,7 @@ func (s *Service) prepare(ctx context.Context, req Request) (*turn, error) {
 		if user.Role != RoleUser {
 			return nil, invalid("message %s answers no user message", target.ID)
 		}
-		t.user = user
+		t.user, t.retryTools = user, req.UserTools
 		newAssistant(user)
 		if user.AgentNodeID != "" {
 			t.entries = []string{user.AgentNodeID}
@@ -523,15 +526,24 @@ func (s *Service) prepare(ctx context.Context, req Request) (*turn, error) {
 	return t, nil
 }
 
+// userTools are the user tools the turn's run enables: a retry's own, or
+// those of its user message.
+func (t *turn) userTools() []string {
+	if t.retryTools != nil {
+		return t.retryTools
+	}
+	return t.user.UserTools
+}
+
 // checkUserTools refuses a new user message enabling tools that no agent
 // of the run may use: not on the graph's userTools lists or, where the
 // graph lists none, not registered safe (tools with outside effects must
 // be listed). With no agent taking user tools they are moot and pass.
 func (s *Service) checkUserTools(t *turn) error {
-	if s.cfg.Tools == nil || !t.newUser || len(t.user.UserTools) == 0 {
+	if s.cfg.Tools == nil || !t.newUser && t.retryTools == nil || len(t.userTools()) == 0 {
 		return nil
 	}
-	refused := chatscope.New(t.plan, t.entries).RefusedUserTools(t.user.UserTools, s.cfg.Tools.Safe)
+	refused := chatscope.New(t.plan, t.entries).RefusedUserTools(t.userTools(), s.cfg.Tools.Safe)
 	if len(refused) == 0 {
 		return nil
 	}
@@ -721,7 +733,7 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 // It runs when the run starts (after a rollback re-parented the user
 // message), and primes the run's history source with the branch it read.
 func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (any, error) {
-	in := nodes.ChatInput{Content: t.user.Content, UserTools: t.user.UserTools, ClientTools: t.req.ClientTools}
+	in := nodes.ChatInput{Content: t.user.Content, UserTools: t.userTools(), ClientTools: t.req.ClientTools}
 	if t.user.ParentID != "" {
 		msgs, err := s.chats.Messages(ctx, t.chat.ID)
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/nodes"
 )
 
 // send sends one request with exactly the given headers (no defaults;
@@ -322,6 +324,21 @@ func TestUserToolsOutsideTheGraphRefused(t *testing.T) {
 	e.waitRunDone(tk["runId"].(string))
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+tk["userMessageId"].(string)+"/edit", map[string]any{"content": "again",
 		"userTools": []string{"http_request"}}, &out), http.StatusBadRequest)
+	// A retry may enable other tools than its user message's: checked the
+	// same way, and they are the ones its run gets.
+	retry := "/api/v1/chats/" + chatID + "/messages/" + tk["messageId"].(string) + "/retry"
+	e.mustStatus(e.do("POST", retry, map[string]any{"userTools": []string{"http_request"}}, &out), http.StatusBadRequest)
+	var rt map[string]any
+	e.mustStatus(e.do("POST", retry, map[string]any{"userTools": []string{"current_time"}}, &rt), http.StatusAccepted)
+	e.waitRunDone(rt["runId"].(string))
+	rec, err := e.store.GetRun(t.Context(), rt["runId"].(string))
+	require.NoError(t, err)
+	require.Equal(t, []string{"current_time"}, nodes.AsChatInput(rec.Input).UserTools, "the retry's tools, not its message's")
+	e.mustStatus(e.do("POST", retry, map[string]any{}, &rt), http.StatusAccepted)
+	e.waitRunDone(rt["runId"].(string))
+	rec, err = e.store.GetRun(t.Context(), rt["runId"].(string))
+	require.NoError(t, err)
+	require.Equal(t, []string{"calculator", "current_time"}, nodes.AsChatInput(rec.Input).UserTools, "without its own, the message's")
 
 	listed := basicGraph("")
 	listed["nodes"].([]any)[0].(map[string]any)["data"] = map[string]any{"userTools": []string{"http_request"}}
