@@ -76,9 +76,19 @@ func quantile(xs []float64, q float64) float64 {
 // WebSocket connections; the latency of each node_delta from the runtime
 // emitting it (its envelope time) to the client reading it, and the
 // process's CPU time per event read (server and in-process clients).
-func BenchmarkEventLatencyWebSocket(b *testing.B) { modes(b, benchEventLatency) }
+func BenchmarkEventLatencyWebSocket(b *testing.B) {
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20) })
+}
 
-func benchEventLatency(b *testing.B, d rt.Durability) {
+// BenchmarkEventLatencyWebSocketPaced: the same 1,000 runs with their
+// words 100 ms apart (10,000 deltas/s offered instead of 50,000), a load
+// two cores carry without saturating: the latency commit-then-publish
+// itself adds.
+func BenchmarkEventLatencyWebSocketPaced(b *testing.B) {
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100) })
+}
+
+func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs int) {
 	const runs, conns = 1000, 50
 	var writes writeCounter
 	e := newEnvTB(b, func(c *transportConfig) {
@@ -86,7 +96,7 @@ func benchEventLatency(b *testing.B, d rt.Durability) {
 		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
 		c.Engine.StoreObserver = writes.observe
 	})
-	graphID, _ := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
+	graphID, _ := e.newChat(basicGraph(fmt.Sprintf(`{"tokenDelayMs": %d}`, tokenDelayMs)))
 	chats := make([]string, runs)
 	for i := range chats {
 		var ch map[string]any
