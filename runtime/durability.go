@@ -273,6 +273,9 @@ func (r *run) flushLocked(wait bool) {
 		r.failLocked(err)
 		return
 	}
+	if b.Create != nil {
+		r.bornInBatch = false // created: its lease may be renewed (no committer counts cgen)
+	}
 	r.publish(b.Events)
 }
 

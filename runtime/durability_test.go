@@ -190,6 +190,82 @@ func TestJoinedWritesRefused(t *testing.T) {
 	require.Empty(t, got, "nothing published")
 	_, err = mem.GetRun(context.Background(), "j1")
 	require.ErrorIs(t, err, runtime.ErrRunNotFound, "nothing written")
+
+	// In exit mode too: the run is created in the commit its writes
+	// join, not beforehand (a record left running would be recovered).
+	_, err = e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "j2",
+		Options: runtime.RunOptions{Durability: runtime.DurabilityExit},
+		Joined:  runtime.Joined{Writes: []any{"x"}}})
+	require.ErrorContains(t, err, "joined writes")
+	_, err = mem.GetRun(context.Background(), "j2")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound, "nothing written in exit mode")
+}
+
+// acceptWrites is a store that takes joined writes of type string (and
+// keeps them), leaving the rest of each batch to the memory store.
+type acceptWrites struct {
+	*memory.Store
+	mu     sync.Mutex
+	writes []string
+}
+
+func (s *acceptWrites) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	plain := make([]runtime.WriteBatch, len(bs))
+	var got []string
+	for i, b := range bs {
+		for _, w := range b.Writes {
+			got = append(got, w.(string))
+		}
+		b.Writes = nil
+		plain[i] = b
+	}
+	if err := s.Store.WriteBatches(ctx, plain); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.writes = append(s.writes, got...)
+	s.mu.Unlock()
+	return nil
+}
+
+// An exit-mode run with joined writes is created in its first commit
+// (with them) and then renews its lease as any run: a node that outlasts
+// the lease several times over does not lose it.
+func TestExitRunWithJoinedWritesKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	st := &acceptWrites{Store: newMem()}
+	e := k.engine(t, st, func(c *runtime.Config) { c.LeaseTTL = 60 * time.Millisecond })
+	g := newGraph("exitj").node("s", "start").node("a", "step", `{"sleepMs":1000}`).flow("s", "a").build()
+	type outcome struct {
+		res *runtime.RunResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "exitj",
+			Options: runtime.RunOptions{Durability: runtime.DurabilityExit},
+			Joined: runtime.Joined{Writes: []any{"begin"},
+				EndWrites: func(*runtime.RunResult) []any { return []any{"end"} }}})
+		done <- outcome{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		_, err := st.GetRun(context.Background(), "exitj")
+		return err == nil
+	}, 10*time.Second, time.Millisecond, "the run's first commit")
+	// Past its first lease: only a renewed lease keeps another owner out.
+	time.Sleep(3 * 60 * time.Millisecond)
+	_, err := st.ClaimRun(context.Background(), "exitj", "stranger", time.Hour)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld, "the lease was renewed")
+	o := <-done
+	require.NoError(t, o.err)
+	require.Equal(t, runtime.RunCompleted, o.res.Status)
+	rec, err := st.GetRun(context.Background(), "exitj")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, rec.Status)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.Equal(t, []string{"begin", "end"}, st.writes)
 }
 
 // slowBirth is a store whose group commits that create a run take a

@@ -440,7 +440,7 @@ type ResumeRequest struct {
 // example sqlite.Write, postgres.Write); the kernel only carries them.
 type Joined struct {
 	// Writes are committed in the same transaction as the run's creation
-	// (a sync or batched run) and its run_started event. When the store
+	// (in every durability mode) and its run_started event. When the store
 	// refuses them (one fails), nothing of the run is written and it ends
 	// with the store's error before run_started is published.
 	Writes []any

@@ -86,7 +86,8 @@ type run struct {
 	wb         writeBuf // guarded by emu
 	endWrites  func(*RunResult) []any
 	// bornInBatch: the run's record is created by its first group commit
-	// (its lease is renewed only once that commit is done).
+	// (its lease is renewed only once that commit is done). Under emu once
+	// the run executes.
 	bornInBatch bool
 	// With a committer (sync and batched runs with a store), events reach
 	// the sink only once committed: wgen counts buffered writes, cgen those
@@ -306,9 +307,12 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 	if mode == "" {
 		mode = e.durability
 	}
-	if e.store != nil && e.store.finisher != nil && mode != DurabilityExit {
+	if e.store != nil && e.store.finisher != nil && (mode != DurabilityExit || len(j.Writes) > 0) {
 		// The record and its first lease join the run's first group commit
-		// (with run_started and the Joined writes).
+		// (with run_started and the Joined writes). An exit-mode run does
+		// so only with joined writes, so that their refusal leaves nothing
+		// of the run behind (its first commit is then its own, made by
+		// flushLocked).
 		rec.Token = 1
 		lease = &Lease{RunID: rec.ID, Owner: e.owner, Token: 1, ExpiresAt: time.Now().Add(e.leaseTTL)}
 		r, err := e.newRunState(ctx, p, as, rec, rec.CreatedAt, services, sink, lease)

@@ -116,6 +116,7 @@ type Server struct {
 	mu       sync.Mutex
 	cancelAt map[string]time.Time // run id -> when a cancel reached it
 	wsConns  map[*wsConn]struct{}
+	wsClosed bool // Shutdown has closed wsConns: a connection accepted now is closed at once
 	wsSlots  *ipSlots
 	pingOnce sync.Once
 	wsWG     sync.WaitGroup // the WebSocket connections' goroutines
@@ -352,6 +353,7 @@ func (s *Server) readyz(c echo.Context) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.svc.Shutdown(ctx)
 	s.mu.Lock()
+	s.wsClosed = true
 	conns := make([]*wsConn, 0, len(s.wsConns))
 	for c := range s.wsConns {
 		conns = append(conns, c)

@@ -204,8 +204,19 @@ func (s *Server) websocket(c echo.Context) error {
 		subs: map[string]context.CancelFunc{}, onCancel: map[string]bool{}}
 	// The connection's commands count against the client's run limit.
 	wc.ctx, wc.stop = context.WithCancel(chat.WithClient(s.base, ip))
+	// Registered with Shutdown's wait under one lock: a connection
+	// accepted while Shutdown closes the others (it passed the Closing
+	// check before) is closed here rather than served past Shutdown.
 	s.mu.Lock()
+	if s.wsClosed {
+		s.mu.Unlock()
+		wc.stop()
+		_ = conn.Close(CloseShutdown, "server shutting down")
+		s.wsSlots.release(ip)
+		return nil
+	}
 	s.wsConns[wc] = struct{}{}
+	s.wsWG.Add(1)
 	s.mu.Unlock()
 	s.pingOnce.Do(func() { go s.pingLoop() })
 	s.metrics.activeStreams.WithLabelValues("websocket").Inc()
@@ -213,7 +224,6 @@ func (s *Server) websocket(c echo.Context) error {
 	// and the handler returns, so that net/http's state for the request
 	// and the handler chain's stack are not kept for the connection's
 	// life. Shutdown waits for it.
-	s.wsWG.Add(1)
 	go func() {
 		defer s.wsWG.Done()
 		wc.serve()

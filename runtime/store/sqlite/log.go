@@ -262,8 +262,8 @@ func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, rows []eventRow) e
 // joined write's error) rolls the whole call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
 	err := s.inTxGated(ctx, true, func(tx *sql.Tx) error {
-		// The events of every batch are inserted together at the end;
-		// nothing else in the transaction reads them.
+		// The events of every batch are inserted together at the end,
+		// after the joined writes (which must not read them: see Write).
 		var rows []eventRow
 		for _, b := range batches {
 			if b.Create != nil {

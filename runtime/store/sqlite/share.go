@@ -16,8 +16,10 @@ import (
 
 // Write is an application's write in a run's transaction
 // (runtime.Joined): WriteBatches runs it on tx after the batch's own
-// writes, and an error rolls the whole group commit back. It must use tx
-// only and may run more than once (a refused group commit is applied
+// writes, but before the event rows of the whole group are inserted (the
+// last statements of the transaction), so it must not read the events
+// table for them. An error rolls the whole group commit back. It must use
+// tx only and may run more than once (a refused group commit is applied
 // again run by run to find whose writes were refused).
 type Write func(ctx context.Context, tx *sql.Tx) error
 
