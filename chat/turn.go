@@ -258,6 +258,9 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 			}
 		}
 	}
+	// Whatever way run returns, launch's caller is answered (a report
+	// already made keeps its place: begun holds one).
+	defer report(errRunNeverStarted)
 	lr := l.run
 	defer s.retire(lr, true)
 	defer release()
@@ -337,6 +340,11 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	}
 	hold.flush()
 }
+
+// errRunNeverStarted answers a launch whose run returned without starting
+// or reporting an error (no path does today; launch must not wait forever
+// if one ever does).
+var errRunNeverStarted = errors.New("chat: the run ended before it started")
 
 func (s *Service) failStart(ctx context.Context, l launch, cause error) {
 	if l.failStart != nil {
