@@ -144,13 +144,20 @@ func (w wsUpgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		conn.Close()
 		return nil, nil, err
 	}
-	var r io.Reader = conn
+	br := bufio.NewReaderSize(conn, wsReadBuffer)
 	if n := brw.Reader.Buffered(); n > 0 {
-		// The client may have sent frames right behind its handshake.
+		// The client may have sent frames right behind its handshake, and
+		// net/http may have read them already. They must be in the new
+		// reader's buffer, not behind it: coder/websocket keeps only what
+		// the reader has buffered and reads the rest from conn itself.
 		b, _ := brw.Reader.Peek(n)
-		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn)
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(b)), conn), max(n, wsReadBuffer))
+		if _, err := br.Peek(n); err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
 	}
-	return conn, bufio.NewReadWriter(bufio.NewReaderSize(r, wsReadBuffer), bufio.NewWriterSize(conn, wsWriteBuffer)), nil
+	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsWriteBuffer)), nil
 }
 
 func isUpgrade(r *http.Request) bool {
