@@ -227,7 +227,7 @@ func (s *suite) testEffectsReopen(t *testing.T) {
 func (s *suite) testEffectsRetention(t *testing.T) {
 	st := s.open(t)
 	l := s.ledger(t, st)
-	in := s.inspector(t, st)
+	in := need[runtime.Inspector](t, st)
 	ctx := t.Context()
 
 	cut := at(time.Hour)
@@ -283,7 +283,7 @@ func (s *suite) testEffectsRetention(t *testing.T) {
 func (s *suite) testEffectsRetentionManyLineages(t *testing.T) {
 	st := s.open(t)
 	l := s.ledger(t, st)
-	in := s.inspector(t, st)
+	in := need[runtime.Inspector](t, st)
 	const lineages = 1100
 	live := map[int]bool{0: true, 500: true, 501: true, 999: true, lineages - 1: true}
 	for i := range live {

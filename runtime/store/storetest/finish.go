@@ -13,8 +13,8 @@ import (
 // in one write, as CreateRun then ClaimRun would.
 func (s *suite) testCreateClaimed(t *testing.T) {
 	st := s.open(t)
-	rs := s.runStarter(t, st)
-	ls := s.leaser(t, st)
+	rs := need[runtime.RunStarter](t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	r := newRun("rc")
 	l, err := rs.CreateClaimed(ctx, r, "A", time.Hour)
@@ -39,8 +39,8 @@ func (s *suite) testCreateClaimed(t *testing.T) {
 // batch's other writes.
 func (s *suite) testWriteBatchFinish(t *testing.T) {
 	st := s.open(t)
-	bf := s.batchFinisher(t, st)
-	ls := s.leaser(t, st)
+	bf := need[runtime.BatchFinisher](t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	create(t, st, newRun("f1"))
 	l, err := ls.ClaimRun(ctx, "f1", "A", time.Hour)
@@ -76,8 +76,8 @@ func (s *suite) testWriteBatchFinish(t *testing.T) {
 // lease inside a batch, before the batch's own writes to it.
 func (s *suite) testWriteBatchCreate(t *testing.T) {
 	st := s.open(t)
-	bf := s.batchFinisher(t, st)
-	ls := s.leaser(t, st)
+	bf := need[runtime.BatchFinisher](t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	r := newRun("bc")
 	r.Token = 1
@@ -109,7 +109,7 @@ func (s *suite) testClaimExpired(t *testing.T) {
 	if !ok {
 		t.Skipf("%T does not implement runtime.BulkClaimer", st)
 	}
-	ls := s.leaser(t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	for i, id := range []string{"x1", "x2", "x3", "held", "done"} {
 		r := newRun(id)

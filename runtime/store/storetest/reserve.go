@@ -69,8 +69,8 @@ func (s *suite) testCreateOverReservation(t *testing.T) {
 // a reservation as CreateRun does, and its lease is live.
 func (s *suite) testCreateClaimedOverReservation(t *testing.T) {
 	st := s.open(t)
-	rs := s.runStarter(t, st)
-	ls := s.leaser(t, st)
+	rs := need[runtime.RunStarter](t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	create(t, st, reservation("rc"))
 	r := newRun("rc")
@@ -99,8 +99,8 @@ func (s *suite) testCreateClaimedOverReservation(t *testing.T) {
 // call, reservations it replaced included.
 func (s *suite) testWriteBatchCreateOverReservation(t *testing.T) {
 	st := s.open(t)
-	bf := s.batchFinisher(t, st)
-	ls := s.leaser(t, st)
+	bf := need[runtime.BatchFinisher](t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	lease := func(id string) *runtime.Lease {
 		return &runtime.Lease{RunID: id, Owner: "A", Token: 1, ExpiresAt: time.Now().Add(time.Hour)}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -125,40 +126,16 @@ func newRun(id string) *runtime.RunRecord {
 	}
 }
 
-func (s *suite) leaser(t *testing.T, st runtime.Store) runtime.Leaser {
+// need returns st as the optional capability T, skipping the test when
+// the store does not implement it.
+func need[T any](t *testing.T, st runtime.Store) T {
 	t.Helper()
-	l, ok := st.(runtime.Leaser)
+	c, ok := st.(T)
 	if !ok {
-		t.Skipf("%T does not implement runtime.Leaser", st)
+		var zero *T
+		t.Skipf("%T does not implement %s", st, reflect.TypeOf(zero).Elem())
 	}
-	return l
-}
-
-func (s *suite) inspector(t *testing.T, st runtime.Store) runtime.Inspector {
-	t.Helper()
-	in, ok := st.(runtime.Inspector)
-	if !ok {
-		t.Skipf("%T does not implement runtime.Inspector", st)
-	}
-	return in
-}
-
-func (s *suite) runStarter(t *testing.T, st runtime.Store) runtime.RunStarter {
-	t.Helper()
-	rs, ok := st.(runtime.RunStarter)
-	if !ok {
-		t.Skipf("%T does not implement runtime.RunStarter", st)
-	}
-	return rs
-}
-
-func (s *suite) batchFinisher(t *testing.T, st runtime.Store) runtime.BatchFinisher {
-	t.Helper()
-	bf, ok := st.(runtime.BatchFinisher)
-	if !ok {
-		t.Skipf("%T does not implement runtime.BatchFinisher", st)
-	}
-	return bf
+	return c
 }
 
 // second returns another store on st's data when the store is durable,
@@ -698,7 +675,7 @@ func (s *suite) testWriteBatches(t *testing.T) {
 
 func (s *suite) testLeaseClaim(t *testing.T) {
 	st := s.open(t)
-	ls := s.leaser(t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	r := newRun("r1")
 	r.Token = 2
@@ -748,7 +725,7 @@ func (s *suite) testLeaseClaim(t *testing.T) {
 
 func (s *suite) testLeaseRenewRelease(t *testing.T) {
 	st := s.open(t)
-	ls := s.leaser(t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	create(t, st, newRun("r1"))
 
@@ -796,7 +773,7 @@ func (s *suite) testLeaseRenewRelease(t *testing.T) {
 
 func (s *suite) testLeaseExpiry(t *testing.T) {
 	st := s.open(t)
-	ls := s.leaser(t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	create(t, st, newRun("r1"))
 	require.NoError(t, st.AppendEvents(ctx, "r1", 0, mkEvents("r1", 1, 1)))
@@ -849,7 +826,7 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 
 func (s *suite) testExpiredRuns(t *testing.T) {
 	st := s.open(t)
-	ls := s.leaser(t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 
 	mk := func(id string, status runtime.RunStatus, created time.Duration) {
@@ -921,7 +898,7 @@ func (s *suite) testReopen(t *testing.T) {
 		t.Skip("store is not durable (no storetest.Durable option)")
 	}
 	st := s.open(t)
-	ls := s.leaser(t, st)
+	ls := need[runtime.Leaser](t, st)
 	ctx := t.Context()
 	r := newRun("r1")
 	create(t, st, r)
@@ -943,7 +920,7 @@ func (s *suite) testReopen(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 	st2 := s.reopen(t, st)
-	ls2 := s.leaser(t, st2)
+	ls2 := need[runtime.Leaser](t, st2)
 
 	want := *r
 	want.Token, want.LastSeq = tok, 3
@@ -965,7 +942,7 @@ func (s *suite) testReopen(t *testing.T) {
 
 func (s *suite) testListRuns(t *testing.T) {
 	st := s.open(t)
-	in := s.inspector(t, st)
+	in := need[runtime.Inspector](t, st)
 	ctx := t.Context()
 
 	mk := func(id, chat, graph string, status runtime.RunStatus, created time.Duration) *runtime.RunRecord {
@@ -1020,7 +997,7 @@ func (s *suite) testListRuns(t *testing.T) {
 
 func (s *suite) testListRunsDefaultLimit(t *testing.T) {
 	st := s.open(t)
-	in := s.inspector(t, st)
+	in := need[runtime.Inspector](t, st)
 	for i := range 101 {
 		r := newRun(fmt.Sprintf("r%03d", i))
 		r.CreatedAt = at(time.Duration(i) * time.Second)
@@ -1035,7 +1012,7 @@ func (s *suite) testListRunsDefaultLimit(t *testing.T) {
 
 func (s *suite) testDeleteRun(t *testing.T) {
 	st := s.open(t)
-	in := s.inspector(t, st)
+	in := need[runtime.Inspector](t, st)
 	ctx := t.Context()
 	for _, id := range []string{"r1", "r2"} {
 		create(t, st, newRun(id))
@@ -1065,7 +1042,7 @@ func (s *suite) testDeleteRun(t *testing.T) {
 
 func (s *suite) testDeleteFinishedBefore(t *testing.T) {
 	st := s.open(t)
-	in := s.inspector(t, st)
+	in := need[runtime.Inspector](t, st)
 	ctx := t.Context()
 
 	cut := at(time.Hour)
@@ -1186,10 +1163,10 @@ func (s *suite) testSameSeqRace(t *testing.T) {
 
 func (s *suite) testClaimRace(t *testing.T) {
 	st := s.open(t)
-	s.leaser(t, st)
+	need[runtime.Leaser](t, st)
 	other := s.second(t, st)
 	ctx := t.Context()
-	stores := []runtime.Leaser{st.(runtime.Leaser), s.leaser(t, other)}
+	stores := []runtime.Leaser{st.(runtime.Leaser), need[runtime.Leaser](t, other)}
 	owners := []string{"A", "B"}
 
 	const rounds = 10
@@ -1229,9 +1206,9 @@ func (s *suite) testClaimRace(t *testing.T) {
 // land, so the new holder's checkpoint is the one that stays.
 func (s *suite) testFencedWriterRace(t *testing.T) {
 	st := s.open(t)
-	s.leaser(t, st)
+	need[runtime.Leaser](t, st)
 	other := s.second(t, st)
-	ls := s.leaser(t, other)
+	ls := need[runtime.Leaser](t, other)
 	ctx := t.Context()
 	for round := range 10 {
 		id := fmt.Sprintf("r%d", round)
@@ -1374,8 +1351,8 @@ func BenchGroupCommit(b *testing.B, open func(tb testing.TB) runtime.Store) {
 		ids[i] = fmt.Sprintf("run-%04d", i)
 		require.NoError(b, st.CreateRun(ctx, newRun(ids[i])))
 	}
-	type delta struct {
-		Text string `json:"text"`
+	type progress struct {
+		Note string `json:"note"`
 	}
 	next := 0
 	batches := make([]runtime.WriteBatch, perCommit)
@@ -1387,12 +1364,12 @@ func BenchGroupCommit(b *testing.B, open func(tb testing.TB) runtime.Store) {
 			r := next % runs
 			next++
 			last[r]++
-			ev := runtime.Event{Seq: last[r], RunID: ids[r], ChatID: "chat-1", Type: "node_delta", NodeID: "agent",
-				Attempt: 1, Time: t0.Add(time.Duration(i) * time.Millisecond), Data: &delta{Text: " word"}}
+			ev := runtime.Event{Seq: last[r], RunID: ids[r], Type: "progress", NodeID: "step",
+				Attempt: 1, Time: t0.Add(time.Duration(i) * time.Millisecond), Data: &progress{Note: " word"}}
 			batches[j] = runtime.WriteBatch{RunID: ids[r], Events: []runtime.Event{ev}}
 			if j%5 == 0 {
-				batches[j].Checkpoints = []*runtime.Checkpoint{{RunID: ids[r], NodeID: "agent", Status: runtime.NodeRunning,
-					PlanVersion: 1, Attempt: 1, AttemptID: "agent-1", StartedAt: t0, UpdatedAt: ev.Time}}
+				batches[j].Checkpoints = []*runtime.Checkpoint{{RunID: ids[r], NodeID: "step", Status: runtime.NodeRunning,
+					PlanVersion: 1, Attempt: 1, AttemptID: "step-1", StartedAt: t0, UpdatedAt: ev.Time}}
 			}
 		}
 		start := time.Now()
