@@ -85,46 +85,10 @@ func mustRun(b *testing.B, e *runtime.Engine, p *runtime.Plan) {
 	}
 }
 
-// BenchmarkW1Chain100: a chain of 100 nodes, per-node overhead.
-func BenchmarkW1Chain100(b *testing.B) {
-	storeModes(b, func(b *testing.B, store bool) {
-		e := benchEngine(b, store, runtime.Limits{})
-		p, err := e.Compile(chainGraph("w1", 100))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for b.Loop() {
-			mustRun(b, e, p)
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/node")
-		b.ReportMetric(testing.AllocsPerRun(20, func() { mustRun(b, e, p) })/100, "allocs/node")
-	})
-}
-
-// BenchmarkW2FanOut50: start -> 50 parallel nodes -> join, per run.
-func BenchmarkW2FanOut50(b *testing.B) {
-	storeModes(b, func(b *testing.B, store bool) {
-		e := benchEngine(b, store, runtime.Limits{})
-		p, err := e.Compile(fanGraph(50))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for b.Loop() {
-			mustRun(b, e, p)
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/52, "ns/node")
-	})
-}
-
-// BenchmarkW2FanOut50Workers: W2 with parallel nodes of a type that is not
-// Inline, so each runs on a worker goroutine of its own.
-func BenchmarkW2FanOut50Workers(b *testing.B) {
-	e := benchEngine(b, false, runtime.Limits{})
-	p, err := e.Compile(fanGraphOf("fanw", "work", 50))
+// loopRuns compiles g and runs it b.N times, reporting the time per node
+// (nodes per run); it returns the plan.
+func loopRuns(b *testing.B, e *runtime.Engine, g *runtime.Graph, nodes int) *runtime.Plan {
+	p, err := e.Compile(g)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,7 +97,30 @@ func BenchmarkW2FanOut50Workers(b *testing.B) {
 	for b.Loop() {
 		mustRun(b, e, p)
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/52, "ns/node")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(nodes), "ns/node")
+	return p
+}
+
+// BenchmarkW1Chain100: a chain of 100 nodes, per-node overhead.
+func BenchmarkW1Chain100(b *testing.B) {
+	storeModes(b, func(b *testing.B, store bool) {
+		e := benchEngine(b, store, runtime.Limits{})
+		p := loopRuns(b, e, chainGraph("w1", 100), 100)
+		b.ReportMetric(testing.AllocsPerRun(20, func() { mustRun(b, e, p) })/100, "allocs/node")
+	})
+}
+
+// BenchmarkW2FanOut50: start -> 50 parallel nodes -> join, per run.
+func BenchmarkW2FanOut50(b *testing.B) {
+	storeModes(b, func(b *testing.B, store bool) {
+		loopRuns(b, benchEngine(b, store, runtime.Limits{}), fanGraph(50), 52)
+	})
+}
+
+// BenchmarkW2FanOut50Workers: W2 with parallel nodes of a type that is not
+// Inline, so each runs on a worker goroutine of its own.
+func BenchmarkW2FanOut50Workers(b *testing.B) {
+	loopRuns(b, benchEngine(b, false, runtime.Limits{}), fanGraphOf("fanw", "work", 50), 52)
 }
 
 // BenchmarkW3Throughput: 5-node chains, 50 runs in flight at once.
