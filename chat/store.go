@@ -21,6 +21,20 @@ var (
 	ErrTooManyChats = errors.New("too many chats")
 )
 
+// CheckOwned is a store's CreateChat decision, from what it counted in
+// the creating transaction: the chats the owner has (owned), whether the
+// id is taken, and the bound (maxOwned). A taken id is a conflict even at
+// the bound.
+func CheckOwned(id string, owned int, taken bool, maxOwned int) error {
+	if taken {
+		return fmt.Errorf("%w: chat %s exists", ErrConflict, id)
+	}
+	if owned >= maxOwned {
+		return fmt.Errorf("%w: the limit is %d per client", ErrTooManyChats, maxOwned)
+	}
+	return nil
+}
+
 // Graph is a saved graph. Body is the graph JSON as the editor saved it
 // (React Flow shape, unknown fields kept) with its id, name and
 // planVersion set by the store's caller.

@@ -196,11 +196,8 @@ func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) erro
 				c.Owner, c.ID).Scan(&n, &taken); err != nil {
 				return err
 			}
-			if taken > 0 {
-				return fmt.Errorf("%w: chat %s exists", chat.ErrConflict, c.ID)
-			}
-			if n >= maxOwned {
-				return fmt.Errorf("%w: the limit is %d per client", chat.ErrTooManyChats, maxOwned)
+			if err := chat.CheckOwned(c.ID, n, taken > 0, maxOwned); err != nil {
+				return err
 			}
 		}
 		t := now()
