@@ -14,6 +14,12 @@ import (
 // into one delta every deltaInterval or every deltaChunk bytes, so a huge
 // or pathological answer (100k one-letter words) costs a bounded number
 // of events and log rows, while the concatenated text stays the same.
+// Either way a chunk joins the node's previous delta while that delta
+// still waits for its commit (runtime.FlowContext.EmitOrMerge), up to
+// deltaChunk bytes: when commits come slower than the model's chunks, the
+// run writes and sends fewer deltas instead of queueing one per chunk. A
+// negative DeltaEventsPerRun turns all coalescing off: one delta per
+// chunk.
 const (
 	deltaInterval = 100 * time.Millisecond
 	deltaChunk    = 8 << 10
@@ -28,6 +34,7 @@ const deltaCountKey = "nodes.deltaEvents"
 // concurrent use.
 type deltaStream struct {
 	emit  func(runtime.EventType, any) error
+	merge func(runtime.EventType, any, func(prev any) (any, bool)) (bool, error)
 	count *atomic.Int64
 	limit int64 // deltas a run sends uncoalesced; negative: no limit
 
@@ -38,7 +45,7 @@ type deltaStream struct {
 
 func newDeltaStream(fc *runtime.FlowContext, limit int) *deltaStream {
 	c, _ := fc.CacheLoadOrStore(deltaCountKey, new(atomic.Int64))
-	return &deltaStream{emit: fc.Emit, count: c.(*atomic.Int64), limit: int64(limit)}
+	return &deltaStream{emit: fc.Emit, merge: fc.EmitOrMerge, count: c.(*atomic.Int64), limit: int64(limit)}
 }
 
 // delta is called with each chunk of streamed text.
@@ -81,7 +88,21 @@ func (d *deltaStream) flushLocked() {
 }
 
 func (d *deltaStream) send(s string) {
-	d.count.Add(1)
 	d.last = time.Now()
-	_ = d.emit(EventNodeDelta, &NodeDeltaData{Text: s})
+	if d.limit < 0 {
+		// No coalescing at all: one delta per chunk.
+		d.count.Add(1)
+		_ = d.emit(EventNodeDelta, &NodeDeltaData{Text: s})
+		return
+	}
+	merged, _ := d.merge(EventNodeDelta, &NodeDeltaData{Text: s}, func(prev any) (any, bool) {
+		p, ok := prev.(*NodeDeltaData)
+		if !ok || len(p.Text)+len(s) > deltaChunk {
+			return nil, false
+		}
+		return &NodeDeltaData{Text: p.Text + s}, true
+	})
+	if !merged {
+		d.count.Add(1)
+	}
 }

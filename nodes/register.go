@@ -67,8 +67,9 @@ type Deps struct {
 	// once (default 4).
 	MaxParallelTools int
 	// DeltaEventsPerRun is how many node_delta events a run sends one per
-	// model chunk before agents coalesce their text (one delta per 100 ms
-	// or 8 KiB); default 2000, negative: never coalesce.
+	// model chunk (chunks faster than their commit share one) before
+	// agents coalesce their text (one delta per 100 ms or 8 KiB); default
+	// 2000, negative: never coalesce, one delta per chunk.
 	DeltaEventsPerRun int
 }
 

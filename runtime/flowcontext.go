@@ -208,6 +208,32 @@ func (fc *FlowContext) Emit(t EventType, data any) error {
 	return nil
 }
 
+// EmitOrMerge is Emit for events a node may fold together, such as
+// streamed text. When the run's last event is this node attempt's event
+// of type t and is still waiting for its commit — the run has not handed
+// it to the store, so no subscriber has seen it (commit, then publish) —
+// merge(its data) replaces that event's data and no event is added;
+// merge returning false, or any other last event, emits data as Emit
+// does. merged says which happened. Under load, when commits come slower
+// than a node emits, a run so writes and sends fewer, larger events with
+// the same concatenation, instead of queueing one per emit.
+func (fc *FlowContext) EmitOrMerge(t EventType, data any, merge func(prev any) (any, bool)) (merged bool, err error) {
+	if t.Reserved() {
+		return false, fmt.Errorf("%w: %s", ErrReservedEvent, t)
+	}
+	r := fc.r
+	r.emu.Lock()
+	defer r.emu.Unlock()
+	if fc.closed || len(fc.chain) > 0 {
+		return false, ErrEmitClosed
+	}
+	if r.mergeLocked(t, fc.node, fc.attempt, merge) {
+		return true, nil
+	}
+	r.emitLocked(time.Time{}, t, fc.node, fc.attempt, data)
+	return false, nil
+}
+
 type linkKey struct {
 	node   int32
 	handle string

@@ -1439,6 +1439,31 @@ func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data a
 	r.bufferedLocked()
 }
 
+// mergeLocked folds an event into the run's last buffered one (under
+// emu): only when that event is node n's, of attempt and type t, and
+// merge accepts it. A buffered event is neither stored nor published yet:
+// the committer takes the whole buffer under emu, so what is merged here
+// is what the log and every subscriber will see. The merged event keeps
+// its seq and time (its first part's emit).
+func (r *run) mergeLocked(t EventType, n int32, attempt int, merge func(prev any) (any, bool)) bool {
+	if r.storeErr != nil || r.store == nil || len(r.wb.evs) == 0 || n < 0 {
+		return false
+	}
+	last := &r.wb.evs[len(r.wb.evs)-1]
+	if last.Type != t || last.Attempt != attempt || last.NodeID != r.p.nodes[n].node.ID {
+		return false
+	}
+	data, ok := merge(last.Data)
+	if !ok {
+		return false
+	}
+	last.Data, last.data = data, nil
+	if r.store.jsonEvents {
+		last.encodeData()
+	}
+	return true
+}
+
 // terminal emits a node's terminal event and closes its FlowContext in the
 // same critical section, so nothing the executor emits can follow it.
 func (r *run) terminal(fc *FlowContext, t EventType, data any) {

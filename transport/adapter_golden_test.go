@@ -47,7 +47,10 @@ func TestGoldenAdapters(t *testing.T) {
 			}
 		}
 	}
-	agui(basicGraph(""), "t-text", map[string]any{"messages": []any{user("hello")}}, false)
+	// Streamed words 20 ms apart: each its own delta (words that come
+	// faster than their commit share one).
+	paced := basicGraph(`{"tokenDelayMs": 20}`)
+	agui(paced, "t-text", map[string]any{"messages": []any{user("hello")}}, false)
 	agui(basicGraph(""), "t-server-tool", map[string]any{"messages": []any{user(`/tool calculator {"expression":"6*7"}`)},
 		"forwardedProps": map[string]any{"userTools": []string{"calculator"}}}, false)
 	agui(basicGraph(""), "t-client-tool", map[string]any{"messages": []any{user(`/tool get_weather {"city":"Oslo"}`)},
@@ -78,7 +81,7 @@ func TestGoldenAdapters(t *testing.T) {
 	tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object"}}}}
 	oai("completion", map[string]any{"model": id, "messages": []any{user("hi")}}, false)
 	oai("completion tool_calls", map[string]any{"model": id, "messages": []any{user(`/tool get_weather {"city":"Oslo"}`)}, "tools": tools}, false)
-	oai("stream", map[string]any{"model": id, "stream": true, "messages": []any{user("hi")}}, true)
+	oai("stream", map[string]any{"model": e.saveGraph(paced), "stream": true, "messages": []any{user("hi")}}, true)
 	oai("stream tool_calls", map[string]any{"model": id, "stream": true, "messages": []any{user(`/tool get_weather {}`)}, "tools": tools}, true)
 	oai("error model_not_found", map[string]any{"model": "nope", "messages": []any{user("hi")}}, false)
 	oai("error run_failed", map[string]any{"model": e.saveGraph(flakyGraph(5, 1)), "messages": []any{user("x")}}, false)

@@ -136,7 +136,9 @@ func TestGoldenEvents(t *testing.T) {
 			}
 		}
 	}
-	collect(basicGraph(""), "hello world", false)
+	// Words 20 ms apart: each its own delta (words that come faster than
+	// their commit share one).
+	collect(basicGraph(`{"tokenDelayMs": 20}`), "hello world", false)
 	calc := basicGraph("")
 	calc["nodes"] = append(calc["nodes"].([]any), map[string]any{"id": "calc", "type": "tool", "data": map[string]any{"name": "calculator"}})
 	calc["edges"] = append(calc["edges"].([]any), edge("l1", "calc", "tool", "a1", "tools", "link"))

@@ -9,7 +9,9 @@ let server, plain, approve, slow
 
 before(async () => {
   server = await startServer()
-  plain = await server.api('POST', '/api/v1/graphs', agentGraph('ag-ui helper'))
+  // Words 20 ms apart: each its own delta (words that come faster than
+  // their commit share one).
+  plain = await server.api('POST', '/api/v1/graphs', agentGraph('ag-ui helper', { tokenDelayMs: 20 }))
   approve = await server.api('POST', '/api/v1/graphs', approvalGraph('ag-ui approvals'))
   slow = await server.api('POST', '/api/v1/graphs', agentGraph('ag-ui slow', { tokenDelayMs: 150 }))
 })

@@ -9,7 +9,9 @@ let server, client, graph, failing
 before(async () => {
   server = await startServer()
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.token, maxRetries: 0 })
-  graph = await server.api('POST', '/api/v1/graphs', agentGraph('npm helper'))
+  // Words 20 ms apart: each its own delta (words that come faster than
+  // their commit share one).
+  graph = await server.api('POST', '/api/v1/graphs', agentGraph('npm helper', { tokenDelayMs: 20 }))
   failing = await server.api('POST', '/api/v1/graphs', failingGraph('npm failing'))
 })
 
