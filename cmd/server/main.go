@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -96,7 +97,7 @@ type config struct {
 	allowedHosts, trustedProxies                                      string
 	insecureNoAuth                                                    bool
 	maxConnections, maxWebSocketsPerIP, deltaEventsPerRun             int
-	maxRunsPerClient, maxChatsPerClient                               int
+	maxRunsPerClient, maxChatsPerClient, gcPercent                    int
 	bodyReadTimeout, maxRunDuration                                   time.Duration
 	drainTimeout, retention, interruptedRetention                     time.Duration
 	bodyLimit                                                         int64
@@ -159,6 +160,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 30*time.Second, "how long a request body may take to arrive")
 	fs.IntVar(&c.deltaEventsPerRun, "delta-events-per-run", 2000, "node_delta events a run sends one per model chunk before agents coalesce their text (negative: never)")
 	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")
+	fs.IntVar(&c.gcPercent, "gc-percent", 400, "the Go garbage collector's GOGC: heap growth in percent before a collection; a GOGC environment variable wins (lower it, or set GOMEMLIMIT, where memory is tight)")
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {
@@ -166,6 +168,9 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
+	}
+	if c.gcPercent < 1 {
+		return nil, nil, fmt.Errorf("--gc-percent %d: want at least 1", c.gcPercent)
 	}
 	switch runtime.Durability(c.durability) {
 	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit, "":
@@ -279,6 +284,12 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	log := newLogger(c, env.Stderr)
+	if os.Getenv("GOGC") == "" {
+		// The server's live heap is small and turns over fast: collecting
+		// at 5x it instead of 2x costs tens of MB and saves about a tenth
+		// of a chat turn's CPU (docs/benchmarks.md).
+		debug.SetGCPercent(c.gcPercent)
+	}
 	_, stopDebug, err := debugListener(c.debugAddr, log)
 	if err != nil {
 		return fmt.Errorf("--debug-addr: %w", err)

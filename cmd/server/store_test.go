@@ -111,3 +111,11 @@ func TestBadDurabilityRefusedBeforeStoresOpen(t *testing.T) {
 	_, statErr := os.Stat(dir)
 	require.True(t, os.IsNotExist(statErr), "the state dir was not created")
 }
+
+func TestBadGCPercentRefused(t *testing.T) {
+	_, _, err := parseConfig("server", Env{Getenv: func(string) string { return "" }}, []string{"--gc-percent", "0"})
+	require.ErrorContains(t, err, "--gc-percent 0: want at least 1")
+	c, _, err := parseConfig("server", Env{Getenv: func(string) string { return "" }}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 400, c.gcPercent)
+}
