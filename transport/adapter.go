@@ -42,16 +42,39 @@ type runEvent struct {
 
 // watchRun calls fn with every event of runID from its first, in seq
 // order, until the run's terminal event (nil), ctx ends or fn fails.
-// idle (may be nil) is called after each heartbeat interval without
-// events.
-func (s *Server) watchRun(ctx context.Context, runID string, fn func(runEvent) error, idle func() error) error {
-	return s.follow(ctx, runID, 0, func(f frame) error {
-		var ev runEvent
-		if err := json.Unmarshal(f.JSON, &ev); err != nil {
-			return fmt.Errorf("decoding event %d of run %s: %w", f.Seq, runID, err)
-		}
-		return fn(ev)
-	}, idle)
+// When w is not nil, fn writes its stream there with put: w is flushed
+// after each batch of events, before watchRun waits for more (what the
+// last batch wrote is the caller's to flush, see follow), and gets a
+// ping comment after each heartbeat interval without events.
+func (s *Server) watchRun(ctx context.Context, runID string, w *sseWriter, fn func(runEvent) error) error {
+	var idle func() error
+	if w != nil {
+		idle = func() error { return w.comment("ping") }
+	}
+	return s.follow(ctx, runID, 0, eventSender{w, runID, fn}, idle)
+}
+
+// eventSender decodes each frame for a watchRun callback and flushes the
+// stream the callback writes to (if any).
+type eventSender struct {
+	w     *sseWriter
+	runID string
+	fn    func(runEvent) error
+}
+
+func (e eventSender) send(f frame) error {
+	var ev runEvent
+	if err := json.Unmarshal(f.JSON, &ev); err != nil {
+		return fmt.Errorf("decoding event %d of run %s: %w", f.Seq, e.runID, err)
+	}
+	return e.fn(ev)
+}
+
+func (e eventSender) flush() error {
+	if e.w == nil {
+		return nil
+	}
+	return e.w.flush()
 }
 
 // toolCallEvent is the data of tool_call (and an interrupt's toolCall).

@@ -266,9 +266,11 @@ type aguiStream struct {
 	ended    bool // the run's terminal event was translated
 }
 
+// send writes one AG-UI event into the stream's buffer: watchRun flushes
+// it with the rest of its batch.
 func (st *aguiStream) send(ev map[string]any) error {
 	ev["timestamp"] = time.Now().UnixMilli()
-	return st.w.write(sseData(mustJSON(ev)))
+	return st.w.put(sseData(mustJSON(ev)))
 }
 
 func (st *aguiStream) runID() string {
@@ -291,14 +293,18 @@ func (st *aguiStream) serve(c echo.Context) {
 	if err := st.send(started); err != nil {
 		return
 	}
-	err := st.s.watchRun(ctx, st.ticket.RunID, st.event, func() error { return st.w.comment("ping") })
+	// RUN_STARTED goes out with watchRun's first flush, RUN_FINISHED when
+	// the handler returns.
+	err := st.s.watchRun(ctx, st.ticket.RunID, st.w, st.event)
 	if err == nil && !st.ended {
 		err = errRunGone // deleted meanwhile (a rollback)
 	}
 	if err != nil && ctx.Err() == nil {
 		st.s.log.Warn("ag-ui stream ended", "run", st.ticket.RunID, "err", err)
 		e := apiError(err)
-		_ = st.send(map[string]any{"type": "RUN_ERROR", "message": e.Message, "code": e.Code})
+		if st.send(map[string]any{"type": "RUN_ERROR", "message": e.Message, "code": e.Code}) == nil {
+			_ = st.w.flush()
+		}
 	}
 }
 

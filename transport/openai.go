@@ -409,10 +409,11 @@ func (cc *completion) addUsage(data json.RawMessage) {
 }
 
 // follow reads the run, calling text for every delta of its answer,
-// and returns how it ended.
-func (cc *completion) follow(ctx context.Context, text func(string) error, idle func() error) (runEnd, error) {
+// and returns how it ended. text writes to w (nil when not streaming),
+// which watchRun flushes after each batch.
+func (cc *completion) follow(ctx context.Context, w *sseWriter, text func(string) error) (runEnd, error) {
 	var end *runEnd
-	err := cc.s.watchRun(ctx, cc.ticket.RunID, func(ev runEvent) error {
+	err := cc.s.watchRun(ctx, cc.ticket.RunID, w, func(ev runEvent) error {
 		switch {
 		case ev.Type == runtime.EventRunStarted:
 			cc.answer = startedAnswerNodes(cc.graph, ev)
@@ -428,7 +429,7 @@ func (cc *completion) follow(ctx context.Context, text func(string) error, idle 
 			end = &e
 		}
 		return nil
-	}, idle)
+	})
 	if err != nil {
 		return runEnd{}, err
 	}
@@ -518,7 +519,7 @@ func (cc *completion) envelope(object string, choices ...oaiChoice) oaiCompletio
 // complete answers stream: false with one chat.completion.
 func (cc *completion) complete(c echo.Context) error {
 	ctx := c.Request().Context()
-	end, err := cc.follow(ctx, func(string) error { return nil }, nil)
+	end, err := cc.follow(ctx, nil, func(string) error { return nil })
 	if err != nil {
 		return err
 	}
@@ -549,26 +550,30 @@ func (cc *completion) complete(c echo.Context) error {
 
 // stream answers stream: true with chat.completion.chunk frames, ending
 // "data: [DONE]"; a run that fails (or is cancelled) ends with an error
-// frame instead.
+// frame instead. The chunks of one batch of the run's events go out with
+// one flush.
 func (cc *completion) stream(c echo.Context) error {
 	ctx := c.Request().Context()
 	w := cc.s.startEventStream(c)
 	cc.s.metrics.activeStreams.WithLabelValues("openai").Inc()
 	defer cc.s.metrics.activeStreams.WithLabelValues("openai").Dec()
 	chunk := func(d *oaiAnswer, finish *string) error {
-		return w.write(sseData(mustJSON(cc.envelope("chat.completion.chunk", oaiChoice{Delta: d, FinishReason: finish}))))
+		return w.put(sseData(mustJSON(cc.envelope("chat.completion.chunk", oaiChoice{Delta: d, FinishReason: finish}))))
 	}
 	empty := ""
+	// The first chunk goes out with follow's first flush.
 	if err := chunk(&oaiAnswer{Role: "assistant", Content: &empty}, nil); err != nil {
 		return nil
 	}
-	end, err := cc.follow(ctx, func(t string) error { return chunk(&oaiAnswer{Content: &t}, nil) },
-		func() error { return w.comment("ping") })
+	end, err := cc.follow(ctx, w, func(t string) error { return chunk(&oaiAnswer{Content: &t}, nil) })
 	if err != nil {
 		if ctx.Err() == nil {
 			cc.s.log.Warn("openai stream ended", "run", cc.ticket.RunID, "err", err)
 			_ = w.write(sseData(mustJSON(oaiErrorBody(apiError(err)))))
 		}
+		return nil
+	}
+	if err := w.flush(); err != nil { // the last chunks, before reading the message
 		return nil
 	}
 	reason := "stop"
@@ -597,11 +602,11 @@ func (cc *completion) stream(c echo.Context) error {
 		// OpenAI's last chunk for include_usage: no choices, the usage.
 		last := cc.envelope("chat.completion.chunk")
 		last.Choices, last.Usage = []oaiChoice{}, cc.usage
-		if err := w.write(sseData(mustJSON(last))); err != nil {
+		if err := w.put(sseData(mustJSON(last))); err != nil {
 			return nil
 		}
 	}
-	_ = w.write([]byte("data: [DONE]\n\n"))
+	_ = w.write([]byte("data: [DONE]\n\n")) // flushes the last chunks with it
 	return nil
 }
 

@@ -16,16 +16,37 @@ import (
 // logPage is how many events one store read returns.
 const logPage = 500
 
-// follow delivers runID's events with seq > after to send, in seq order,
+// sender is where follow delivers a run's frames: send may keep a frame
+// in a buffer, flush delivers every frame sent so far (and whatever else
+// the stream buffered before). One goroutine calls them.
+type sender interface {
+	send(frame) error
+	flush() error
+}
+
+// sendEach is a sender whose send delivers at once (flush does nothing).
+type sendEach func(frame) error
+
+func (f sendEach) send(fr frame) error { return f(fr) }
+func (sendEach) flush() error          { return nil }
+
+// follow delivers runID's events with seq > after to out, in seq order,
 // each exactly once, until the run's terminal event (nil), ctx ends, or
-// send fails. For a run executing here it subscribes to the hub, which
+// a send fails. For a run executing here it subscribes to the hub, which
 // hands back the frames it kept after `after` and says up to which seq
 // the store has the older ones; those are read from the store first. A
 // subscriber the hub dropped for being slow resubscribes the same way.
 // A run executing in another process (or finished) is read from the
 // store, every PollInterval until its terminal event. idle, when not
 // nil, is called whenever nothing was sent for a heartbeat interval.
-func (s *Server) follow(ctx context.Context, runID string, after int64, send func(frame) error, idle func() error) error {
+//
+// The events of one group commit reach a subscription together: follow
+// sends such a batch (or a page of the log) and then flushes out once.
+// It flushes before every wait for more events, so no frame sits in a
+// buffer while the run is quiet. When it returns, the last frames may
+// still be buffered: the caller flushes them, or ends the response
+// (net/http then writes them with its end of the stream, in one write).
+func (s *Server) follow(ctx context.Context, runID string, after int64, out sender, idle func() error) error {
 	var tick <-chan time.Time
 	if idle != nil {
 		t := time.NewTicker(s.cfg.Heartbeat)
@@ -33,6 +54,9 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 		tick = t.C
 	}
 	wait := func() error {
+		if err := out.flush(); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -45,14 +69,14 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 	for {
 		sub, backlog, base := s.hub.subscribe(runID, after)
 		if sub == nil && s.cfg.Relay != nil {
-			if handled, err := s.followRemote(ctx, runID, &after, send, tick, idle); handled {
+			if handled, err := s.followRemote(ctx, runID, &after, out, tick, idle); handled {
 				return err
 			}
 		}
 		if sub == nil {
 			// Not executing here: the store has it (or will, from the
 			// process that executes it).
-			done, n, err := s.replay(ctx, runID, &after, 0, send)
+			done, n, err := s.replay(ctx, runID, &after, 0, out)
 			if errors.Is(err, runtime.ErrRunNotFound) && (after > 0 || n > 0) {
 				return nil // deleted meanwhile (a rollback)
 			}
@@ -81,7 +105,7 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 		// The part the hub no longer keeps is in the store (it may lag
 		// behind a batch: wait for it).
 		for after < base {
-			done, _, err := s.replay(ctx, runID, &after, base, send)
+			done, _, err := s.replay(ctx, runID, &after, base, out)
 			if err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
 				sub.Close()
 				return err
@@ -97,7 +121,7 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 				}
 			}
 		}
-		ended, err := s.forward(ctx, sub, backlog, &after, send, tick, idle)
+		ended, err := s.forward(ctx, sub, backlog, &after, out, tick, idle)
 		if ended || err != nil {
 			return err
 		}
@@ -110,7 +134,7 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, send fun
 // (every PollInterval), and relayed events that arrive ahead of it wait
 // in order. handled is false when the relay cannot subscribe (the caller
 // polls the log instead).
-func (s *Server) followRemote(ctx context.Context, runID string, after *int64, send func(frame) error,
+func (s *Server) followRemote(ctx context.Context, runID string, after *int64, out sender,
 	tick <-chan time.Time, idle func() error) (handled bool, err error) {
 	evs, stop, err := s.cfg.Relay.Subscribe(ctx, runID)
 	if err != nil {
@@ -123,7 +147,7 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, s
 	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
 	deliver := func(f frame) (bool, error) { // (ended, err)
-		if err := send(f); err != nil {
+		if err := out.send(f); err != nil {
 			return false, err
 		}
 		*after = f.Seq
@@ -136,7 +160,7 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, s
 				return false, nil
 			}
 			delete(pending, next.Seq)
-			if err := send(next); err != nil {
+			if err := out.send(next); err != nil {
 				return false, err
 			}
 			*after = next.Seq
@@ -149,7 +173,7 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, s
 	for {
 		if readLog {
 			readLog = false
-			done, n, err := s.replay(ctx, runID, after, 0, send)
+			done, n, err := s.replay(ctx, runID, after, 0, out)
 			switch {
 			case errors.Is(err, runtime.ErrRunNotFound) && (*after > 0 || n > 0):
 				return true, nil // deleted meanwhile (a rollback)
@@ -171,6 +195,9 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, s
 			if rec, err := s.store.GetRun(ctx, runID); err == nil && rec.Status.Finished() && *after >= rec.LastSeq {
 				return true, nil
 			}
+		}
+		if err := out.flush(); err != nil {
+			return true, err
 		}
 		select {
 		case ev, ok := <-evs:
@@ -199,10 +226,11 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, s
 	}
 }
 
-// forward sends the backlog and then the live events of sub; ended
-// reports the terminal event. It returns (false, nil) when the caller
-// must resubscribe (dropped, topic closed, or a gap).
-func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame, after *int64, send func(frame) error,
+// forward sends the backlog and then the live events of sub, flushing
+// out after each batch it takes; ended reports the terminal event. It
+// returns (false, nil) when the caller must resubscribe (dropped, topic
+// closed, or a gap).
+func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame, after *int64, out sender,
 	tick <-chan time.Time, idle func() error) (ended bool, err error) {
 	defer sub.Close()
 	deliver := func(f frame) (bool, bool, error) { // (stop, ended, err)
@@ -212,7 +240,7 @@ func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame
 		if f.Seq != *after+1 {
 			return true, false, nil // cannot happen; resubscribing fills it
 		}
-		if err := send(f); err != nil {
+		if err := out.send(f); err != nil {
 			return true, false, err
 		}
 		*after = f.Seq
@@ -228,11 +256,15 @@ func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame
 	}
 	var buf []frame
 	for {
+		// The backlog and the first batch go out with one flush.
 		frames, open := sub.Take(buf)
 		for _, f := range frames {
 			if stop, end, err := deliver(f); stop {
 				return end, err
 			}
+		}
+		if err := out.flush(); err != nil {
+			return false, err
 		}
 		if !open {
 			return false, nil
@@ -251,8 +283,10 @@ func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame
 }
 
 // replay sends the logged events after *after (up to seq `until` when it
-// is positive); done reports a terminal event, n how many were sent.
-func (s *Server) replay(ctx context.Context, runID string, after *int64, until int64, send func(frame) error) (done bool, n int, err error) {
+// is positive), flushing out before it reads the next page (the caller
+// flushes the last); done reports a terminal event, n how many were
+// sent.
+func (s *Server) replay(ctx context.Context, runID string, after *int64, until int64, out sender) (done bool, n int, err error) {
 	for {
 		evs, err := s.store.Events(ctx, runID, *after, logPage)
 		if err != nil {
@@ -269,7 +303,7 @@ func (s *Server) replay(ctx context.Context, runID string, after *int64, until i
 			if err != nil {
 				return false, n, err
 			}
-			if err := send(f); err != nil {
+			if err := out.send(f); err != nil {
 				return false, n, err
 			}
 			*after = ev.Seq
@@ -281,27 +315,52 @@ func (s *Server) replay(ctx context.Context, runID string, after *int64, until i
 		if len(evs) < logPage {
 			return false, n, nil
 		}
+		if err := out.flush(); err != nil {
+			return false, n, err
+		}
 	}
 }
 
-// sseWriter writes Server-Sent Events with a deadline on every write.
-// One goroutine writes to it.
+// sseWriter writes Server-Sent Events into the response's buffer, with a
+// deadline on every write; flush sends what is buffered. It is the
+// sender of an SSE stream: a batch of events costs one flush. One
+// goroutine writes to it.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
 	buf     []byte // reused: the response writer copies what it is given
+	pending bool   // written since the last flush
 }
 
-func (w *sseWriter) write(b []byte) error {
+// put writes b without flushing it.
+func (w *sseWriter) put(b []byte) error {
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
-	if _, err := w.w.Write(b); err != nil {
-		return err
+	w.pending = true
+	_, err := w.w.Write(b)
+	return err
+}
+
+// flush sends what put wrote (nothing when nothing is pending).
+func (w *sseWriter) flush() error {
+	if !w.pending {
+		return nil
 	}
+	w.pending = false
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
 	return w.rc.Flush()
 }
 
-func (w *sseWriter) event(f frame) error {
+// write writes b and flushes it with what was pending.
+func (w *sseWriter) write(b []byte) error {
+	if err := w.put(b); err != nil {
+		return err
+	}
+	return w.flush()
+}
+
+// send puts one event frame; follow flushes after each batch.
+func (w *sseWriter) send(f frame) error {
 	buf := append(w.buf[:0], "id: "...)
 	buf = strconv.AppendInt(buf, f.Seq, 10)
 	buf = append(buf, "\nevent: "...)
@@ -310,9 +369,10 @@ func (w *sseWriter) event(f frame) error {
 	buf = append(buf, f.JSON...)
 	buf = append(buf, "\n\n"...)
 	w.buf = buf
-	return w.write(buf)
+	return w.put(buf)
 }
 
+// comment writes an SSE comment (the heartbeat) and flushes it at once.
 func (w *sseWriter) comment(text string) error {
 	return w.write([]byte(": " + text + "\n\n"))
 }
@@ -330,10 +390,12 @@ func (s *Server) serveSSE(c echo.Context, runID string, after int64) error {
 	c.Response().WriteHeader(http.StatusOK)
 	s.metrics.activeStreams.WithLabelValues("sse").Inc()
 	defer s.metrics.activeStreams.WithLabelValues("sse").Dec()
-	if err := w.comment(fmt.Sprintf("run %s", runID)); err != nil {
+	// The opening comment goes out with follow's first flush (before it
+	// waits for anything), the last events when this handler returns.
+	if err := w.put([]byte(fmt.Sprintf(": run %s\n\n", runID))); err != nil {
 		return nil
 	}
-	err := s.follow(ctx, runID, after, w.event, func() error { return w.comment("ping") })
+	err := s.follow(ctx, runID, after, w, func() error { return w.comment("ping") })
 	if err != nil && ctx.Err() == nil {
 		var e *Error
 		if errors.As(err, &e) || errors.Is(err, runtime.ErrRunNotFound) {

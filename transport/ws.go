@@ -491,12 +491,14 @@ func (wc *wsConn) follow(id, runID string, after int64) {
 		defer wc.wg.Done()
 		defer stop()
 		var b []byte // reused: a write is done with its bytes when it returns
-		err := wc.s.follow(ctx, runID, after, func(f frame) error {
+		// One frame, one message: coder/websocket flushes every message
+		// it writes and has no call that writes several with one flush.
+		err := wc.s.follow(ctx, runID, after, sendEach(func(f frame) error {
 			b = append(b[:0], `{"type":"event","event":`...)
 			b = append(b, f.JSON...)
 			b = append(b, '}')
 			return wc.send(b)
-		}, nil)
+		}), nil)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, runtime.ErrRunNotFound) {
 			wc.sendError(id, err)
 		}
