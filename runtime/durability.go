@@ -12,12 +12,17 @@ type Durability string
 
 // Durability modes. The empty value means the engine's default (sync).
 const (
-	// DurabilitySync writes every transition before the next node step
-	// starts: the writes between two executor starts go in one batch, and
-	// a node's running checkpoint is durable before its handler runs. The
-	// committer commits at once, so a succeeded write/external/human node
-	// is durable before anything else executes. A run with a BatchFinisher
-	// store is created in its first commit (with run_started).
+	// DurabilitySync commits every transition at once: the committer
+	// starts a commit as soon as a run has buffered a write (the writes of
+	// all runs meanwhile share it). Before a node with a write, external
+	// or human effect starts, the run waits until everything before it —
+	// its own running checkpoint included — is durable, so a succeeded
+	// effect is durable before the next effect executes. A pure or read
+	// node starts without waiting for its commit: it changes nothing
+	// outside the run, and its events reach subscribers only once
+	// committed, so a crash can only make it run again unseen. A run with
+	// a BatchFinisher store is created in its first commit (with
+	// run_started).
 	DurabilitySync Durability = "sync"
 	// DurabilityBatched hands writes to a group committer that flushes the
 	// transitions of all runs together every few milliseconds (or every N
@@ -317,15 +322,16 @@ func (r *run) flush(wait bool) {
 }
 
 // beforeExecute makes the run's transitions durable as its mode requires
-// before an executor attempt starts.
+// before an executor attempt starts: in sync and batched mode a node with
+// a write, external or human effect waits until everything buffered
+// before it is committed; a pure or read node only hands its writes to
+// the committer (the modes differ in when the committer commits).
 func (r *run) beforeExecute(pn *pnode) {
 	if r.store == nil {
 		return
 	}
 	switch r.durability {
-	case DurabilitySync:
-		r.flush(true)
-	case DurabilityBatched:
+	case DurabilitySync, DurabilityBatched:
 		r.flush(pn.opts.Effect.Sticky())
 	}
 }

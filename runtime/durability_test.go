@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,7 +52,8 @@ func TestDurabilityModesKeepTheLog(t *testing.T) {
 }
 
 // exit mode writes only the run's start while the run is in flight; sync
-// mode has the running checkpoint of a node on disk before its handler runs.
+// and batched mode have the running checkpoint of a node with an external
+// effect on disk before its handler runs.
 func TestDurabilityFlushPoints(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -296,4 +298,136 @@ func TestLeaseRenewalWaitsForTheRunsCreation(t *testing.T) {
 	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "born"})
 	require.NoError(t, err)
 	require.Equal(t, runtime.RunCompleted, res.Status)
+}
+
+// heldStore is a memory store that calls hold before it applies each
+// group commit: a test holds a commit there to see what the run does
+// while it waits.
+type heldStore struct {
+	*memory.Store
+	hold func([]runtime.WriteBatch)
+}
+
+func (s *heldStore) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	s.hold(bs)
+	return s.Store.WriteBatches(ctx, bs)
+}
+
+// carries reports whether a commit carries node's checkpoint with status.
+func carries(bs []runtime.WriteBatch, node string, status runtime.NodeStatus) bool {
+	for _, b := range bs {
+		for _, cp := range b.Checkpoints {
+			if cp.NodeID == node && cp.Status == status {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// In sync mode a pure node's handler may start before its running
+// checkpoint is committed, while a node with an external effect starts
+// only once everything before it is; either way the sink gets an event
+// only after its commit.
+func TestSyncStartsPureNodesWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	pStarted, pRelease := k.hold("p")
+	xStarted, xRelease := k.hold("x")
+	pRelease, xRelease = once(pRelease), once(xRelease)
+	pCommit := make(chan struct{}) // closed by the test: p's commit may go on
+	letCommit := once(func() { close(pCommit) })
+	pSeen, xSeen := make(chan struct{}), make(chan struct{}) // the hold has seen p's (x's) running checkpoint
+	var pEarly, xEarly atomic.Bool
+	st := &heldStore{Store: newMem(), hold: func(bs []runtime.WriteBatch) {
+		switch {
+		case carries(bs, "p", runtime.NodeRunning):
+			// Hold p's running checkpoint until p's handler runs. The
+			// bound only keeps a run that waits for this commit from
+			// hanging the test: it then fails below.
+			select {
+			case <-pStarted:
+				pEarly.Store(true)
+				close(pSeen)
+				<-pCommit
+			case <-time.After(10 * time.Second):
+				close(pSeen)
+			}
+		case carries(bs, "x", runtime.NodeRunning):
+			// x must not start while its running checkpoint is held. How
+			// long it is held only bounds how surely a run that does not
+			// wait is caught; a run that waits passes either way.
+			select {
+			case <-xStarted:
+				xEarly.Store(true)
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(xSeen)
+		}
+	}}
+	e := k.engine(t, st, func(c *runtime.Config) { c.Durability = runtime.DurabilitySync })
+	g := newGraph("pure").node("s", "start").node("p", "step").node("x", "step", `{"effect":"external"}`).
+		flow("s", "p").flow("p", "x").build()
+	sink := &committedSink{t: t, st: st}
+	type outcome struct {
+		res *runtime.RunResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "pure", Sink: sink})
+		done <- outcome{res, err}
+	}()
+	// On a failure below, let the run end before the engine closes.
+	t.Cleanup(func() { letCommit(); pRelease(); xRelease(); <-done })
+
+	<-pSeen
+	require.True(t, pEarly.Load(), "p's handler runs while its running checkpoint's commit is held")
+	cps, err := st.Checkpoints(context.Background(), "pure")
+	require.NoError(t, err)
+	for _, cp := range cps {
+		require.NotEqual(t, "p", cp.NodeID, "p's running checkpoint is not committed yet")
+	}
+	sink.mu.Lock()
+	for _, ev := range sink.got {
+		require.NotEqual(t, "p", ev.NodeID, "p's events reach the sink only after their commit")
+	}
+	sink.mu.Unlock()
+	letCommit()
+	pRelease()
+
+	<-xStarted
+	<-xSeen
+	require.False(t, xEarly.Load(), "x's handler started while its running checkpoint's commit was held")
+	cps, err = st.Checkpoints(context.Background(), "pure")
+	require.NoError(t, err)
+	status := map[string]runtime.NodeStatus{}
+	for _, cp := range cps {
+		status[cp.NodeID] = cp.Status
+	}
+	require.Equal(t, map[string]runtime.NodeStatus{"s": runtime.NodeSucceeded, "p": runtime.NodeSucceeded,
+		"x": runtime.NodeRunning}, status, "everything before x is durable when it starts")
+	evs, err := st.Events(context.Background(), "pure", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, runtime.EventNodeStarted, evs[len(evs)-1].Type)
+	require.Equal(t, "x", evs[len(evs)-1].NodeID)
+	xRelease()
+	o := <-done
+	done <- o // for the cleanup
+	require.NoError(t, o.err)
+	require.Equal(t, runtime.RunCompleted, o.res.Status)
+
+	stored, err := st.Events(context.Background(), "pure", 0, 0)
+	require.NoError(t, err)
+	checkLifecycle(t, stored)
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Empty(t, sink.early, "events published before they were committed")
+	require.Equal(t, stored, sink.got)
+}
+
+// once makes f safe to call more than once (it runs the first time).
+func once(f func()) func() {
+	var o sync.Once
+	return func() { o.Do(f) }
 }

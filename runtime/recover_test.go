@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -126,15 +127,17 @@ func TestRecoverAfterCrash(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			k := newKit(t)
 			mem := newMem()
-			bData := ""
+			// b and c have an external effect, so each starts only once
+			// everything before it is durable (a pure node may start
+			// before its own running checkpoint is committed): the crash
+			// at b's checkpoints is where the dead process stopped, and c
+			// never ran on a success of b that was not yet durable.
+			bData := `{"effect":"external"}`
 			if p.name == "in b's retry backoff" {
-				bData = `{"fail":1,"retry":{"maxAttempts":3,"initialDelayMs":30}}`
+				bData = `{"effect":"external","fail":1,"retry":{"maxAttempts":3,"initialDelayMs":30}}`
 			}
 			g := newGraph(fmt.Sprintf("crash%d", i)).node("s", "start").node("a", "step").node("b", "step", bData).
-				node("c", "step").node("side", "step").flow("s", "a").flow("a", "b").flow("b", "c").flow("s", "side").build()
-			if bData == "" {
-				g.Nodes[2].Data = nil
-			}
+				node("c", "step", `{"effect":"external"}`).node("side", "step").flow("s", "a").flow("a", "b").flow("b", "c").flow("s", "side").build()
 			ctx, kill := context.WithCancel(context.Background())
 			cs := &crashStore{Store: mem, kill: kill, failpoint: p.point, eventFailpoint: p.event}
 			// A restarted server keeps its owner name and takes its leases back.
@@ -199,7 +202,9 @@ func TestRecoverKeepsAttemptID(t *testing.T) {
 	}}
 	e1, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: cs, Owner: "server-1"})
 	require.NoError(t, err)
-	g := &runtime.Graph{ID: "g", PlanVersion: 1, Nodes: []runtime.Node{{ID: "s", Type: "start"}}}
+	// An external node's running checkpoint is durable before its handler
+	// runs (a pure node's need not be): the lost attempt left it behind.
+	g := &runtime.Graph{ID: "g", PlanVersion: 1, Nodes: []runtime.Node{{ID: "s", Type: "start", Data: json.RawMessage(`{"effect":"external"}`)}}}
 	_, _ = e1.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "r"})
 	e2, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: mem, Owner: "server-1"})
 	require.NoError(t, err)
@@ -224,7 +229,9 @@ func TestRecoverKeepsAttemptID(t *testing.T) {
 
 // crashBeforeB runs g as runID on an engine of owner with lease ttl whose
 // store dies as node b's running checkpoint is written, and returns the
-// run's record as the dead process left it.
+// run's record as the dead process left it. b must have a write or
+// external effect: a pure node's running checkpoint may never be written
+// on its own (the node may start, and end, before it is committed).
 func crashBeforeB(t *testing.T, k *kit, mem runtime.Store, g *runtime.Graph, runID, owner string, ttl time.Duration) *runtime.RunRecord {
 	t.Helper()
 	ctx, kill := context.WithCancel(context.Background())
@@ -245,7 +252,7 @@ func TestRecoverExpiredLeases(t *testing.T) {
 	t.Parallel()
 	k := newKit(t)
 	mem := newMem()
-	g := newGraph("lease").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
+	g := newGraph("lease").node("s", "start").node("a", "step").node("b", "step", `{"effect":"external"}`).flow("s", "a").flow("a", "b").build()
 	oldRec := crashBeforeB(t, k, mem, g, "lr", "dead", 150*time.Millisecond)
 
 	fresh := k.engine(t, mem, func(c *runtime.Config) { c.LeaseTTL = time.Second; c.Owner = "fresh" })
@@ -288,7 +295,7 @@ func TestRecoverOwnRunsAtOnce(t *testing.T) {
 	t.Parallel()
 	k := newKit(t)
 	mem := newMem()
-	g := newGraph("own").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
+	g := newGraph("own").node("s", "start").node("a", "step").node("b", "step", `{"effect":"external"}`).flow("s", "a").flow("a", "b").build()
 	oldRec := crashBeforeB(t, k, mem, g, "own", "srv-1", time.Hour)
 
 	cfg := func(done chan<- *runtime.RunResult) runtime.RecoveryConfig {
@@ -324,7 +331,9 @@ func TestRecoverOwnRunsAtOnce(t *testing.T) {
 
 	// A run the engine executes itself is never taken back by its own pass.
 	started, release := k.hold("a")
+	live := make(chan struct{})
 	go func() {
+		defer close(live)
 		_, _ = restarted.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "live", Input: "y"})
 	}()
 	<-started
@@ -332,4 +341,5 @@ func TestRecoverOwnRunsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	release()
+	<-live // the engine is closed after its runs end
 }

@@ -924,8 +924,10 @@ func (r *run) retrying(fc *FlowContext, c completion, next time.Time, delay time
 	}
 	r.emit(EventNodeRetrying, fc.node, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
 		DelayMs: delay.Milliseconds(), Error: c.err.Error(), Code: code})
-	// The schedule must be durable before the wait, so a crash during it
-	// neither retries early nor forgets the retry.
+	// A node with an effect has the schedule durable before the wait, so
+	// a crash during it neither retries early nor forgets the retry; a
+	// pure or read node's joins the next commit (a crash may make it run
+	// again early).
 	r.beforeExecute(&r.p.nodes[fc.node])
 }
 
@@ -1024,11 +1026,12 @@ func (r *run) complete(c completion) {
 		d := r.completedData()
 		d.Output, d.DurationMs = out, dur
 		r.terminalAt(now, fc, EventNodeCompleted, d)
-		// An effect that happened must never be repeated: the sync
-		// committer commits the success at once, and no executor starts
-		// before it is durable (beforeExecute waits for every write
-		// buffered so far), so the dispatcher need not wait for it here:
-		// the next node's start joins the same commit when it can.
+		// An effect that happened must never be repeated: no node with
+		// an effect starts before this success is durable (beforeExecute
+		// waits for every write buffered so far), so the dispatcher need
+		// not wait for it here: the next node's start joins the same
+		// commit when it can. A pure node may run before it is durable:
+		// a crash only makes it run again, unseen.
 		if r.stopping == stopNone {
 			r.routeAt(now, n, live, out)
 		}
