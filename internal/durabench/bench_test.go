@@ -28,16 +28,23 @@ func registry() *runtime.Registry {
 	newPass := func(*runtime.Node) (runtime.Executor, error) { return pass, nil }
 	out := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
 	reg.MustRegister(runtime.NodeType{Name: "src", Entry: true, Ports: []runtime.Port{out}, New: newPass})
-	reg.MustRegister(runtime.NodeType{Name: "pass", New: newPass, Ports: []runtime.Port{
-		{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}, out}})
+	in := runtime.Port{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow, Many: true}
+	reg.MustRegister(runtime.NodeType{Name: "pass", New: newPass, Ports: []runtime.Port{in, out}})
+	// effect is pass with an external effect: in sync mode each waits
+	// until everything before it is durable, one commit per step.
+	reg.MustRegister(runtime.NodeType{Name: "effect", New: newPass, Ports: []runtime.Port{in, out},
+		DefaultEffect: runtime.EffectExternal})
 	return reg
 }
 
-func chain(n int) *runtime.Graph {
-	g := &runtime.Graph{ID: fmt.Sprintf("chain%d", n), PlanVersion: 1}
+func chain(n int) *runtime.Graph { return chainOf(n, "pass") }
+
+// chainOf is a chain of n nodes: a source, then n-1 of type typ.
+func chainOf(n int, typ string) *runtime.Graph {
+	g := &runtime.Graph{ID: fmt.Sprintf("chain%d-%s", n, typ), PlanVersion: 1}
 	g.Nodes = append(g.Nodes, runtime.Node{ID: "n0", Type: "src"})
 	for i := 1; i < n; i++ {
-		g.Nodes = append(g.Nodes, runtime.Node{ID: fmt.Sprintf("n%d", i), Type: "pass"})
+		g.Nodes = append(g.Nodes, runtime.Node{ID: fmt.Sprintf("n%d", i), Type: typ})
 		g.Edges = append(g.Edges, runtime.Edge{ID: fmt.Sprintf("e%d", i), Source: fmt.Sprintf("n%d", i-1), SourceHandle: "out",
 			Target: fmt.Sprintf("n%d", i), TargetHandle: "in", Data: runtime.EdgeData{Channel: runtime.ChannelFlow}})
 	}
@@ -91,10 +98,12 @@ func runChain(b *testing.B, e *runtime.Engine, p *runtime.Plan) {
 	}
 }
 
-func w4(b *testing.B, mode runtime.Durability) {
+func w4(b *testing.B, mode runtime.Durability) { w4Of(b, mode, "pass") }
+
+func w4Of(b *testing.B, mode runtime.Durability, typ string) {
 	var commits atomic.Int64
 	e := engine(b, openSQLite(b), mode, &commits)
-	p, err := e.Compile(chain(100))
+	p, err := e.Compile(chainOf(100, typ))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,6 +121,11 @@ func w4(b *testing.B, mode runtime.Durability) {
 // BenchmarkW4SQLiteSync: chain of 100 in sync mode, every transition
 // committed at once (the chain's nodes are pure: none waits for its commit).
 func BenchmarkW4SQLiteSync(b *testing.B) { w4(b, runtime.DurabilitySync) }
+
+// BenchmarkW4SQLiteSyncEffects: chain of 100 nodes with an external
+// effect in sync mode: each waits until the step before it is durable —
+// one commit per step.
+func BenchmarkW4SQLiteSyncEffects(b *testing.B) { w4Of(b, runtime.DurabilitySync, "effect") }
 
 // BenchmarkW4SQLiteBatched: chain of 100, group commit.
 func BenchmarkW4SQLiteBatched(b *testing.B) { w4(b, runtime.DurabilityBatched) }
