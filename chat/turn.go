@@ -189,9 +189,10 @@ type launch struct {
 	// afterSeq is the last seq already in the run's log (recovered runs).
 	afterSeq int64
 	// linkNow: cancels reach the run at once (a recovered run has
-	// already emitted run_started); otherwise from run_started on, so a
-	// cancel that came first still lets the run record and run_started be
-	// written, then stops the run before any node starts.
+	// already emitted run_started); otherwise from the moment the run
+	// emits run_started (runtime.StartSink), so a cancel that came first
+	// still lets the run record and run_started be written, then stops the
+	// run before any node starts.
 	linkNow bool
 	// write persists the turn; holding says the run already holds its
 	// chat's turn (it will start at once, not wait in the chat's queue).
@@ -314,14 +315,14 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		started = true
 		link()
 	}
-	sink := runtime.SinkFunc(func(ev runtime.Event) {
+	sink := &startSink{started: link, emit: func(ev runtime.Event) {
 		if ev.Type == runtime.EventRunStarted {
 			started = true
-			link()
+			link() // done in Started already, unless a wrapper hid it
 			report(nil)
 		}
 		hold.emit(ev)
-	})
+	}}
 	res, err := l.exec(runCtx, sink, writes)
 	stop()
 	// The run is over: a cancel from now on is for whatever runs next.
@@ -352,6 +353,19 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	}
 	hold.flush()
 }
+
+// startSink is a run's sink that links cancels as soon as the run has
+// emitted run_started (runtime.StartSink), before any node starts: a
+// cancel that came first then ends the run with nothing executed, even
+// though run_started itself is committed (and emitted to subscribers)
+// only with the run's first step.
+type startSink struct {
+	started func()
+	emit    func(runtime.Event)
+}
+
+func (s *startSink) Started(string)        { s.started() }
+func (s *startSink) Emit(ev runtime.Event) { s.emit(ev) }
 
 // errRunNeverStarted answers a launch whose run returned without starting
 // or reporting an error (no path does today; launch must not wait forever

@@ -214,7 +214,10 @@ func (r *run) roomLocked() {
 func (r *run) bufferedLocked() {
 	r.wgen++
 	if r.cm != nil {
-		if !r.queued {
+		if r.held && len(r.wb.evs)+len(r.wb.cps) >= maxBuffered {
+			r.held = false
+		}
+		if !r.queued && !r.held {
 			r.queued = true
 			r.cm.add(r)
 		}
@@ -236,6 +239,22 @@ func (r *run) bufferedLocked() {
 	if r.durability != DurabilityExit && len(r.wb.evs)+len(r.wb.cps) >= maxBuffered {
 		r.flushLocked(false)
 	}
+}
+
+// release lists the writes the run's first step held back (see run.held).
+// Only the dispatcher calls it; after the first time it costs nothing.
+func (r *run) release() {
+	if r.released {
+		return
+	}
+	r.released = true
+	r.emu.Lock()
+	r.held = false
+	if r.storeErr == nil && !r.wb.empty() && !r.queued {
+		r.queued = true
+		r.cm.add(r)
+	}
+	r.emu.Unlock()
 }
 
 // publish hands committed events to the run's sink, in seq order. Only
@@ -260,7 +279,10 @@ func (r *run) flushLocked(wait bool) {
 		return
 	}
 	if r.cm != nil {
-		if r.storeErr == nil && !r.wb.empty() && !r.queued {
+		if wait {
+			r.held = false
+		}
+		if r.storeErr == nil && !r.wb.empty() && !r.queued && !r.held {
 			r.bufferedLocked()
 		}
 		if wait {

@@ -431,3 +431,117 @@ func once(f func()) func() {
 	var o sync.Once
 	return func() { o.Do(f) }
 }
+
+// A sync run's run_started waits for the run's first step: a pure entry
+// that runs on the dispatcher, its edge and the next node's start (whose
+// external effect waits for the commit) all join the one commit that
+// creates the run — the effect node starts after one commit, not two —
+// and every event still reaches the sink only once committed.
+func TestFirstStepJoinsRunStartedCommit(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	begun := make(chan struct{}) // closed when the first commit begins
+	var once sync.Once
+	require.NoError(t, k.reg.Register(runtime.NodeType{Name: "inline", Entry: true, Inline: true,
+		Ports: []runtime.Port{{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}},
+		New: func(n *runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(context.Context, *runtime.Node, runtime.Inputs, *runtime.FlowContext) (runtime.Result, error) {
+				// Give a commit of run_started alone the time to begin:
+				// none may while the first step runs. The bound only
+				// decides how surely a run that commits early is caught.
+				select {
+				case <-begun:
+				case <-time.After(100 * time.Millisecond):
+				}
+				return runtime.Result{Output: "s"}, nil
+			}), nil
+		}}))
+	var mu sync.Mutex
+	var commits [][]string // per commit: its events as type/node
+	var beforeX int        // commits begun before x's handler ran
+	xRan := false
+	st := &heldStore{Store: newMem(), hold: func(bs []runtime.WriteBatch) {
+		var evs []string
+		for _, b := range bs {
+			for _, ev := range b.Events {
+				evs = append(evs, string(ev.Type)+"/"+ev.NodeID)
+			}
+		}
+		once.Do(func() { close(begun) })
+		mu.Lock()
+		commits = append(commits, evs)
+		if !xRan {
+			beforeX++
+		}
+		mu.Unlock()
+	}}
+	xStarted, release := k.hold("x")
+	go func() {
+		<-xStarted
+		mu.Lock()
+		xRan = true
+		mu.Unlock()
+		release()
+	}()
+	e := k.engine(t, st, func(c *runtime.Config) { c.Durability = runtime.DurabilitySync })
+	g := newGraph("first").node("s", "inline").node("x", "step", `{"effect":"external"}`).flow("s", "x").build()
+	sink := &committedSink{t: t, st: st}
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "first", Sink: sink})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"run_started/", "node_started/s", "node_completed/s", "edge_taken/", "node_started/x"}, commits[0],
+		"the first commit holds run_started and the whole first step")
+	require.Equal(t, 1, beforeX, "x starts after one commit")
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Empty(t, sink.early, "an event reached the sink before its commit")
+	require.Equal(t, runtime.EventRunStarted, sink.got[0].Type)
+}
+
+// startCancel is a StartSink that cancels its run when told it started.
+type startCancel struct {
+	collect
+	cancel  context.CancelFunc
+	started []string
+}
+
+func (s *startCancel) Started(runID string) {
+	s.started = append(s.started, runID)
+	s.cancel()
+}
+
+// A StartSink hears of its run once run_started is emitted, before any
+// node starts and before run_started is committed: a cancel there still
+// lets the run be created and log run_started, and then no node starts —
+// in every durability mode.
+func TestStartSinkCancelsBeforeAnyNode(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+		t.Run(string(mode), func(t *testing.T) {
+			k := newKit(t)
+			mem := newMem()
+			e := k.engine(t, mem, func(c *runtime.Config) { c.Durability = mode })
+			g := newGraph("startsink").node("s", "start").node("a", "step").flow("s", "a").build()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sink := &startCancel{cancel: cancel}
+			res, err := e.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "ss", Sink: sink})
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunCancelled, res.Status)
+			require.Equal(t, []string{"ss"}, sink.started)
+			require.Zero(t, k.execCount("s")+k.execCount("a"), "no node ran")
+			evs, err := mem.Events(context.Background(), "ss", 0, 0)
+			require.NoError(t, err)
+			var types []runtime.EventType
+			for _, ev := range evs {
+				types = append(types, ev.Type)
+			}
+			require.Equal(t, runtime.EventRunStarted, types[0])
+			require.Equal(t, runtime.EventRunCancelled, types[len(types)-1])
+			require.NotContains(t, types, runtime.EventNodeStarted)
+			require.Equal(t, len(evs), len(sink.events()), "the sink got the log")
+		})
+	}
+}

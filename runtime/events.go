@@ -108,6 +108,19 @@ type EventSink interface {
 	Emit(Event)
 }
 
+// StartSink is an EventSink told when its run begins: Started is called
+// once the run has emitted run_started — before that event is committed
+// and handed to Emit — and before any node starts. A cancel of the run
+// from then on stops it before it starts a node not started yet, while the
+// run is still created and logs run_started (a caller that links its
+// cancels here so lets a cancel that came first end the run before any
+// node runs). Started is called on the run's dispatcher and must not
+// block.
+type StartSink interface {
+	EventSink
+	Started(runID string)
+}
+
 // SinkFunc adapts a function to EventSink.
 type SinkFunc func(Event)
 

@@ -93,15 +93,21 @@ type run struct {
 	// the sink only once committed: wgen counts buffered writes, cgen those
 	// committed and published, cwait is closed when cgen advances, queued
 	// says the run is on cm's list. All under emu.
-	cm         *committer
-	queued     bool
-	wgen, cgen uint64
-	cwait      chan struct{}
-	twait      chan struct{} // closed when the buffer is taken (emu)
-	ending     bool          // the run's end is buffered (emu)
-	logged     *logged
-	recovering bool
-	dead       atomic.Bool // the store refused a write: write nothing more
+	cm     *committer
+	queued bool
+	// held: the run's first step is under way, and its writes (from
+	// run_started on) wait to be listed with cm, so that they make one
+	// commit with the step's (emu). The dispatcher clears it (release)
+	// before it waits for anything; a wait for a commit or a full buffer
+	// clears it too. released mirrors it for the dispatcher, without emu.
+	held, released bool
+	wgen, cgen     uint64
+	cwait          chan struct{}
+	twait          chan struct{} // closed when the buffer is taken (emu)
+	ending         bool          // the run's end is buffered (emu)
+	logged         *logged
+	recovering     bool
+	dead           atomic.Bool // the store refused a write: write nothing more
 
 	lmu   sync.Mutex
 	links map[linkKey]*linkEntry
@@ -405,13 +411,29 @@ func (r *run) execute() (*RunResult, error) {
 		defer close(stop)
 		go r.renewLease(stop)
 	}
+	// With a committer (sync, batched), run_started waits for the run's
+	// first step and is committed with it: the entry nodes that need no
+	// wait (pure ones, run on the dispatcher) run meanwhile, and the first
+	// node that waits for its commit — or the dispatcher, before it waits
+	// for anything — lists the writes. So run_started is durable and
+	// published before any node with an effect starts, and a sink that
+	// reacts to it (linking a cancel, say) does so before such work
+	// begins; a chat turn's creation, its pure start and its agent's
+	// running checkpoint cost one commit, not two. Exit mode writes
+	// run_started alone, before any node starts.
+	r.emu.Lock()
+	r.held = r.cm != nil
+	r.released = !r.held
+	r.emu.Unlock()
 	r.emitAt(r.started, EventRunStarted, -1, 0, &RunStartedData{Kind: r.rec.Kind, GraphID: r.p.GraphID,
 		PlanVersion: r.p.PlanVersion, EntryNodeIDs: r.as.entryIDs, ActiveNodeIDs: r.as.ids,
 		ParentRunID: r.rec.ParentID, Resumed: r.rec.ParentID != "", Attrs: r.rec.Attrs})
-	// run_started is durable and published before any node starts, in
-	// every mode (exit mode writes only this and the run's end): a sink
-	// that reacts to it (linking a cancel, say) does so before work begins.
-	r.flush(true)
+	if s, ok := r.sink.(StartSink); ok {
+		s.Started(r.rec.ID)
+	}
+	if r.cm == nil {
+		r.flush(true)
+	}
 	for _, i := range r.as.nodes {
 		r.state[i] = NodePending
 		r.pending[i] = r.as.inCount[i]
@@ -452,6 +474,7 @@ func (r *run) execute() (*RunResult, error) {
 			continue // completions were waiting: no need to wait
 		}
 		r.clock = time.Time{} // the dispatcher waits: its next step reads the clock
+		r.release()
 		select {
 		case <-r.workers.wake:
 			r.drain()
@@ -512,6 +535,7 @@ func (r *run) launch() {
 					return // wait in the main select
 				}
 				r.clock = time.Time{}
+				r.release()
 				select {
 				case r.e.sem <- struct{}{}:
 				case <-r.ctx.Done():
