@@ -32,6 +32,9 @@ type LiveRun struct {
 	nodeTypes map[string]string
 	client    string // who started it (WithClient), "" if unknown
 	done      chan struct{}
+	// counted: the run counts against MaxRuns, MaxRunsPerChat and
+	// MaxRunsPerClient (Service.mu).
+	counted bool
 }
 
 // NodeType returns the type of a node of the run's graph.
@@ -112,6 +115,7 @@ type Service struct {
 	mu        sync.Mutex
 	closing   bool
 	live      map[string]*LiveRun
+	active    int // runs counted against MaxRuns (uncount)
 	perChat   map[string]int
 	perClient map[string]int
 	runsDone  sync.WaitGroup
@@ -241,8 +245,8 @@ func (s *Service) admit(lr *LiveRun) error {
 	if _, dup := s.live[lr.ID]; dup {
 		return fmt.Errorf("%w: run %s", runcontrol.ErrAlreadyBound, lr.ID)
 	}
-	if len(s.live) >= s.cfg.MaxRuns {
-		return fmt.Errorf("%w: the server runs %d (the limit)", ErrTooManyRuns, len(s.live))
+	if s.active >= s.cfg.MaxRuns {
+		return fmt.Errorf("%w: the server runs %d (the limit)", ErrTooManyRuns, s.active)
 	}
 	if s.perChat[lr.ChatID] >= s.cfg.MaxRunsPerChat {
 		return fmt.Errorf("%w: the chat has %d runs queued or running (the limit)", ErrTooManyRuns, s.perChat[lr.ChatID])
@@ -251,18 +255,27 @@ func (s *Service) admit(lr *LiveRun) error {
 		return fmt.Errorf("%w: this client has %d runs queued or running (the limit)", ErrTooManyRuns, s.perClient[lr.client])
 	}
 	s.live[lr.ID] = lr
+	s.active++
 	s.perChat[lr.ChatID]++
 	if lr.client != "" {
 		s.perClient[lr.client]++
 	}
+	lr.counted = true
 	s.runsDone.Add(1)
 	return nil
 }
 
-// retire unregisters a run that has ended (or never started).
-func (s *Service) retire(lr *LiveRun, opened bool) {
+// uncount releases the run's place under the run limits. A run that ends
+// does so before its terminal event is let through: a client that reads
+// run_completed and sends its next turn at once finds its place free.
+func (s *Service) uncount(lr *LiveRun) {
 	s.mu.Lock()
-	delete(s.live, lr.ID)
+	defer s.mu.Unlock()
+	if !lr.counted {
+		return
+	}
+	lr.counted = false
+	s.active--
 	if s.perChat[lr.ChatID]--; s.perChat[lr.ChatID] <= 0 {
 		delete(s.perChat, lr.ChatID)
 	}
@@ -271,6 +284,13 @@ func (s *Service) retire(lr *LiveRun, opened bool) {
 			delete(s.perClient, lr.client)
 		}
 	}
+}
+
+// retire unregisters a run that has ended (or never started).
+func (s *Service) retire(lr *LiveRun, opened bool) {
+	s.uncount(lr)
+	s.mu.Lock()
+	delete(s.live, lr.ID)
 	s.mu.Unlock()
 	if opened {
 		s.pub.RunClosed(lr)

@@ -523,3 +523,48 @@ func TestStartSettlesLostReservations(t *testing.T) {
 	require.Len(t, log, 2)
 	require.Equal(t, "lost", log[1].Data.(*runtime.RunFailedData).Code)
 }
+
+// finishedThenNext sends a turn from the publisher the moment it sees a
+// run's terminal event, as a client does that reads run_completed and
+// sends its next message at once.
+type finishedThenNext struct {
+	*recorder
+	next func() error
+	errs chan error
+}
+
+func (p *finishedThenNext) RunEvent(run *chat.LiveRun, ev runtime.Event) {
+	p.recorder.RunEvent(run, ev)
+	if ev.Type.Terminal() && p.next != nil {
+		select {
+		case p.errs <- p.next(): // the first run's end only: errs holds one
+		default:
+		}
+	}
+}
+
+// A run's place under the run limits is free by the time its terminal
+// event goes out: the client's next turn, sent on run_completed, is not
+// refused for the run that just ended.
+func TestEndedRunFreesItsPlaceBeforeItsTerminalEvent(t *testing.T) {
+	t.Parallel()
+	runs := memory.New()
+	f := newFixture(t, runs, chatmemory.New(runs), runtime.Config{}, func(c *chat.Config) {
+		c.MaxRunsPerClient, c.MaxRunsPerChat, c.MaxRuns = 1, 1, 1
+	})
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	client := chat.WithClient(context.Background(), "10.0.0.1")
+	pub := &finishedThenNext{recorder: newRecorder(), errs: make(chan error, 1)}
+	var once sync.Once
+	pub.next = func() error {
+		var err error
+		once.Do(func() {
+			_, err = f.svc.Send(client, chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "next"})
+		})
+		return err
+	}
+	f.svc.SetPublisher(pub)
+	_, err := f.svc.Send(client, chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "first"})
+	require.NoError(t, err)
+	require.NoError(t, <-pub.errs, "the next turn is admitted")
+}

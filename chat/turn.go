@@ -351,6 +351,7 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	if l.finish != nil {
 		l.finish(ctx, res, err)
 	}
+	s.uncount(lr)
 	hold.flush()
 }
 
