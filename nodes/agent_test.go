@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/internal/ssetest"
 	"chatgraph/nodes"
 	"chatgraph/nodes/llm"
 	"chatgraph/runtime"
@@ -31,24 +32,6 @@ func started(t *testing.T, s *sink, node string) map[string]any {
 	return data(t, evs[0])
 }
 
-// requireWholeChunks checks that deltas are the chunks in order, each
-// delta one or more whole consecutive chunks.
-func requireWholeChunks(t *testing.T, chunks, deltas []string) {
-	t.Helper()
-	i := 0
-	for _, d := range deltas {
-		j := i
-		for rest := d; rest != ""; j++ {
-			require.Less(t, j, len(chunks), "delta %q goes past the chunks %q", d, chunks)
-			require.True(t, strings.HasPrefix(rest, chunks[j]), "delta %q is not whole chunks from %q", d, chunks[i:])
-			rest = rest[len(chunks[j]):]
-		}
-		require.Greater(t, j, i, "an empty delta")
-		i = j
-	}
-	require.Equal(t, len(chunks), i, "every chunk is sent")
-}
-
 func TestChatStreamsEchoTokens(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -63,7 +46,7 @@ func TestChatStreamsEchoTokens(t *testing.T) {
 	}
 	// One delta per chunk, or chunks joined while the previous delta
 	// waited for its commit: whole chunks, in order, either way.
-	requireWholeChunks(t, []string{"echo:", " hello", " big", " world"}, deltas)
+	require.NoError(t, ssetest.WholeChunks([]string{"echo:", " hello", " big", " world"}, deltas))
 	out := output(t, res, "o")
 	require.Equal(t, nodes.Message{Role: nodes.RoleAssistant, Content: "echo: hello big world", Name: "Helper",
 		Metadata: map[string]any{"nodeId": "a", "model": "echo"}}, out)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/internal/ssetest"
 )
 
 // The AG-UI endpoint on the wire (the @ag-ui/client tests in clients/
@@ -56,7 +58,7 @@ func TestAGUITranslatesARun(t *testing.T) {
 		"STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED", // a1
 		"STEP_STARTED", "STEP_FINISHED", // out
 		"RUN_FINISHED"}, types)
-	requireWholeChunks(t, []string{"echo:", " hello", " world"}, text)
+	require.NoError(t, ssetest.WholeChunks([]string{"echo:", " hello", " world"}, text))
 	started := evs[0].Data
 	require.Equal(t, "thread-1", started["threadId"])
 	require.Equal(t, "client-run-1", started["runId"])

@@ -367,22 +367,3 @@ func (e *env) waitRunDone(runID string) {
 		return r["live"] != true
 	})
 }
-
-// requireWholeChunks checks that deltas are the streamed chunks in order,
-// each delta one or more whole consecutive chunks (chunks that come
-// faster than their commit share a delta).
-func requireWholeChunks(t *testing.T, chunks, deltas []string) {
-	t.Helper()
-	i := 0
-	for _, d := range deltas {
-		j := i
-		for rest := d; rest != ""; j++ {
-			require.Less(t, j, len(chunks), "delta %q goes past the chunks %q", d, chunks)
-			require.True(t, strings.HasPrefix(rest, chunks[j]), "delta %q is not whole chunks from %q", d, chunks[i:])
-			rest = rest[len(chunks[j]):]
-		}
-		require.Greater(t, j, i, "an empty delta")
-		i = j
-	}
-	require.Equal(t, len(chunks), i, "every chunk is sent")
-}

@@ -13,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/internal/ssetest"
 	"chatgraph/nodes/llm"
 )
 
@@ -127,7 +128,7 @@ func TestOpenAIStreaming(t *testing.T) {
 		}
 	}
 	require.NoError(t, stream.Err())
-	requireWholeChunks(t, []string{"echo:", " hello", " big", " world"}, deltas)
+	require.NoError(t, ssetest.WholeChunks([]string{"echo:", " hello", " big", " world"}, deltas))
 	require.Equal(t, "echo: hello big world", acc.Choices[0].Message.Content)
 	require.Equal(t, "stop", acc.Choices[0].FinishReason)
 }
