@@ -315,7 +315,7 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		started = true
 		link()
 	}
-	sink := &startSink{started: link, emit: func(ev runtime.Event) {
+	sink := &startSink{onStart: link, emit: func(ev runtime.Event) {
 		if ev.Type == runtime.EventRunStarted {
 			started = true
 			link() // done in Started already, unless a wrapper hid it
@@ -361,11 +361,11 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 // though run_started itself is committed (and emitted to subscribers)
 // only with the run's first step.
 type startSink struct {
-	started func()
+	onStart func()
 	emit    func(runtime.Event)
 }
 
-func (s *startSink) Started(string)        { s.started() }
+func (s *startSink) Started(string)        { s.onStart() }
 func (s *startSink) Emit(ev runtime.Event) { s.emit(ev) }
 
 // errRunNeverStarted answers a launch whose run returned without starting
