@@ -206,16 +206,7 @@ func BenchmarkStoreObserver(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p, err := e.Compile(chainGraph("obs", 100))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				mustRun(b, e, p)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/node")
+			loopRuns(b, e, chainGraph("obs", 100), 100)
 			if observed {
 				b.ReportMetric(float64(calls.Load())/float64(b.N)/100, "calls/node")
 			}
