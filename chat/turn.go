@@ -318,7 +318,6 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	sink := &startSink{onStart: link, emit: func(ev runtime.Event) {
 		if ev.Type == runtime.EventRunStarted {
 			started = true
-			link() // done in Started already, unless a wrapper hid it
 			report(nil)
 		}
 		hold.emit(ev)

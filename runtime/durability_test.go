@@ -545,3 +545,24 @@ func TestStartSinkCancelsBeforeAnyNode(t *testing.T) {
 		})
 	}
 }
+
+// A StartSink given to Stream hears of the run's start too (the stream
+// tees the events to it and passes Started on).
+func TestStreamPassesStartedOn(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	e := k.engine(t, newMem())
+	g := newGraph("streamstart").node("s", "start").node("a", "step").flow("s", "a").build()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := &startCancel{cancel: cancel}
+	s, err := e.Stream(ctx, runtime.RunRequest{Graph: g, RunID: "st", Sink: sink})
+	require.NoError(t, err)
+	for range s.Events() {
+	}
+	res, err := s.Wait()
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, res.Status)
+	require.Equal(t, []string{"st"}, sink.started)
+	require.Zero(t, k.execCount("s")+k.execCount("a"), "no node ran")
+}

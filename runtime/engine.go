@@ -641,15 +641,29 @@ func (q *eventQueue) forward(ch chan<- Event) {
 	}
 }
 
+// teeSink gives a stream's events to the caller's sink, if any, and to
+// the stream; a caller's StartSink still hears of the run's start.
 func teeSink(user EventSink, q *eventQueue) EventSink {
 	if user == nil {
 		return SinkFunc(q.push)
 	}
-	return SinkFunc(func(e Event) {
+	t := SinkFunc(func(e Event) {
 		user.Emit(e)
 		q.push(e)
 	})
+	if s, ok := user.(StartSink); ok {
+		return startTee{SinkFunc: t, started: s.Started}
+	}
+	return t
 }
+
+// startTee is a teed sink that passes Started on.
+type startTee struct {
+	SinkFunc
+	started func(runID string)
+}
+
+func (t startTee) Started(runID string) { t.started(runID) }
 
 // CancelInterrupted ends the human wait of an interrupted run: its record
 // becomes cancelled with the cause and its pending interrupts are void, so
