@@ -47,16 +47,18 @@ func TestGoldenAdapters(t *testing.T) {
 			}
 		}
 	}
-	// Streamed words 20 ms apart: each its own delta (words that come
+	// Streamed words 100 ms apart: each its own delta (words that come
 	// faster than their commit share one).
-	paced := basicGraph(`{"tokenDelayMs": 20}`)
+	paced := basicGraph(`{"tokenDelayMs": 100}`)
 	agui(paced, "t-text", map[string]any{"messages": []any{user("hello")}}, false)
 	agui(basicGraph(""), "t-server-tool", map[string]any{"messages": []any{user(`/tool calculator {"expression":"6*7"}`)},
 		"forwardedProps": map[string]any{"userTools": []string{"calculator"}}}, false)
 	agui(basicGraph(""), "t-client-tool", map[string]any{"messages": []any{user(`/tool get_weather {"city":"Oslo"}`)},
 		"tools": []any{map[string]any{"name": "get_weather", "description": "weather"}}}, false)
 	agui(approvalGraph(), "t-approval", map[string]any{"messages": []any{user(`/tool calculator {"expression":"6*7"}`)}}, false)
-	agui(basicGraph(`{"tokenDelayMs": 30}`), "t-cancel", map[string]any{"messages": []any{user(strings.Repeat("w ", 100))}}, true)
+	// Words 2 s apart: the cancel, sent on the first text, lands before
+	// the second.
+	agui(basicGraph(`{"tokenDelayMs": 2000}`), "t-cancel", map[string]any{"messages": []any{user(strings.Repeat("w ", 100))}}, true)
 	agui(flakyGraph(5, 1), "t-error", map[string]any{"messages": []any{user("fail me")}}, false)
 
 	oai := func(key string, body map[string]any, stream bool) {

@@ -136,15 +136,17 @@ func TestGoldenEvents(t *testing.T) {
 			}
 		}
 	}
-	// Words 20 ms apart: each its own delta (words that come faster than
+	// Words 100 ms apart: each its own delta (words that come faster than
 	// their commit share one).
-	collect(basicGraph(`{"tokenDelayMs": 20}`), "hello world", false)
+	collect(basicGraph(`{"tokenDelayMs": 100}`), "hello world", false)
 	calc := basicGraph("")
 	calc["nodes"] = append(calc["nodes"].([]any), map[string]any{"id": "calc", "type": "tool", "data": map[string]any{"name": "calculator"}})
 	calc["edges"] = append(calc["edges"].([]any), edge("l1", "calc", "tool", "a1", "tools", "link"))
 	collect(calc, `/tool calculator {"expression":"6*7"}`, false)
 	collect(approvalGraph(), `/tool calculator {"expression":"6*7"}`, false)
-	collect(basicGraph(`{"tokenDelayMs": 30}`), strings.Repeat("w ", 100), true)
+	// Words 2 s apart: the cancel, sent on the first delta, lands before
+	// the second, so the cancelled node and run keep their seqs.
+	collect(basicGraph(`{"tokenDelayMs": 2000}`), strings.Repeat("w ", 100), true)
 	collect(flakyGraph(1, 2), "retry me", false)
 	collect(flakyGraph(5, 1), "fail me", false)
 	for _, want := range []string{"run_started", "run_completed", "run_failed", "run_cancelled", "run_interrupted",
