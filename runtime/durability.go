@@ -190,6 +190,9 @@ func applyBatches(ctx context.Context, st *storeView, batches []WriteBatch) erro
 // takeLocked hands over the run's buffer as one batch (under emu) and
 // wakes an emitter waiting for room.
 func (r *run) takeLocked() WriteBatch {
+	if r.store.jsonEvents {
+		r.sealLastLocked()
+	}
 	b := WriteBatch{RunID: r.rec.ID, Token: r.rec.Token, Checkpoints: latestPerNode(r.wb.cps), Events: r.wb.evs,
 		Finish: r.wb.finish, Release: r.wb.release, Create: r.wb.create, Lease: r.wb.lease, Writes: r.wb.writes}
 	r.wb = writeBuf{}

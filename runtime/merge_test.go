@@ -2,7 +2,9 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +19,7 @@ import (
 // run's next buffer stays untaken meanwhile.
 type holdCommits struct {
 	*memory.Store
-	held    string
+	held    any
 	entered chan struct{} // closed when the held commit begins
 	release chan struct{}
 	once    sync.Once
@@ -147,4 +149,95 @@ func TestEmitOrMergeWithoutStoreEmits(t *testing.T) {
 	require.Equal(t, runtime.RunCompleted, res.Status)
 	require.Equal(t, []bool{false, false}, merged)
 	require.Equal(t, []runtime.EventType{runtime.EventNodeStarted, "text", "text", runtime.EventNodeCompleted}, sink.types("n"))
+}
+
+// encodeCounted is event data that counts its JSON encodings.
+type encodeCounted struct {
+	s string
+	n *atomic.Int64
+}
+
+func (c encodeCounted) MarshalJSON() ([]byte, error) {
+	c.n.Add(1)
+	return json.Marshal(c.s)
+}
+
+// jsonHoldCommits is holdCommits keeping event data as JSON, as the SQLite
+// and Postgres stores do: it reads every event's DataJSON, and closes took
+// when a commit holds an event with data last.
+type jsonHoldCommits struct {
+	*holdCommits
+	last any
+	took chan struct{}
+}
+
+func (jsonHoldCommits) KeepsEventJSON() {}
+
+func (s jsonHoldCommits) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	for _, b := range bs {
+		for i := range b.Events {
+			if _, err := b.Events[i].DataJSON(); err != nil {
+				return err
+			}
+			if b.Events[i].Data == s.last {
+				close(s.took)
+			}
+		}
+	}
+	return s.holdCommits.WriteBatches(ctx, bs)
+}
+
+// For a store that keeps JSON, an event's data is encoded when it is
+// emitted, and a merged event once more when it can take no more merges
+// (another event follows it, or the committer takes it) — not at every
+// merge. The store and the subscriber read those bytes without encoding
+// again.
+func TestMergedEventEncodedOnce(t *testing.T) {
+	t.Parallel()
+	var encodes atomic.Int64
+	first, last := encodeCounted{"a", &encodes}, encodeCounted{"bcde", &encodes}
+	st := jsonHoldCommits{&holdCommits{Store: memory.New(), held: first, entered: make(chan struct{}), release: make(chan struct{})},
+		last, make(chan struct{})}
+	reg := runtime.NewRegistry()
+	require.NoError(t, reg.Register(runtime.NodeType{Name: "chunks", Entry: true,
+		New: func(*runtime.Node) (runtime.Executor, error) {
+			return runtime.ExecutorFunc(func(ctx context.Context, n *runtime.Node, in runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
+				join := func(next string) func(prev any) (any, bool) {
+					return func(prev any) (any, bool) { return encodeCounted{prev.(encodeCounted).s + next, &encodes}, true }
+				}
+				// "a" is taken and its commit held: "b" to "e" merge
+				// into one event meanwhile, which the committer takes
+				// while it is still the run's last.
+				if _, err := fc.EmitOrMerge("text", first, join("a")); err != nil {
+					return runtime.Result{}, err
+				}
+				<-st.entered
+				for _, s := range []string{"b", "c", "d", "e"} {
+					if _, err := fc.EmitOrMerge("text", encodeCounted{s, &encodes}, join(s)); err != nil {
+						return runtime.Result{}, err
+					}
+				}
+				close(st.release)
+				<-st.took
+				return runtime.Result{}, nil
+			}), nil
+		}}))
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st, CancelGrace: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	g := &runtime.Graph{ID: "merge", PlanVersion: 1, Nodes: []runtime.Node{{ID: "n", Type: "chunks"}}}
+	var texts []string
+	sink := runtime.SinkFunc(func(ev runtime.Event) {
+		b, err := ev.DataJSON()
+		require.NoError(t, err)
+		if ev.Type == "text" {
+			texts = append(texts, string(b))
+		}
+	})
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "m1", Sink: sink})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	require.Equal(t, []string{`"a"`, `"bcde"`}, texts)
+	// "a" and "b" at their emits, "bcde" when the committer took it.
+	require.Equal(t, int64(3), encodes.Load())
 }

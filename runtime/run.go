@@ -1458,6 +1458,7 @@ func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data a
 		return
 	}
 	if r.store.jsonEvents {
+		r.sealLastLocked()
 		ev.encodeData()
 	}
 	// Commit, then publish: the sink gets the event once the store holds
@@ -1484,11 +1485,20 @@ func (r *run) mergeLocked(t EventType, n int32, attempt int, merge func(prev any
 	if !ok {
 		return false
 	}
+	// Encoded once no more can be merged into it (sealLastLocked), not
+	// at every merge: a delta grown from a thousand chunks is encoded once.
 	last.Data, last.data = data, nil
-	if r.store.jsonEvents {
-		last.encodeData()
-	}
 	return true
+}
+
+// sealLastLocked encodes the data of the run's last buffered event if a
+// merge left it unencoded (under emu, for a JSONEventStore): called when
+// the event can take no more merges — another event follows it, or the
+// buffer is taken.
+func (r *run) sealLastLocked() {
+	if n := len(r.wb.evs); n > 0 && r.wb.evs[n-1].data == nil {
+		r.wb.evs[n-1].encodeData()
+	}
 }
 
 // terminal emits a node's terminal event and closes its FlowContext in the
