@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -118,4 +119,18 @@ func TestBadGCPercentRefused(t *testing.T) {
 	c, _, err := parseConfig("server", Env{Getenv: func(string) string { return "" }}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 400, c.gcPercent)
+}
+
+// The server sets the garbage collector to --gc-percent, unless a GOGC
+// environment variable (which the Go runtime reads itself) is set.
+func TestGCPercentApplied(t *testing.T) {
+	orig := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(orig) })
+	t.Setenv("GOGC", "")
+	startServer(t, t.TempDir(), "--gc-percent", "250")
+	require.Equal(t, 250, debug.SetGCPercent(150))
+
+	t.Setenv("GOGC", "150")
+	startServer(t, t.TempDir(), "--gc-percent", "250")
+	require.Equal(t, 150, debug.SetGCPercent(150), "GOGC wins")
 }
