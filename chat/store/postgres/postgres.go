@@ -149,6 +149,20 @@ func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, err
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Graph, error) { return scanGraph(r) })
 }
 
+// GraphsNamed implements chat.Store (the partial index chat_graphs_name).
+func (s *Store) GraphsNamed(ctx context.Context, name string, limit int) ([]*chat.Graph, error) {
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs
+		WHERE name = $1 AND NOT deleted ORDER BY updated_at DESC, id LIMIT $2`, name, lim)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Graph, error) { return scanGraph(r) })
+}
+
 // UpdateGraph implements chat.Store.
 func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

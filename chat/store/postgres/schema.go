@@ -87,6 +87,12 @@ CREATE TABLE IF NOT EXISTS chat_data_migrations (
 	applied_at TIMESTAMPTZ NOT NULL
 );
 `,
+}, {
+	Version: 5,
+	Name:    "live graphs by name",
+	SQL: `
+CREATE INDEX IF NOT EXISTS chat_graphs_name ON chat_graphs (name) WHERE NOT deleted;
+`,
 }}
 
 // SchemaVersion is the chat schema version this package writes.
