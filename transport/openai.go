@@ -32,7 +32,8 @@ func (s *Server) openAIRoutes(e *echo.Echo, guard []echo.MiddlewareFunc) {
 	v1 := e.Group("/v1", guard...)
 	v1.GET("/models", s.listModels)
 	v1.GET("/models/:model", s.getModel)
-	v1.POST("/chat/completions", s.chatCompletions)
+	// A turn answered whole or streamed: as long as the graph runs.
+	s.streams(streamsAlways, v1.POST("/chat/completions", s.chatCompletions))
 	v1.RouteNotFound("/*", func(c echo.Context) error {
 		return notFound("no route %s %s", c.Request().Method, c.Request().URL.Path)
 	})
