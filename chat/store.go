@@ -293,6 +293,11 @@ type Store interface {
 	// ListGraphs returns live graphs, most recently updated first (ties
 	// by id), one page of them (see Page).
 	ListGraphs(ctx context.Context, p Page) ([]*Graph, error)
+	// GraphsNamed returns live graphs whose name is exactly name, in
+	// ListGraphs' order, at most limit of them (0: all). Deleted graphs
+	// never match. Limit 2 tells a unique name from a shared one without
+	// reading every graph (the OpenAI-compatible API's model names).
+	GraphsNamed(ctx context.Context, name string, limit int) ([]*Graph, error)
 	// UpdateGraph replaces name and body and bumps PlanVersion by one,
 	// setting g.PlanVersion and the timestamps. With ifVersion > 0 it fails
 	// with ErrConflict unless the stored version is ifVersion.

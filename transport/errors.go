@@ -101,7 +101,7 @@ func apiError(err error) *Error {
 		return badRequest("%s", err.Error())
 	case errors.Is(err, chat.ErrTooManyChats):
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeQuotaExceeded,
-			Message: err.Error() + "; delete chats to create more (--max-chats-per-client)"}
+			Message: err.Error() + "; delete chats to create more"}
 	case errors.Is(err, chat.ErrTooManyRuns):
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, chat.ErrShuttingDown), errors.Is(err, runcontrol.ErrClosed):

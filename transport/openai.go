@@ -32,7 +32,8 @@ func (s *Server) openAIRoutes(e *echo.Echo, guard []echo.MiddlewareFunc) {
 	v1 := e.Group("/v1", guard...)
 	v1.GET("/models", s.listModels)
 	v1.GET("/models/:model", s.getModel)
-	v1.POST("/chat/completions", s.chatCompletions)
+	// A turn answered whole or streamed: as long as the graph runs.
+	s.streams(streamsAlways, v1.POST("/chat/completions", s.chatCompletions))
 	v1.RouteNotFound("/*", func(c echo.Context) error {
 		return notFound("no route %s %s", c.Request().Method, c.Request().URL.Path)
 	})
@@ -91,23 +92,17 @@ func (s *Server) modelGraph(ctx context.Context, model string) (*chat.Graph, err
 	if !errors.Is(err, chat.ErrNotFound) {
 		return nil, err
 	}
-	gs, err := s.chats.ListGraphs(ctx, chat.Page{})
-	if err != nil {
+	// Two graphs are enough to know the name is not unique.
+	gs, err := s.chats.GraphsNamed(ctx, model, 2)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	var found *chat.Graph
-	for _, x := range gs {
-		if x.Name == model {
-			if found != nil {
-				return nil, badRequest("several graphs are named %q: use the graph id", model)
-			}
-			found = x
-		}
-	}
-	if found == nil {
+	case len(gs) > 1:
+		return nil, badRequest("several graphs are named %q: use the graph id", model)
+	case len(gs) == 0:
 		return nil, errModelNotFound(model)
 	}
-	return found, nil
+	return gs[0], nil
 }
 
 // oaiRequest is the part of a chat completion request chatgraph reads.

@@ -68,6 +68,49 @@ func TestOpenAIModels(t *testing.T) {
 	require.Equal(t, "model_not_found", ae.Code)
 }
 
+// A model is a graph's id first, else the name of exactly one live graph:
+// a name two graphs share is refused until one of them is deleted, and a
+// deleted graph's name names nothing.
+func TestOpenAIModelNames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	client := e.openai()
+	ctx := context.Background()
+	named := func(id, name string) {
+		g := basicGraph("")
+		g["id"], g["name"] = id, name
+		require.Equal(t, id, e.saveGraph(g))
+	}
+	named("g-one", "twin")
+	named("g-two", "twin")
+	named("g-three", "g-one") // a name that is another graph's id
+
+	m, err := client.Models.Get(ctx, "g-one")
+	require.NoError(t, err)
+	require.Equal(t, "g-one", m.ID, "an id wins over a name")
+	_, err = client.Models.Get(ctx, "twin")
+	ae := apiErr(t, err)
+	require.Equal(t, http.StatusBadRequest, ae.StatusCode)
+	require.Contains(t, ae.Message, `several graphs are named "twin": use the graph id`)
+	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "twin",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	require.Equal(t, http.StatusBadRequest, apiErr(t, err).StatusCode, "completions resolve the model the same way")
+
+	e.mustStatus(e.do("DELETE", "/api/v1/graphs/g-one", nil, nil), http.StatusNoContent)
+	m, err = client.Models.Get(ctx, "twin")
+	require.NoError(t, err)
+	require.Equal(t, "g-two", m.ID, "a deleted graph does not share the name")
+	m, err = client.Models.Get(ctx, "g-one")
+	require.NoError(t, err)
+	require.Equal(t, "g-three", m.ID, "a deleted id falls back to the name")
+
+	e.mustStatus(e.do("DELETE", "/api/v1/graphs/g-two", nil, nil), http.StatusNoContent)
+	_, err = client.Models.Get(ctx, "twin")
+	ae = apiErr(t, err)
+	require.Equal(t, http.StatusNotFound, ae.StatusCode)
+	require.Equal(t, "model_not_found", ae.Code)
+}
+
 func TestOpenAICompletion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -175,7 +175,7 @@ func TestChatsPerClientQuota(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	errObj := out["error"].(map[string]any)
 	require.Equal(t, "quota_exceeded", errObj["code"])
-	require.Equal(t, "too many chats: the limit is 2 per client; delete chats to create more (--max-chats-per-client)",
+	require.Equal(t, "too many chats: the limit is 2 per client; delete chats to create more",
 		errObj["message"])
 	require.Empty(t, resp.Header.Get("Retry-After"), "waiting does not help")
 

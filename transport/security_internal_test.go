@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,28 +23,41 @@ func TestRateLimiterMapBounded(t *testing.T) {
 	require.False(t, ok)
 }
 
-// Only the event routes and the chat calls asking for SSE skip the
-// request timeout; an Accept header elsewhere changes nothing.
+// Only the event routes, the WebSocket, the turns that last as long as
+// their graph runs, and the chat calls asking for SSE skip the request
+// timeout; an Accept header elsewhere changes nothing. Every route the
+// server registers is checked, with and without Accept: text/event-stream,
+// so a streaming route added without its mark (or a mark left on a route
+// that no longer streams) fails here.
 func TestStreamingRoutes(t *testing.T) {
 	t.Parallel()
-	e := echo.New()
-	for _, tc := range []struct {
-		method, path, accept string
-		want                 bool
-	}{
-		{"GET", "/api/v1/runs/:id/events", "", true},
-		{"GET", "/api/v1/ws", "", true},
-		{"POST", "/api/v1/chats/:id/messages", "text/event-stream", true},
-		{"POST", "/api/v1/runs/:id/resume", "text/event-stream", true},
-		{"POST", "/api/v1/chats/:id/messages", "application/json", false},
-		{"POST", "/api/v1/graphs", "text/event-stream", false},
-		{"GET", "/api/v1/graphs", "text/event-stream", false},
-		{"POST", "/api/v1/graphs/validate", "text/event-stream", false},
-	} {
-		req := httptest.NewRequest(tc.method, "/x", nil)
-		req.Header.Set("Accept", tc.accept)
-		c := e.NewContext(req, httptest.NewRecorder())
-		c.SetPath(tc.path)
-		require.Equal(t, tc.want, streaming(c), "%s %s %s", tc.method, tc.path, tc.accept)
+	want := map[string]streamKind{
+		"GET /api/v1/runs/:id/events":                   streamsAlways,
+		"GET /api/v1/ws":                                streamsAlways,
+		"POST /api/v1/ag-ui/graphs/:id":                 streamsAlways,
+		"POST /v1/chat/completions":                     streamsAlways,
+		"POST /api/v1/chats/:id/messages":               streamsOnSSE,
+		"POST /api/v1/chats/:id/agent-messages":         streamsOnSSE,
+		"POST /api/v1/chats/:id/messages/:mid/continue": streamsOnSSE,
+		"POST /api/v1/chats/:id/messages/:mid/retry":    streamsOnSSE,
+		"POST /api/v1/chats/:id/messages/:mid/edit":     streamsOnSSE,
+		"POST /api/v1/runs/:id/resume":                  streamsOnSSE,
+	}
+	s := fuzzServer(t)
+	seen := map[string]bool{}
+	for _, r := range s.Echo().Routes() {
+		key := r.Method + " " + r.Path
+		seen[key] = true
+		for _, accept := range []string{"", "application/json", "text/event-stream"} {
+			req := httptest.NewRequest(r.Method, "/x", nil)
+			req.Header.Set("Accept", accept)
+			c := s.Echo().NewContext(req, httptest.NewRecorder())
+			c.SetPath(r.Path)
+			streams := want[key] == streamsAlways || want[key] == streamsOnSSE && accept == "text/event-stream"
+			require.Equal(t, streams, s.streaming(c), "%s (Accept %q)", key, accept)
+		}
+	}
+	for key := range want {
+		require.True(t, seen[key], "%s is a route of the server", key)
 	}
 }

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/openai/openai-go/v3"
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/chat"
 	"chatgraph/nodes"
 )
 
@@ -358,4 +360,57 @@ func TestUserToolsOutsideTheGraphRefused(t *testing.T) {
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+offChat+"/messages", map[string]any{"content": "hi",
 		"userTools": []string{"http_request"}}, &tk), http.StatusAccepted)
 	e.waitRunDone(tk["runId"].(string))
+}
+
+// The request timeout is wired to skip the streaming routes: with a
+// timeout that has passed before any handler runs, a plain request is
+// cut (503), while the chat calls asking for SSE (a message, an agent
+// message, a retry, an edit), the run's event stream, an AG-UI run and an
+// OpenAI chat completion are served whole. (Which route streams is
+// checked route by route, also continue and resume, in
+// TestStreamingRoutes.)
+func TestRequestTimeoutSkipsStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *transportConfig) { c.RequestTimeout = time.Nanosecond })
+	// The graph and chat go straight into the store: saving them through
+	// the API would time out.
+	g := basicGraph("")
+	g["id"] = "g1"
+	body, err := json.Marshal(g)
+	require.NoError(t, err)
+	require.NoError(t, e.chats.CreateGraph(t.Context(), &chat.Graph{ID: "g1", Name: "basic", Body: body}))
+	require.NoError(t, e.chats.CreateChat(t.Context(), &chat.Chat{ID: "c1", GraphID: "g1"}, 0))
+
+	var out map[string]any
+	resp := e.do("GET", "/api/v1/chats/c1", nil, &out)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a plain request is cut: %v", out)
+
+	turn := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/c1/messages", map[string]any{"content": "hi"}, nil)
+	evs := turn.all(t)
+	require.Equal(t, "run_completed", evs[len(evs)-1].Type)
+	runID := evs[0].Data["runId"].(string)
+	replay := e.openSSE(sseCtx(t), "GET", "/api/v1/runs/"+runID+"/events", nil, nil).all(t)
+	require.Equal(t, types(evs), types(replay))
+	msgs, err := e.chats.Messages(t.Context(), "c1")
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	answer, user := turn.resp.Header.Get("X-Message-Id"), msgs[0].ID
+	for path, body := range map[string]map[string]any{
+		"/api/v1/chats/c1/agent-messages":                {"content": "hi", "agentNodeId": "a1"},
+		"/api/v1/chats/c1/messages/" + answer + "/retry": {},
+		"/api/v1/chats/c1/messages/" + user + "/edit":    {"content": "again"},
+	} { // the chat's runs take turns (enqueue)
+		evs := e.openSSE(sseCtx(t), "POST", path, body, nil).all(t)
+		require.Equal(t, "run_completed", evs[len(evs)-1].Type, path)
+	}
+
+	agui := e.openSSE(sseCtx(t), "POST", "/api/v1/ag-ui/graphs/g1", map[string]any{"threadId": "t1", "runId": "r1",
+		"messages": []any{map[string]any{"id": "u1", "role": "user", "content": "hi"}}}, nil).all(t)
+	require.Equal(t, "RUN_FINISHED", agui[len(agui)-1].Data["type"])
+
+	client := e.openai()
+	completion, err := client.Chat.Completions.New(sseCtx(t), openai.ChatCompletionNewParams{Model: "g1",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	require.NoError(t, err)
+	require.NotEmpty(t, completion.Choices[0].Message.Content)
 }

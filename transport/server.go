@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +119,10 @@ type Server struct {
 	wsSlots  *ipSlots
 	pingOnce sync.Once
 	wsWG     sync.WaitGroup // the WebSocket connections' goroutines
+
+	// streamRoutes: "METHOD /path" of each streaming route (see streams),
+	// written by routes() before the server serves, read-only after.
+	streamRoutes map[string]streamKind
 }
 
 // New builds a Server from cfg and makes it the chat service's publisher
@@ -166,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, svc: svc, engine: svc.Engine(), store: svc.Engine().Store(), chats: svc.Store(),
 		hub: newHub(cfg.SubscriberQueue), metrics: newMetrics(cfg.Metrics), validate: newValidator(),
 		cancelAt: map[string]time.Time{}, wsConns: map[*wsConn]struct{}{},
-		wsSlots: &ipSlots{max: cfg.MaxWebSocketsPerIP, n: map[string]int{}}}
+		wsSlots: &ipSlots{max: cfg.MaxWebSocketsPerIP, n: map[string]int{}}, streamRoutes: map[string]streamKind{}}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_executors_abandoned",
 		Help: "Node executor calls still running after a cancel or timeout they ignored (see runtime.Engine.AbandonedExecutors)."},
@@ -193,24 +196,38 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // Echo returns the echo instance (its Routes() are the API's routes).
 func (s *Server) Echo() *echo.Echo { return s.echo }
 
+// streamKind says whether a route holds its connection open for events,
+// which the echo Timeout middleware must not cut.
+type streamKind int
+
+const (
+	// streamsAlways: every request streams (the event routes, the
+	// WebSocket, and the turns answered whole or streamed that last as
+	// long as the graph runs: AG-UI, OpenAI chat completions).
+	streamsAlways streamKind = iota + 1
+	// streamsOnSSE: a chat call that streams when the client asks for SSE
+	// (Accept: text/event-stream) and answers at once otherwise.
+	streamsOnSSE
+)
+
+// streams marks r, a route just registered (what api.POST and the like
+// return), as streaming of kind: a streaming route is registered as
+// s.streams(kind, api.GET(...)), so its mark sits on the line that
+// registers it and moves, changes or goes with it. Called only while
+// routes() builds the router, before any request reads s.streamRoutes.
+func (s *Server) streams(kind streamKind, r *echo.Route) {
+	s.streamRoutes[r.Method+" "+r.Path] = kind
+}
+
 // streaming reports whether a request holds its connection open for
-// events: the echo Timeout middleware stays off these. Only the event
-// routes and the chat calls that answer with SSE stream; an Accept
-// header on any other route changes nothing.
-func streaming(c echo.Context) bool {
-	p := c.Path()
-	if strings.HasSuffix(p, "/events") || strings.HasSuffix(p, "/ws") {
+// events: the echo Timeout middleware stays off these. Only the routes
+// marked with streams stream; an Accept header on any other route
+// changes nothing.
+func (s *Server) streaming(c echo.Context) bool {
+	switch s.streamRoutes[c.Request().Method+" "+c.Path()] {
+	case streamsAlways:
 		return true
-	}
-	if c.Request().Method != http.MethodPost {
-		return false
-	}
-	switch p {
-	case "/api/v1/ag-ui/graphs/:id", "/v1/chat/completions":
-		// A turn answered whole or streamed: as long as the graph runs.
-		return true
-	case "/api/v1/chats/:id/messages", "/api/v1/chats/:id/agent-messages", "/api/v1/chats/:id/messages/:mid/continue",
-		"/api/v1/chats/:id/messages/:mid/retry", "/api/v1/chats/:id/messages/:mid/edit", "/api/v1/runs/:id/resume":
+	case streamsOnSSE:
 		return wantsSSE(c)
 	}
 	return false
@@ -267,7 +284,7 @@ func (s *Server) routes() (*echo.Echo, error) {
 	guard := []echo.MiddlewareFunc{s.rateLimiter(), s.auth, jsonOnly, s.bodyDeadline,
 		middleware.BodyLimit(strconv.FormatInt(s.cfg.BodyLimit, 10)),
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
-			Timeout: s.cfg.RequestTimeout, Skipper: streaming})}
+			Timeout: s.cfg.RequestTimeout, Skipper: s.streaming})}
 	api := e.Group("/api/v1", guard...)
 	api.GET("/openapi.json", s.openapi)
 	api.GET("/node-types", s.nodeTypes)
@@ -286,21 +303,21 @@ func (s *Server) routes() (*echo.Echo, error) {
 	api.GET("/chats/:id/messages", s.listMessages)
 	api.DELETE("/chats/:id", s.deleteChat)
 	api.PUT("/chats/:id/active-leaf", s.setActiveLeaf)
-	api.POST("/chats/:id/messages", s.streamChat)
-	api.POST("/chats/:id/agent-messages", s.streamAgentChat)
-	api.POST("/chats/:id/messages/:mid/continue", s.continueMessage)
-	api.POST("/chats/:id/messages/:mid/retry", s.retryMessage)
-	api.POST("/chats/:id/messages/:mid/edit", s.editUserMessage)
+	s.streams(streamsOnSSE, api.POST("/chats/:id/messages", s.streamChat))
+	s.streams(streamsOnSSE, api.POST("/chats/:id/agent-messages", s.streamAgentChat))
+	s.streams(streamsOnSSE, api.POST("/chats/:id/messages/:mid/continue", s.continueMessage))
+	s.streams(streamsOnSSE, api.POST("/chats/:id/messages/:mid/retry", s.retryMessage))
+	s.streams(streamsOnSSE, api.POST("/chats/:id/messages/:mid/edit", s.editUserMessage))
 	api.POST("/chats/:id/cancel", s.cancelChat)
 
 	api.GET("/runs", s.listRuns)
 	api.GET("/runs/:id", s.getRun)
-	api.GET("/runs/:id/events", s.runEvents)
+	s.streams(streamsAlways, api.GET("/runs/:id/events", s.runEvents))
 	api.POST("/runs/:id/cancel", s.cancelRun)
-	api.POST("/runs/:id/resume", s.resumeRun)
+	s.streams(streamsOnSSE, api.POST("/runs/:id/resume", s.resumeRun))
 
-	api.GET("/ws", s.websocket)
-	api.POST("/ag-ui/graphs/:id", s.aguiRun)
+	s.streams(streamsAlways, api.GET("/ws", s.websocket))
+	s.streams(streamsAlways, api.POST("/ag-ui/graphs/:id", s.aguiRun))
 	api.RouteNotFound("/*", s.ui)
 
 	s.openAIRoutes(e, guard)

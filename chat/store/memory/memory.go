@@ -108,13 +108,36 @@ func (s *Store) ListGraphs(_ context.Context, p chat.Page) ([]*chat.Graph, error
 		out = append(out, copyGraph(g))
 	}
 	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].UpdatedAt.Equal(out[j].UpdatedAt) {
-			return out[i].UpdatedAt.After(out[j].UpdatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortGraphs(out)
 	return page(out, p, func(g *chat.Graph) chat.Cursor { return chat.Cursor{At: g.UpdatedAt, ID: g.ID} }), nil
+}
+
+// GraphsNamed implements chat.Store.
+func (s *Store) GraphsNamed(_ context.Context, name string, limit int) ([]*chat.Graph, error) {
+	s.mu.RLock()
+	var out []*chat.Graph
+	for _, g := range s.graphs {
+		if g.Name == name {
+			out = append(out, copyGraph(g))
+		}
+	}
+	s.mu.RUnlock()
+	sortGraphs(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// sortGraphs puts gs in ListGraphs' order: most recently updated first,
+// ties by id.
+func sortGraphs(gs []*chat.Graph) {
+	sort.Slice(gs, func(i, j int) bool {
+		if !gs[i].UpdatedAt.Equal(gs[j].UpdatedAt) {
+			return gs[i].UpdatedAt.After(gs[j].UpdatedAt)
+		}
+		return gs[i].ID < gs[j].ID
+	})
 }
 
 // UpdateGraph implements chat.Store.

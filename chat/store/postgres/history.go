@@ -17,12 +17,13 @@ var _ chat.HistoryMigrator = (*Store)(nil)
 const historyMigration = "run inputs reference the chat history"
 
 // MigrateInlineHistory implements chat.HistoryMigrator: one transaction
-// that holds the migration's advisory lock (processes starting together
-// take turns; the later find the work done) and locks the runs it reads.
+// that holds the migration's advisory lock in this schema (processes
+// starting together take turns; the later find the work done) and locks
+// the runs it reads.
 func (s *Store) MigrateInlineHistory(ctx context.Context, after string, limit int, rewrite func(chat.InlineRun, []*chat.Message) (any, bool)) (chat.HistoryBatch, error) {
 	b := chat.HistoryBatch{Last: after}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:history-migration'))`); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.schema, "history migration")); err != nil {
 			return err
 		}
 		var applied bool

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -21,8 +22,9 @@ import (
 // schema and use its connection pool, so a turn's messages and its run's
 // reservation commit in one transaction. Safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
-	runs *rpostgres.Store
+	pool   *pgxpool.Pool
+	runs   *rpostgres.Store
+	schema string // the run store's schema, which keys the advisory locks
 }
 
 var _ chat.Store = (*Store)(nil)
@@ -35,11 +37,26 @@ func Open(ctx context.Context, runs *rpostgres.Store) (*Store, error) {
 	if runs == nil {
 		return nil, errors.New("chat/store/postgres: a run store is required")
 	}
-	s := &Store{pool: runs.Pool(), runs: runs}
+	s := &Store{pool: runs.Pool(), runs: runs, schema: runs.Schema()}
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("chat/store/postgres: migrate: %w", err)
 	}
 	return s, nil
+}
+
+// lockKey is the advisory lock named by parts (what it serialises, and
+// for some whose) in schema. Advisory locks belong to the database, not
+// to a schema: keyed by the schema, as the run store's migration lock is,
+// deployments in different schemas of one database never wait on each
+// other.
+func lockKey(schema string, parts ...string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("chatgraph/chat/store/postgres"))
+	for _, p := range append([]string{schema}, parts...) {
+		h.Write([]byte{0}) // a separator no identifier or owner holds
+		h.Write([]byte(p))
+	}
+	return int64(h.Sum64())
 }
 
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
@@ -149,6 +166,20 @@ func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, err
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Graph, error) { return scanGraph(r) })
 }
 
+// GraphsNamed implements chat.Store (the partial index chat_graphs_name).
+func (s *Store) GraphsNamed(ctx context.Context, name string, limit int) ([]*chat.Graph, error) {
+	var lim *int
+	if limit > 0 {
+		lim = &limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, name, plan_version, body, created_at, updated_at FROM chat_graphs
+		WHERE name = $1 AND NOT deleted ORDER BY updated_at DESC, id LIMIT $2`, name, lim)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Graph, error) { return scanGraph(r) })
+}
+
 // UpdateGraph implements chat.Store.
 func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -184,11 +215,12 @@ func (s *Store) DeleteGraph(ctx context.Context, id string) error {
 }
 
 // CreateChat implements chat.Store. A transaction-scoped advisory lock
-// on the owner makes its count and the insert one step.
+// on the owner (in this schema, see lockKey) makes its count and the
+// insert one step.
 func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if c.Owner != "" && maxOwned > 0 {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chat owner:' || $1))`, c.Owner); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.schema, "chat owner", c.Owner)); err != nil {
 				return err
 			}
 			var n, taken int

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -125,7 +126,7 @@ func TestChatsPerOwnerTakeTurns(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var waiting int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-	AND ((classid::bigint << 32) | objid::bigint) IN ($1, hashtext('chatgraph:chat owner:' || $2)::bigint)`, gate, owner).Scan(&waiting)
+	AND ((classid::bigint << 32) | objid::bigint) IN ($1, $2)`, gate, postgres.OwnerLockKey(runs.(*rpostgres.Store).Schema(), owner)).Scan(&waiting)
 		return err == nil && waiting == 2
 	}, 10*time.Second, 5*time.Millisecond, "both creations wait")
 	release()
@@ -207,4 +208,73 @@ func TestMessagePagesSkipNothing(t *testing.T) {
 		ids = append(ids, m.ID)
 	}
 	require.ElementsMatch(t, []string{"held", "later"}, ids, "the pages hold every message once")
+}
+
+// Advisory locks belong to the database, so the chat store keys its own
+// by schema: while a store holds one of its locks (its migration's, the
+// history migration's, a chat owner's) in an open transaction, a store
+// in another schema of the same database does the same work without
+// waiting. Deterministic: the first store's transaction, past its
+// advisory lock, waits on a table the test locks; the second store's
+// call must then end (within a bound) while the first still waits.
+func TestAdvisoryLocksPerSchema(t *testing.T) {
+	rewrite := func(chat.InlineRun, []*chat.Message) (any, bool) { return nil, false }
+	for _, tc := range []struct {
+		name  string
+		table string // the table the held transaction waits on, past its lock
+		call  func(ctx context.Context, cs *postgres.Store, runs *rpostgres.Store) error
+	}{
+		{"migration", "chat_schema_migrations", func(ctx context.Context, _ *postgres.Store, runs *rpostgres.Store) error {
+			_, err := postgres.Open(ctx, runs)
+			return err
+		}},
+		{"history migration", "chat_data_migrations", func(ctx context.Context, cs *postgres.Store, _ *rpostgres.Store) error {
+			_, err := cs.MigrateInlineHistory(ctx, "", 10, rewrite)
+			return err
+		}},
+		{"chat owner", "chats", func(ctx context.Context, cs *postgres.Store, _ *rpostgres.Store) error {
+			return cs.CreateChat(ctx, &chat.Chat{ID: "c_" + rand.Text(), GraphID: "g1", Owner: "shared-client"}, 5)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			pair := func() (*postgres.Store, *rpostgres.Store) {
+				cs, runs := open(t)
+				return cs.(*postgres.Store), runs.(*rpostgres.Store)
+			}
+			heldCS, heldRuns := pair()
+			otherCS, otherRuns := pair()
+			table := heldRuns.Table(tc.table)
+
+			// The test's transaction locks the held store's table.
+			locker, err := heldRuns.Pool().Begin(ctx)
+			require.NoError(t, err)
+			defer locker.Rollback(ctx) //nolint:errcheck // after the release it is a no-op
+			_, err = locker.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`)
+			require.NoError(t, err)
+
+			held := make(chan error, 1)
+			go func() { held <- tc.call(ctx, heldCS, heldRuns) }()
+			require.Eventually(t, func() bool {
+				// A backend waits on the table while holding an advisory lock.
+				var n int
+				err := heldRuns.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_locks a WHERE a.locktype = 'advisory' AND a.granted
+	AND a.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'relation' AND relation = $1::regclass AND NOT granted)`,
+					table).Scan(&n)
+				return err == nil && n > 0
+			}, 10*time.Second, 5*time.Millisecond, "the held store's call waits past its advisory lock")
+
+			bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			require.NoError(t, tc.call(bounded, otherCS, otherRuns), "the other schema does not wait on the held lock")
+			select {
+			case err := <-held:
+				t.Fatalf("the held call ended before its table was released: %v", err)
+			default:
+			}
+
+			require.NoError(t, locker.Rollback(ctx))
+			require.NoError(t, <-held)
+		})
+	}
 }

@@ -87,17 +87,24 @@ CREATE TABLE IF NOT EXISTS chat_data_migrations (
 	applied_at TIMESTAMPTZ NOT NULL
 );
 `,
+}, {
+	Version: 5,
+	Name:    "live graphs by name",
+	SQL: `
+CREATE INDEX IF NOT EXISTS chat_graphs_name ON chat_graphs (name) WHERE NOT deleted;
+`,
 }}
 
 // SchemaVersion is the chat schema version this package writes.
 func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
-// migrate applies the missing steps in one transaction that holds an
-// advisory lock: processes opening one schema at once take turns, and the
-// later ones find the work done.
+// migrate applies the missing steps in one transaction that holds the
+// schema's advisory migration lock: processes opening one schema at once
+// take turns, and the later ones find the work done (processes opening
+// other schemas do not wait).
 func (s *Store) migrate(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('chatgraph:chatstore'))`); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.schema, "migrate")); err != nil {
 			return err
 		}
 		_, err := rpostgres.Migrate(ctx, tx, "chat_schema_migrations", migrations)

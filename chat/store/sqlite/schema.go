@@ -89,6 +89,12 @@ CREATE TABLE IF NOT EXISTS chat_data_migrations (
 	applied_at INTEGER NOT NULL
 );
 `,
+}, {
+	Version: 5,
+	Name:    "live graphs by name",
+	SQL: `
+CREATE INDEX IF NOT EXISTS graphs_name ON graphs(name) WHERE deleted = 0;
+`,
 }}
 
 // SchemaVersion is the chat schema version this package writes.

@@ -209,6 +209,19 @@ func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, err
 	return collect(rows, scanGraph)
 }
 
+// GraphsNamed implements chat.Store (the partial index graphs_name).
+func (s *Store) GraphsNamed(ctx context.Context, name string, limit int) ([]*chat.Graph, error) {
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+graphCols+` FROM graphs WHERE name = ? AND deleted = 0
+		ORDER BY updated_at DESC, id LIMIT ?`, name, limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanGraph)
+}
+
 // UpdateGraph implements chat.Store.
 func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64) error {
 	return s.update(ctx, "update graph "+g.ID, func(tx *sql.Tx) error {

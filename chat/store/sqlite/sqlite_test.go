@@ -105,7 +105,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.NoError(t, rows.Close())
-	require.Equal(t, []int{1, 2, 3, 4}, versions, "one row per migration")
+	require.Equal(t, []int{1, 2, 3, 4, 5}, versions, "one row per migration")
 	require.Equal(t, sqlite.SchemaVersion(), versions[len(versions)-1])
 
 	// A file from a newer build is refused, not damaged.
@@ -116,4 +116,26 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 	}))
 	_, err = sqlite.Open(ctx, runs)
 	require.ErrorContains(t, err, "newer than this build")
+}
+
+// TestGraphsNamedUsesIndex: looking a graph up by name (GraphsNamed's
+// query) searches the partial index graphs_name instead of scanning every
+// graph.
+func TestGraphsNamedUsesIndex(t *testing.T) {
+	t.Parallel()
+	_, runs := openAt(t, filepath.Join(t.TempDir(), "chatgraph.db"))
+	rows, err := runs.ReadDB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN
+SELECT id, name, plan_version, body, created_at, updated_at FROM graphs WHERE name = ? AND deleted = 0
+	ORDER BY updated_at DESC, id LIMIT ?`, "x", 2)
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+	require.Contains(t, plan, "SEARCH graphs USING INDEX graphs_name (name=?)")
 }

@@ -49,6 +49,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		fn   func(*testing.T)
 	}{
 		{"Graphs", s.testGraphs},
+		{"GraphsNamed", s.testGraphsNamed},
 		{"ChatsAndMessageTrees", s.testChats},
 		{"BeginTurnWritesMessagesAndReservation", s.testBeginTurn},
 		{"BeginTurnRefusedWritesNothing", s.testBeginTurnAtomic},
@@ -182,6 +183,77 @@ func (s *suite) testGraphs(t *testing.T) {
 	g3 := &chat.Graph{ID: "g1", Body: json.RawMessage(`{}`)}
 	require.NoError(t, cs.CreateGraph(ctx, g3))
 	require.EqualValues(t, 4, g3.PlanVersion)
+}
+
+// testGraphsNamed: GraphsNamed finds live graphs by their exact name (no
+// case folding, no trimming, the current name only), whole and in
+// ListGraphs' order, at most limit of them; deleted graphs never match.
+func (s *suite) testGraphsNamed(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	create := func(id, name string) {
+		t.Helper()
+		require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: id, Name: name,
+			Body: json.RawMessage(`{"id":"` + id + `","nodes":[]}`)}))
+	}
+	create("solo", "alpha")
+	create("case", "Alpha")
+	create("space", "alpha ")
+	create("t1", "twin")
+	create("t2", "twin")
+	create("t3", "twin")
+	// t2 saved last: ListGraphs' order is not the order of the ids.
+	require.NoError(t, cs.UpdateGraph(ctx, &chat.Graph{ID: "t2", Name: "twin", Body: json.RawMessage(`{}`)}, 0))
+	create("gone", "alpha")
+	require.NoError(t, cs.DeleteGraph(ctx, "gone"))
+	create("renamed", "before")
+	require.NoError(t, cs.UpdateGraph(ctx, &chat.Graph{ID: "renamed", Name: "after", Body: json.RawMessage(`{"v":2}`)}, 0))
+
+	ids := func(name string, limit int) []string {
+		t.Helper()
+		gs, err := cs.GraphsNamed(ctx, name, limit)
+		require.NoError(t, err)
+		out := []string{}
+		for _, g := range gs {
+			require.Equal(t, name, g.Name)
+			out = append(out, g.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{"solo"}, ids("alpha", 2), "exact name; the deleted graph does not match")
+	require.Equal(t, []string{"case"}, ids("Alpha", 2))
+	require.Equal(t, []string{"space"}, ids("alpha ", 2))
+	require.Empty(t, ids("alph", 2))
+	require.Empty(t, ids("nobody", 2), "no match is an empty list, not an error")
+	require.Empty(t, ids("before", 2), "a graph answers to its current name only")
+	require.Equal(t, []string{"renamed"}, ids("after", 2))
+
+	all, err := cs.ListGraphs(ctx, chat.Page{})
+	require.NoError(t, err)
+	var twins []string
+	for _, g := range all {
+		if g.Name == "twin" {
+			twins = append(twins, g.ID)
+		}
+	}
+	require.Len(t, twins, 3)
+	require.Equal(t, twins, ids("twin", 0), "limit 0: all of them, in ListGraphs' order")
+	require.Equal(t, twins[:2], ids("twin", 2), "at most limit, the first in that order")
+	require.Equal(t, twins[:1], ids("twin", 1))
+
+	gs, err := cs.GraphsNamed(ctx, "after", 1)
+	require.NoError(t, err)
+	got, err := cs.GetGraph(ctx, "renamed")
+	require.NoError(t, err)
+	require.Len(t, gs, 1)
+	require.EqualValues(t, 2, gs[0].PlanVersion)
+	require.JSONEq(t, string(got.Body), string(gs[0].Body), "the whole graph, as GetGraph reads it")
+	require.True(t, got.CreatedAt.Equal(gs[0].CreatedAt))
+	require.True(t, got.UpdatedAt.Equal(gs[0].UpdatedAt))
+
+	// A deleted id created again under the name matches again.
+	create("gone", "alpha")
+	require.ElementsMatch(t, []string{"solo", "gone"}, ids("alpha", 0))
 }
 
 func (s *suite) testChats(t *testing.T) {
