@@ -596,7 +596,9 @@ func (r *run) start(n int32) {
 	case prev != nil:
 		// The count survives cancelled and failed runs too, so interrupt
 		// ids never repeat within a lineage.
-		fc.resumes = prev.Resumes
+		if prev.Resumes != 0 {
+			fc.extra().resumes = prev.Resumes
+		}
 		if prev.Status == NodeInterrupted && prev.Interrupt != nil {
 			r.answer(fc, prev.Interrupt.ID)
 		}
@@ -606,7 +608,7 @@ func (r *run) start(n int32) {
 	if pn.desc != nil {
 		details = pn.desc.Describe(r.ctx, pn.node, in, fc)
 	}
-	if fc.wait.IsZero() {
+	if fc.wait().IsZero() {
 		r.checkpoint(fc, NodeRunning)
 	}
 	var data any
@@ -615,13 +617,13 @@ func (r *run) start(n int32) {
 	}
 	r.emitAt(now, EventNodeStarted, n, 1, data)
 	switch {
-	case fc.stale:
+	case fc.more != nil && fc.more.stale:
 		r.emit(EventNodeRetrying, n, fc.attempt, &NodeRetryingData{Attempt: fc.attempt, Code: CodeStaleRunning,
 			Error: "the process running this attempt was lost; it runs again with the same attempt id"})
-	case !fc.wait.IsZero():
+	case !fc.wait().IsZero():
 		prev := r.prev[pn.node.ID]
 		r.emit(EventNodeRetrying, n, fc.attempt+1, &NodeRetryingData{Attempt: fc.attempt + 1,
-			DelayMs: max(time.Until(fc.wait), 0).Milliseconds(), Error: prev.Error, Code: prev.ErrorCode})
+			DelayMs: max(time.Until(fc.wait()), 0).Milliseconds(), Error: prev.Error, Code: prev.ErrorCode})
 	}
 	if r.store != nil {
 		r.beforeExecute(pn)
@@ -654,7 +656,7 @@ func (r *run) start(n int32) {
 	// A node of an Inline type that cannot wait (no timeout, no retry
 	// backoff, no link to materialize) may share a worker with others
 	// like it.
-	brief := pn.typ.Inline && pn.opts.TimeoutMs == 0 && pn.opts.Retry.MaxAttempts <= 1 && fc.wait.IsZero() && len(pn.linkIn) == 0
+	brief := pn.typ.Inline && pn.opts.TimeoutMs == 0 && pn.opts.Retry.MaxAttempts <= 1 && fc.wait().IsZero() && len(pn.linkIn) == 0
 	if r.workers.give(job{n: n, in: in, fc: fc, brief: brief}) {
 		go r.worker()
 	}
@@ -806,8 +808,9 @@ func (r *run) worker() {
 // answer gives fc the resume value for interrupt id, if the run has one.
 func (r *run) answer(fc *FlowContext, id string) {
 	if v, ok := r.answers[id]; ok {
-		fc.resume, fc.hasResume, fc.answers = v, true, id
-		fc.resumes++
+		m := fc.extra()
+		m.resume, m.hasResume, m.answers = v, true, id
+		m.resumes++
 	}
 }
 
@@ -816,7 +819,10 @@ func (r *run) answer(fc *FlowContext, id string) {
 // setting fc up for that: a node lost mid-attempt reruns the same attempt;
 // a node lost during a retry backoff waits out the persisted nextAttemptAt.
 func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
-	fc.attempt, fc.resumes = max(prev.Attempt, 1), prev.Resumes
+	fc.attempt = max(prev.Attempt, 1)
+	if prev.Resumes != 0 {
+		fc.extra().resumes = prev.Resumes
+	}
 	if !prev.StartedAt.IsZero() {
 		fc.begin = prev.StartedAt
 	}
@@ -851,12 +857,12 @@ func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
 	case NodeRunning, NodeStaleRunning:
 		if prev.Interrupt != nil {
 			r.answer(fc, prev.Interrupt.ID)
-			fc.resumes = prev.Resumes // the answer was counted when first given
+			fc.extra().resumes = prev.Resumes // the answer was counted when first given
 		}
 		if prev.Status == NodeRunning && !prev.NextAttemptAt.IsZero() {
-			fc.wait = prev.NextAttemptAt
+			fc.extra().wait = prev.NextAttemptAt
 		} else {
-			fc.stale = true
+			fc.extra().stale = true
 		}
 	}
 	return false
@@ -869,8 +875,8 @@ func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
 func (r *run) exec(n int32, in Inputs, fc *FlowContext) (completion, bool) {
 	pn := &r.p.nodes[n]
 	pol := &pn.opts.Retry
-	if !fc.wait.IsZero() {
-		if c, ok := r.backoff(n, fc, fc.wait); !ok {
+	if wait := fc.wait(); !wait.IsZero() {
+		if c, ok := r.backoff(n, fc, wait); !ok {
 			return c, false
 		}
 	}
@@ -927,7 +933,9 @@ func (r *run) backoff(n int32, fc *FlowContext, until time.Time) (completion, bo
 		return cancelled, false
 	}
 	fc.setAttempt(fc.attempt + 1)
-	fc.wait = time.Time{}
+	if fc.more != nil {
+		fc.more.wait = time.Time{}
+	}
 	r.checkpoint(fc, NodeRunning)
 	r.beforeExecute(&r.p.nodes[n])
 	if r.ctx.Err() != nil {
@@ -1509,9 +1517,9 @@ func (r *run) newCheckpoint(fc *FlowContext, s NodeStatus) *Checkpoint {
 	now := time.Now()
 	cp := &Checkpoint{RunID: r.rec.ID, NodeID: pn.node.ID, Status: s, PlanVersion: r.p.PlanVersion,
 		InputsHash: fc.inputsHash, Effect: pn.opts.Effect, Attempt: fc.attempt, AttemptID: fc.AttemptID(),
-		Resumes: fc.resumes, StartedAt: fc.begin, UpdatedAt: now, Token: r.rec.Token}
-	if s == NodeRunning && fc.answers != "" {
-		cp.Interrupt = &InterruptInfo{ID: fc.answers, NodeID: pn.node.ID, Reason: "answered"}
+		Resumes: fc.resumes(), StartedAt: fc.begin, UpdatedAt: now, Token: r.rec.Token}
+	if s == NodeRunning && fc.answers() != "" {
+		cp.Interrupt = &InterruptInfo{ID: fc.answers(), NodeID: pn.node.ID, Reason: "answered"}
 	}
 	return cp
 }
