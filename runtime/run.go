@@ -115,13 +115,13 @@ type run struct {
 	kv    map[string]any
 }
 
+// completion is an execution's outcome, as a worker hands it to the
+// dispatcher; the attempt and its start are the node's FlowContext's.
 type completion struct {
-	node    int32
-	res     Result
-	err     error
-	trace   string
-	attempt int
-	begin   time.Time
+	node  int32
+	res   Result
+	err   error
+	trace string
 }
 
 func (e *Engine) plan(p *Plan, g *Graph) (*Plan, error) {
@@ -657,7 +657,7 @@ func (r *run) start(n int32) {
 	// backoff, no link to materialize) may share a worker with others
 	// like it.
 	brief := pn.typ.Inline && pn.opts.TimeoutMs == 0 && pn.opts.Retry.MaxAttempts <= 1 && fc.wait().IsZero() && len(pn.linkIn) == 0
-	if r.workers.give(job{n: n, in: in, fc: fc, brief: brief}) {
+	if r.workers.give(job{n: n, in: in, brief: brief}) {
 		go r.worker()
 	}
 }
@@ -680,14 +680,14 @@ func (r *run) now() time.Time {
 	return r.clock
 }
 
-// job is a node execution handed to a worker goroutine.
+// job is a node execution handed to a worker goroutine (the node's
+// FlowContext is the run's fcs[n]).
 type job struct {
-	n  int32
-	in Inputs
-	fc *FlowContext
+	n int32
 	// brief: the executor never blocks (an Inline type, no timeout, no
 	// retry, no links), so the job may wait for a worker to finish another.
 	brief bool
+	in    Inputs
 }
 
 // workers are a run's worker goroutines and what passes between them and
@@ -786,11 +786,12 @@ func (r *run) worker() {
 			w.avail--
 		}
 		w.mu.Unlock()
-		c, held := r.exec(j.n, j.in, j.fc)
+		fc := &r.fcs[j.n]
+		c, held := r.exec(j.n, j.in, fc)
 		if held {
 			<-r.e.sem
 		}
-		j.fc.guard.returned(r.e)
+		fc.guard.returned(r.e)
 		w.mu.Lock()
 		if !j.brief {
 			w.avail++
@@ -835,7 +836,7 @@ func (r *run) restore(n int32, prev *Checkpoint, fc *FlowContext) bool {
 		<-r.e.sem
 		r.state[n] = NodeRunning
 		err := &CodedError{Code: prev.ErrorCode, Err: errors.New(prev.Error)}
-		r.failNode(n, fc, completion{node: n, err: err, trace: prev.ErrorTrace, attempt: fc.attempt, begin: fc.begin}, 0)
+		r.failNode(n, fc, completion{node: n, err: err, trace: prev.ErrorTrace}, 0)
 		return true
 	case NodeInterrupted:
 		<-r.e.sem
@@ -917,7 +918,7 @@ func (r *run) retry(pol *RetryPolicy, fc *FlowContext, c *completion) time.Time 
 // (returning the cancelled completion) when the run stops meanwhile.
 func (r *run) backoff(n int32, fc *FlowContext, until time.Time) (completion, bool) {
 	<-r.e.sem
-	cancelled := completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
+	cancelled := completion{node: n, err: context.Cause(r.ctx)}
 	t := time.NewTimer(max(time.Until(until), 0))
 	select {
 	case <-t.C:
@@ -1004,14 +1005,14 @@ func (r *run) attemptTimed(pn *pnode, n int32, in Inputs, fc *FlowContext) compl
 	case <-t.C:
 		g.abandon(r.e)
 		if r.ctx.Err() != nil {
-			return completion{node: n, err: context.Cause(r.ctx), attempt: fc.attempt, begin: fc.begin}
+			return completion{node: n, err: context.Cause(r.ctx)}
 		}
-		return completion{node: n, err: ErrNodeTimeout, attempt: fc.attempt, begin: fc.begin}
+		return completion{node: n, err: ErrNodeTimeout}
 	}
 }
 
 func (r *run) call(ctx context.Context, pn *pnode, n int32, in Inputs, fc *FlowContext) (c completion) {
-	c.node, c.attempt, c.begin = n, fc.attempt, fc.begin
+	c.node = n
 	defer func() {
 		if p := recover(); p != nil {
 			c.err = &CodedError{Code: ErrCodePanic, Err: fmt.Errorf("panic: %v", p)}
@@ -1035,7 +1036,7 @@ func (r *run) complete(c completion) {
 	fc := &r.fcs[n]
 	pn := &r.p.nodes[n]
 	now := r.now()
-	dur := float64(now.Sub(c.begin).Microseconds()) / 1000
+	dur := float64(now.Sub(fc.begin).Microseconds()) / 1000
 	switch ie := interruptOf(c.err); {
 	case c.err == nil:
 		out := c.res.Output
@@ -1274,7 +1275,7 @@ func (r *run) replay(n int32, prev *Checkpoint, hash string) {
 	out := prev.Output
 	live, err := r.evalEdges(n, WhenOnSuccess, out)
 	if err != nil {
-		r.failNode(n, fc, completion{node: n, err: err, attempt: fc.attempt, begin: fc.begin}, 0)
+		r.failNode(n, fc, completion{node: n, err: err}, 0)
 		return
 	}
 	r.state[n] = NodeSucceeded
