@@ -3,9 +3,11 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/runtime"
@@ -87,6 +89,61 @@ func TestConditionsAndJoins(t *testing.T) {
 	require.Equal(t, runtime.NodeSkipped, res.NodeStatus("after"), "skips propagate")
 	require.Equal(t, 1, k.execCount("j"), "j ran only in the any graph")
 	require.Equal(t, []runtime.EventType{runtime.EventNodeSkipped}, c.types("after"))
+}
+
+// Runs of one plan reuse the dispatcher state of runs that ended (which
+// edges were taken, with what, what each node still waits for): a run
+// must see nothing of an earlier one. Here each run takes other edges, or
+// starts from another entry, than the run before it.
+func TestRunsOfOnePlanSeeNothingOfEarlierRuns(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	e := k.engine(t, nil)
+	// s -(output == "s(a)")-> A -> j ; s -> B -> j ; j joins any.
+	p, err := e.Compile(newGraph("reuse").node("s", "start").node("A", "step").node("B", "step").
+		node("j", "step", `{"join":"any"}`).
+		flow("s", "A", `output == "s(a)"`).flow("s", "B").flow("A", "j").flow("B", "j").build())
+	require.NoError(t, err)
+	type want struct{ a, j string }
+	cases := []struct {
+		input   string
+		entries []string
+		want    want
+	}{
+		{"a", nil, want{"succeeded", "j(A(s(a)))(B(s(a)))"}},
+		{"b", nil, want{"skipped", "j(B(s(b)))"}},
+		{"a", nil, want{"succeeded", "j(A(s(a)))(B(s(a)))"}},
+		{"c", []string{"B"}, want{"", "j(B(c))"}}, // A is not even active
+	}
+	// check runs case i; assert, not require: it also runs off the test's goroutine.
+	check := func(i int) bool {
+		c := cases[i%len(cases)]
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, Input: c.input, EntryNodeIDs: c.entries})
+		if !assert.NoError(t, err) {
+			return false
+		}
+		out, _ := res.Output("j")
+		return assert.Equal(t, runtime.RunCompleted, res.Status, "case %d", i) &&
+			assert.Equal(t, runtime.NodeStatus(c.want.a), res.NodeStatus("A"), "case %d", i) &&
+			assert.Equal(t, c.want.j, out, "case %d", i)
+	}
+	for i := range 4 * len(cases) {
+		require.True(t, check(i))
+	}
+	// And runs in flight at once never share it.
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				if !check(g + i) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestFailureRouting(t *testing.T) {
