@@ -92,43 +92,55 @@ func TestConditionsAndJoins(t *testing.T) {
 }
 
 // Runs of one plan reuse the dispatcher state of runs that ended (which
-// edges were taken, with what, what each node still waits for): a run
-// must see nothing of an earlier one. Here each run takes other edges, or
-// starts from another entry, than the run before it.
+// edges were taken, with what, what each node still waits for, which
+// nodes are ready): a run must see nothing of an earlier one. Here each
+// run takes other edges, starts from another entry or stops with a node
+// still ready, unlike the run before it.
 func TestRunsOfOnePlanSeeNothingOfEarlierRuns(t *testing.T) {
 	t.Parallel()
 	k := newKit(t)
 	e := k.engine(t, nil)
-	// s -(output == "s(a)")-> A -> j ; s -> B -> j ; j joins any.
+	// s -(output == "s(a)")-> A -> j ; s -> B -> j ; j joins any;
+	// s -(output == "s(f)")-> F, which fails first (priority), one node
+	// at a time: the run ends failed with B still ready.
 	p, err := e.Compile(newGraph("reuse").node("s", "start").node("A", "step").node("B", "step").
-		node("j", "step", `{"join":"any"}`).
-		flow("s", "A", `output == "s(a)"`).flow("s", "B").flow("A", "j").flow("B", "j").build())
+		node("j", "step", `{"join":"any"}`).node("F", "step", `{"fail":1000000000,"priority":1}`).
+		flow("s", "A", `output == "s(a)"`).flow("s", "B").flow("A", "j").flow("B", "j").
+		flow("s", "F", `output == "s(f)"`).build())
 	require.NoError(t, err)
-	type want struct{ a, j string }
 	cases := []struct {
 		input   string
 		entries []string
-		want    want
+		status  runtime.RunStatus
+		a, b, j string // their final status ("": not active), j's output
 	}{
-		{"a", nil, want{"succeeded", "j(A(s(a)))(B(s(a)))"}},
-		{"b", nil, want{"skipped", "j(B(s(b)))"}},
-		{"a", nil, want{"succeeded", "j(A(s(a)))(B(s(a)))"}},
-		{"c", []string{"B"}, want{"", "j(B(c))"}}, // A is not even active
+		{"a", nil, runtime.RunCompleted, "succeeded", "succeeded", "j(A(s(a)))(B(s(a)))"},
+		{"b", nil, runtime.RunCompleted, "skipped", "succeeded", "j(B(s(b)))"},
+		{"f", nil, runtime.RunFailed, "skipped", "skipped", ""},
+		{"a", nil, runtime.RunCompleted, "succeeded", "succeeded", "j(A(s(a)))(B(s(a)))"},
+		{"c", []string{"B"}, runtime.RunCompleted, "", "succeeded", "j(B(c))"}, // A is not even active
 	}
 	// check runs case i; assert, not require: it also runs off the test's goroutine.
-	check := func(i int) bool {
+	check := func(i int, sink runtime.EventSink) bool {
 		c := cases[i%len(cases)]
-		res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, Input: c.input, EntryNodeIDs: c.entries})
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, Input: c.input, EntryNodeIDs: c.entries,
+			Options: runtime.RunOptions{MaxParallel: 1}, Sink: sink})
 		if !assert.NoError(t, err) {
 			return false
 		}
 		out, _ := res.Output("j")
-		return assert.Equal(t, runtime.RunCompleted, res.Status, "case %d", i) &&
-			assert.Equal(t, runtime.NodeStatus(c.want.a), res.NodeStatus("A"), "case %d", i) &&
-			assert.Equal(t, c.want.j, out, "case %d", i)
+		if out == nil {
+			out = ""
+		}
+		return assert.Equal(t, c.status, res.Status, "case %d", i) &&
+			assert.Equal(t, runtime.NodeStatus(c.a), res.NodeStatus("A"), "case %d", i) &&
+			assert.Equal(t, runtime.NodeStatus(c.b), res.NodeStatus("B"), "case %d", i) &&
+			assert.Equal(t, c.j, out, "case %d", i)
 	}
 	for i := range 4 * len(cases) {
-		require.True(t, check(i))
+		var sink collect
+		require.True(t, check(i, &sink))
+		checkLifecycle(t, sink.events())
 	}
 	// And runs in flight at once never share it.
 	var wg sync.WaitGroup
@@ -137,7 +149,7 @@ func TestRunsOfOnePlanSeeNothingOfEarlierRuns(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 25 {
-				if !check(g + i) {
+				if !check(g+i, nil) {
 					return
 				}
 			}

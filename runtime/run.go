@@ -45,20 +45,15 @@ type run struct {
 	sink     EventSink
 	storeErr error
 
-	// Dispatcher-owned state, indexed by plan node or edge. pending,
-	// live, edgeLive, edgeVal, liveBuf and the ready heap's array are disp's
-	// (reused by the plan's later runs once this one has ended); state,
-	// outputs (both the result's) and fcs have an allocation each.
-	disp     *dispatch
-	state    []NodeStatus
-	pending  []int32 // unresolved active incoming flow edges
-	live     []int32 // taken incoming flow edges
-	edgeLive []int32 // 1: the edge was taken
-	edgeVal  []any
-	outputs  []any
-	fcs      []FlowContext // a node's context, once it starts
-	ins      []Input       // carved into the nodes' Inputs (inputs)
-	liveBuf  []bool        // evalEdges' answer, read before its next call
+	// Dispatcher-owned state, indexed by plan node or edge: the edge
+	// counters, edge values and ready heap are *dispatch's (reused by the
+	// plan's later runs once this one has ended); state, outputs (both
+	// the result's) and fcs have an allocation each.
+	*dispatch
+	state   []NodeStatus
+	outputs []any
+	fcs     []FlowContext // a node's context, once it starts
+	ins     []Input       // carved into the nodes' Inputs (inputs)
 	// completedBuf holds the node_completed payloads still to hand out.
 	completedBuf []NodeCompletedData
 	// clock is the time of the dispatcher's current step, shared by the
@@ -69,7 +64,6 @@ type run struct {
 	// at different moments, and their times never go back.
 	lastAt    time.Time
 	workers   *workers // made with the first node that goes to a worker
-	ready     rankHeap
 	inflight  int
 	slot      bool // a global slot is held for the next launch
 	stopping  stop
@@ -363,7 +357,7 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 // newRunState makes the run's state; started is when its clock starts
 // (the durations of run events count from it).
 func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, started time.Time, services any, sink EventSink, lease *Lease) (*run, error) {
-	n, m := len(p.nodes), len(p.edges)
+	n := len(p.nodes)
 	r := &run{e: e, p: p, as: as, rec: rec, store: e.store, services: services, sink: sink, lease: lease,
 		maxPar: rec.Options.MaxParallel, started: started}
 	if r.store != nil {
@@ -387,15 +381,10 @@ func (e *Engine) newRunState(ctx context.Context, p *Plan, as *activeSet, rec *R
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	// The channels of workers come with the first node that goes to one
 	// (a chain of Inline nodes never does).
-	d := p.takeDispatch()
-	r.disp = d
-	r.pending, r.live, r.edgeLive = d.ints[:n:n], d.ints[n:2*n:2*n], d.ints[2*n:2*n+m:2*n+m]
-	r.ready.h = d.ints[2*n+m : 2*n+m] // a node is pushed once at most
-	r.edgeVal, r.liveBuf = d.edgeVal, d.live
+	r.dispatch = p.takeDispatch()
 	r.outputs = make([]any, n)
 	r.state = make([]NodeStatus, n)
 	r.fcs = make([]FlowContext, n)
-	r.ready.rank = p.nodes
 	return r, nil
 }
 
@@ -507,9 +496,13 @@ func (r *run) execute() (*RunResult, error) {
 // written the run's end), the plan's next run can take it over, cleared:
 // W2 (50 nodes) saves 2.9 KB and two allocations a run.
 type dispatch struct {
-	ints    []int32 // pending, live, edgeLive, then the heap's array
-	edgeVal []any
-	live    []bool // as long as the most outgoing flow edges a node has
+	pending  []int32 // per node: unresolved active incoming flow edges
+	live     []int32 // per node: taken incoming flow edges
+	edgeLive []int32 // per edge: 1 when it was taken
+	edgeVal  []any   // per edge: the value it carries
+	ready    rankHeap
+	liveBuf  []bool  // evalEdges' answer, read before its next call
+	ints     []int32 // the array under pending, live, edgeLive and ready.h
 }
 
 // takeDispatch returns a cleared dispatch sized for p's runs.
@@ -522,17 +515,21 @@ func (p *Plan) takeDispatch() *dispatch {
 	for i := range p.nodes {
 		out = max(out, len(p.nodes[i].flowOut))
 	}
-	return &dispatch{ints: make([]int32, 3*n+m), edgeVal: make([]any, m), live: make([]bool, out)}
+	ints := make([]int32, 3*n+m)
+	return &dispatch{pending: ints[:n:n], live: ints[n : 2*n : 2*n], edgeLive: ints[2*n : 2*n+m : 2*n+m],
+		edgeVal: make([]any, m),
+		ready:   rankHeap{rank: p.nodes, h: ints[2*n+m : 2*n+m]}, // a node is pushed once at most
+		liveBuf: make([]bool, out), ints: ints}
 }
 
 // giveBackDispatch clears the run's dispatch state and hands it to the
-// plan's next run. The run's own slices into it are dropped first, so a
-// (wrong) later use by this run fails at once instead of reading another
-// run's state.
+// plan's next run. The run drops it first, so a (wrong) later use by
+// this run fails at once instead of reading another run's state.
 func (r *run) giveBackDispatch() {
-	d := r.disp
-	r.disp, r.pending, r.live, r.edgeLive, r.edgeVal, r.liveBuf, r.ready.h = nil, nil, nil, nil, nil, nil, nil
+	d := r.dispatch
+	r.dispatch = nil
 	clear(d.ints)
+	d.ready.h = d.ready.h[:0]
 	clear(d.edgeVal) // the values also belong to the outputs: keep none alive
 	r.p.dispatches.Put(d)
 }
