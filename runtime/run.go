@@ -619,10 +619,14 @@ func (r *run) start(n int32) {
 	if r.store != nil {
 		hash = inputsHash(r.rec.RootID, r.p, n, in)
 	}
-	prev := r.prev[pn.node.ID]
+	var prev *Checkpoint
+	if r.prev != nil {
+		prev = r.prev[pn.node.ID]
+	}
 	now := r.now()
+	// A node starts once per run: its FlowContext is still zero.
 	fc := &r.fcs[n]
-	*fc = FlowContext{r: r, node: n, attempt: 1, inputsHash: hash, begin: now}
+	fc.r, fc.node, fc.attempt, fc.inputsHash, fc.begin = r, n, 1, hash, now
 	switch {
 	case r.recovering && prev != nil:
 		if r.restore(n, prev, fc) {
@@ -1446,15 +1450,20 @@ func (r *run) inputs(n int32) Inputs {
 	if len(r.ins) < size {
 		r.ins = make([]Input, max(size, r.as.inputs))
 	}
-	in := Inputs(r.ins[:0:size])
+	// The array is fresh (zero), so the fields are set one by one: cheaper
+	// than copying whole Input values in while the GC marks.
+	in := Inputs(r.ins[:size:size])
 	r.ins = r.ins[size:]
+	k := 0
 	if r.as.isEntry[n] {
-		in = append(in, Input{Value: cloneValue(r.rec.Input)})
+		in[0].Value = cloneValue(r.rec.Input)
+		k++
 	}
 	for _, ei := range pn.flowIn {
 		if r.edgeLive[ei] != 0 {
-			pe := &r.p.edges[ei]
-			in = append(in, Input{EdgeID: pe.edge.ID, Source: pe.edge.Source, Handle: pe.edge.TargetHandle, Value: cloneValue(r.edgeVal[ei])})
+			pe, x := &r.p.edges[ei], &in[k]
+			x.EdgeID, x.Source, x.Handle, x.Value = pe.edge.ID, pe.edge.Source, pe.edge.TargetHandle, cloneValue(r.edgeVal[ei])
+			k++
 		}
 	}
 	return in
