@@ -55,6 +55,9 @@ type Plan struct {
 	// dispatches keeps the dispatcher state of ended runs for the next
 	// ones (see dispatch).
 	dispatches sync.Pool
+	// workerSets keeps the worker queues of ended runs (see
+	// workers.recycle).
+	workerSets sync.Pool
 }
 
 type pnode struct {

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
@@ -156,6 +157,57 @@ func TestRunsOfOnePlanSeeNothingOfEarlierRuns(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Runs of one plan also reuse the worker queues of ended runs, once the
+// last worker of the run has exited. An executor the kernel abandoned
+// still returns into its ended run's queues, after that run's end: the
+// next runs must see nothing of it (here: a completion of a, which would
+// end a later run before its s completed). Not parallel: with one P the
+// queues the abandoned executor's worker leaves are surely the ones the
+// next run takes (a sync.Pool keeps an item per P).
+func TestRunsOfOnePlanSeeNothingOfAnAbandonedExecutor(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1))
+	reg := runtime.NewRegistry()
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	flowOut := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	pass := func(n *runtime.Node) (runtime.Executor, error) {
+		return runtime.ExecutorFunc(func(_ context.Context, n *runtime.Node, in runtime.Inputs, _ *runtime.FlowContext) (runtime.Result, error) {
+			if n.Type == "work" && in.First() == "hang" {
+				<-release // ignores its context
+			}
+			return runtime.Result{Output: in.First()}, nil
+		}), nil
+	}
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Ports: []runtime.Port{flowOut}, New: pass})
+	reg.MustRegister(runtime.NodeType{Name: "work", Ports: []runtime.Port{{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow}, flowOut}, New: pass})
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg, CancelGrace: 20 * time.Millisecond})
+	require.NoError(t, err)
+	p, err := e.Compile(newGraph("abandon").node("s", "start").node("a", "work").flow("s", "a").build())
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	res, err := e.Invoke(ctx, runtime.RunRequest{Plan: p, Input: "hang"})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, res.Status)
+	require.Equal(t, runtime.NodeCancelled, res.NodeStatus("a"))
+	require.Equal(t, int64(1), e.AbandonedExecutors())
+	once.Do(func() { close(release) }) // a returns, into the ended run's queues
+	require.Eventually(t, func() bool { return e.AbandonedExecutors() == 0 }, 5*time.Second, time.Millisecond)
+
+	for i := range 50 {
+		var sink collect
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, Input: i, Sink: &sink})
+		require.NoError(t, err)
+		checkLifecycle(t, sink.events())
+		require.Equal(t, runtime.RunCompleted, res.Status, "run %d", i)
+		out, ok := res.Output("a")
+		require.True(t, ok, "run %d: a succeeded", i)
+		require.Equal(t, i, out)
+	}
 }
 
 func TestFailureRouting(t *testing.T) {

@@ -695,7 +695,7 @@ func (r *run) start(n int32) {
 	// when the executor ignores its context.
 	r.inflight++
 	if r.workers == nil {
-		r.workers = newWorkers(min(r.maxPar, len(r.as.nodes)))
+		r.workers = r.p.takeWorkers(min(r.maxPar, len(r.as.nodes)))
 	}
 	// A node of an Inline type that cannot wait (no timeout, no retry
 	// backoff, no link to materialize) may share a worker with others
@@ -709,10 +709,13 @@ func (r *run) start(n int32) {
 // stopWorkers lets the run's idle workers exit once it has ended.
 func (r *run) stopWorkers() {
 	if w := r.workers; w != nil {
+		// Broadcast before unlocking: once unlocked, the last worker may
+		// exit and hand w to another run (recycle), which this run must
+		// not touch.
 		w.mu.Lock()
 		w.closed = true
-		w.mu.Unlock()
 		w.more.Broadcast()
+		w.mu.Unlock()
 	}
 }
 
@@ -759,6 +762,8 @@ type workers struct {
 	spare    []completion  // the dispatcher's last batch, reused
 	wake     chan struct{} // cap 1: done has completions
 	closed   bool          // the run has ended: idle workers exit
+	alive    int           // worker goroutines that have not exited
+	home     *sync.Pool    // the plan's: where recycle leaves w
 }
 
 // newWorkers sizes its queues for k jobs in flight.
@@ -768,6 +773,38 @@ func newWorkers(k int) *workers {
 	w.done, w.spare = cs[:0:k], cs[k:k]
 	w.more.L = &w.mu
 	return w
+}
+
+// takeWorkers returns workers for a run of p sized for k jobs in flight:
+// a set an earlier run left (see recycle), or a new one.
+func (p *Plan) takeWorkers(k int) *workers {
+	if w, ok := p.workerSets.Get().(*workers); ok {
+		w.procs = goruntime.GOMAXPROCS(0)
+		return w
+	}
+	w := newWorkers(k)
+	w.home = &p.workerSets
+	return w
+}
+
+// recycle clears w and leaves it for the plan's next run. Its last
+// goroutine calls it as it exits: the run has ended (closed), every
+// worker is gone and the dispatcher touches w no more, so nothing can
+// read w's state again — a completion an abandoned executor delivered
+// after its run ended included.
+func (w *workers) recycle() {
+	clear(w.jobs[:cap(w.jobs)])
+	w.jobs, w.head = w.jobs[:0], 0
+	clear(w.done[:cap(w.done)])
+	clear(w.spare[:cap(w.spare)])
+	w.done, w.spare = w.done[:0], w.spare[:0]
+	w.blocking, w.briefs, w.avail, w.free = 0, 0, 0, 0
+	w.closed = false
+	select {
+	case <-w.wake:
+	default:
+	}
+	w.home.Put(w)
 }
 
 // give queues j. It reports whether a new worker must start for it.
@@ -792,6 +829,7 @@ func (w *workers) give(j job) bool {
 	spawn := w.avail < need || j.brief && w.free == 0 && w.avail-w.blocking < w.procs
 	if spawn {
 		w.avail++
+		w.alive++
 	}
 	signal := w.free > 0
 	if signal {
@@ -812,7 +850,12 @@ func (r *run) worker() {
 		for w.head == len(w.jobs) {
 			if w.closed {
 				w.avail--
+				w.alive--
+				last := w.alive == 0
 				w.mu.Unlock()
+				if last {
+					w.recycle()
+				}
 				return
 			}
 			w.free++
