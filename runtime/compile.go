@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/google/cel-go/cel"
 )
@@ -51,6 +52,12 @@ type Plan struct {
 	byRank      []int32 // node indexes in priority order
 	diags       Diagnostics
 	actives     activeCache
+	// dispatches keeps the dispatcher state of ended runs for the next
+	// ones (see dispatch).
+	dispatches sync.Pool
+	// workerSets keeps the worker queues of ended runs (see
+	// workers.recycle).
+	workerSets sync.Pool
 }
 
 type pnode struct {

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -383,8 +384,13 @@ func TestSyncStartsPureNodesWithoutWaiting(t *testing.T) {
 
 	<-pSeen
 	require.True(t, pEarly.Load(), "p's handler runs while its running checkpoint's commit is held")
+	// The run's creation may share the held commit (when the committer
+	// had not taken the first step's writes yet): then nothing of the run
+	// is committed, p's checkpoint included.
 	cps, err := st.Checkpoints(context.Background(), "pure")
-	require.NoError(t, err)
+	if !errors.Is(err, runtime.ErrRunNotFound) {
+		require.NoError(t, err)
+	}
 	for _, cp := range cps {
 		require.NotEqual(t, "p", cp.NodeID, "p's running checkpoint is not committed yet")
 	}

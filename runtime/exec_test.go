@@ -3,9 +3,12 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	goruntime "runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/runtime"
@@ -87,6 +90,124 @@ func TestConditionsAndJoins(t *testing.T) {
 	require.Equal(t, runtime.NodeSkipped, res.NodeStatus("after"), "skips propagate")
 	require.Equal(t, 1, k.execCount("j"), "j ran only in the any graph")
 	require.Equal(t, []runtime.EventType{runtime.EventNodeSkipped}, c.types("after"))
+}
+
+// Runs of one plan reuse the dispatcher state of runs that ended (which
+// edges were taken, with what, what each node still waits for, which
+// nodes are ready): a run must see nothing of an earlier one. Here each
+// run takes other edges, starts from another entry or stops with a node
+// still ready, unlike the run before it.
+func TestRunsOfOnePlanSeeNothingOfEarlierRuns(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	e := k.engine(t, nil)
+	// s -(output == "s(a)")-> A -> j ; s -> B -> j ; j joins any;
+	// s -(output == "s(f)")-> F, which fails first (priority), one node
+	// at a time: the run ends failed with B still ready.
+	p, err := e.Compile(newGraph("reuse").node("s", "start").node("A", "step").node("B", "step").
+		node("j", "step", `{"join":"any"}`).node("F", "step", `{"fail":1000000000,"priority":1}`).
+		flow("s", "A", `output == "s(a)"`).flow("s", "B").flow("A", "j").flow("B", "j").
+		flow("s", "F", `output == "s(f)"`).build())
+	require.NoError(t, err)
+	cases := []struct {
+		input   string
+		entries []string
+		status  runtime.RunStatus
+		a, b, j string // their final status ("": not active), j's output
+	}{
+		{"a", nil, runtime.RunCompleted, "succeeded", "succeeded", "j(A(s(a)))(B(s(a)))"},
+		{"b", nil, runtime.RunCompleted, "skipped", "succeeded", "j(B(s(b)))"},
+		{"f", nil, runtime.RunFailed, "skipped", "skipped", ""},
+		{"a", nil, runtime.RunCompleted, "succeeded", "succeeded", "j(A(s(a)))(B(s(a)))"},
+		{"c", []string{"B"}, runtime.RunCompleted, "", "succeeded", "j(B(c))"}, // A is not even active
+	}
+	// check runs case i; assert, not require: it also runs off the test's goroutine.
+	check := func(i int, sink runtime.EventSink) bool {
+		c := cases[i%len(cases)]
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, Input: c.input, EntryNodeIDs: c.entries,
+			Options: runtime.RunOptions{MaxParallel: 1}, Sink: sink})
+		if !assert.NoError(t, err) {
+			return false
+		}
+		out, _ := res.Output("j")
+		if out == nil {
+			out = ""
+		}
+		return assert.Equal(t, c.status, res.Status, "case %d", i) &&
+			assert.Equal(t, runtime.NodeStatus(c.a), res.NodeStatus("A"), "case %d", i) &&
+			assert.Equal(t, runtime.NodeStatus(c.b), res.NodeStatus("B"), "case %d", i) &&
+			assert.Equal(t, c.j, out, "case %d", i)
+	}
+	for i := range 4 * len(cases) {
+		var sink collect
+		require.True(t, check(i, &sink))
+		checkLifecycle(t, sink.events())
+	}
+	// And runs in flight at once never share it.
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				if !check(g+i, nil) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Runs of one plan also reuse the worker queues of ended runs, once the
+// last worker of the run has exited. An executor the kernel abandoned
+// still returns into its ended run's queues, after that run's end: the
+// next runs must see nothing of it (here: a completion of a, which would
+// end a later run before its s completed). Not parallel: with one P the
+// queues the abandoned executor's worker leaves are surely the ones the
+// next run takes (a sync.Pool keeps an item per P).
+func TestRunsOfOnePlanSeeNothingOfAnAbandonedExecutor(t *testing.T) {
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(1))
+	reg := runtime.NewRegistry()
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	flowOut := runtime.Port{Name: "out", Direction: runtime.Out, Channel: runtime.ChannelFlow}
+	pass := func(n *runtime.Node) (runtime.Executor, error) {
+		return runtime.ExecutorFunc(func(_ context.Context, n *runtime.Node, in runtime.Inputs, _ *runtime.FlowContext) (runtime.Result, error) {
+			if n.Type == "work" && in.First() == "hang" {
+				<-release // ignores its context
+			}
+			return runtime.Result{Output: in.First()}, nil
+		}), nil
+	}
+	reg.MustRegister(runtime.NodeType{Name: "start", Entry: true, Ports: []runtime.Port{flowOut}, New: pass})
+	reg.MustRegister(runtime.NodeType{Name: "work", Ports: []runtime.Port{{Name: "in", Direction: runtime.In, Channel: runtime.ChannelFlow}, flowOut}, New: pass})
+	e, err := runtime.NewEngine(runtime.Config{Registry: reg, CancelGrace: 20 * time.Millisecond})
+	require.NoError(t, err)
+	p, err := e.Compile(newGraph("abandon").node("s", "start").node("a", "work").flow("s", "a").build())
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	res, err := e.Invoke(ctx, runtime.RunRequest{Plan: p, Input: "hang"})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, res.Status)
+	require.Equal(t, runtime.NodeCancelled, res.NodeStatus("a"))
+	require.Equal(t, int64(1), e.AbandonedExecutors())
+	once.Do(func() { close(release) }) // a returns, into the ended run's queues
+	require.Eventually(t, func() bool { return e.AbandonedExecutors() == 0 }, 5*time.Second, time.Millisecond)
+
+	for i := range 50 {
+		var sink collect
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Plan: p, Input: i, Sink: &sink})
+		require.NoError(t, err)
+		checkLifecycle(t, sink.events())
+		require.Equal(t, runtime.RunCompleted, res.Status, "run %d", i)
+		out, ok := res.Output("a")
+		require.True(t, ok, "run %d: a succeeded", i)
+		require.Equal(t, i, out)
+	}
 }
 
 func TestFailureRouting(t *testing.T) {

@@ -14,27 +14,74 @@ import (
 // keep it after Execute returns. Its methods are safe for concurrent use by
 // the goroutines of one executor.
 type FlowContext struct {
-	// Fields are ordered so the small ones share words: a run holds one
-	// FlowContext per node.
+	// A run holds one FlowContext per node, so it keeps to what every
+	// execution uses; what only resumed, recovered and link-producing
+	// contexts need waits behind more (nil for the others).
 	r    *run
 	node int32
 	// guard tracks the worker executing this node (see execGuard).
 	guard      execGuard
 	attempt    int
-	resumes    int
 	attemptID  string
 	inputsHash string
-	answers    string // the interrupt id the resume value answers
-	resume     any
 	begin      time.Time
-	wait       time.Time // recovery: the persisted time of the next attempt
-	// chain is the link materialization path that led here (for cycle checks).
-	chain     []int32
-	hasResume bool
-	stale     bool // recovery: this attempt was lost with its process
-	replayed  bool
+	more       *fcMore
+	replayed   bool
 	// closed (guarded by run.emu) is set with the node's terminal event.
 	closed bool
+}
+
+// fcMore is the part of a FlowContext few executions use. The dispatcher
+// sets it up before the node runs (extra), except that a retry's backoff
+// clears wait on the node's worker.
+type fcMore struct {
+	resumes   int
+	answers   string // the interrupt id the resume value answers
+	resume    any
+	hasResume bool
+	stale     bool      // recovery: this attempt was lost with its process
+	wait      time.Time // recovery: the persisted time of the next attempt
+	// chain is the link materialization path that led here (for cycle checks).
+	chain []int32
+}
+
+// extra returns fc's rarely used part, making it on first use.
+func (fc *FlowContext) extra() *fcMore {
+	if fc.more == nil {
+		fc.more = new(fcMore)
+	}
+	return fc.more
+}
+
+// resumes is the resume count, answers the interrupt the resume value
+// answers, wait the persisted time of a recovered node's next attempt
+// and chain the link path that led here: zero without fc.more.
+func (fc *FlowContext) resumes() int {
+	if fc.more == nil {
+		return 0
+	}
+	return fc.more.resumes
+}
+
+func (fc *FlowContext) answers() string {
+	if fc.more == nil {
+		return ""
+	}
+	return fc.more.answers
+}
+
+func (fc *FlowContext) wait() time.Time {
+	if fc.more == nil {
+		return time.Time{}
+	}
+	return fc.more.wait
+}
+
+func (fc *FlowContext) chain() []int32 {
+	if fc.more == nil {
+		return nil
+	}
+	return fc.more.chain
 }
 
 // NodeID is the id of the node this context belongs to.
@@ -87,17 +134,22 @@ func (fc *FlowContext) setAttempt(a int) { fc.attempt, fc.attemptID = a, "" }
 func (fc *FlowContext) Services() any { return fc.r.services }
 
 // ResumeValue returns the value a Resume gave this node's pending interrupt.
-func (fc *FlowContext) ResumeValue() (any, bool) { return fc.resume, fc.hasResume }
+func (fc *FlowContext) ResumeValue() (any, bool) {
+	if fc.more == nil {
+		return nil, false
+	}
+	return fc.more.resume, fc.more.hasResume
+}
 
 // InterruptID is the id an interrupt returned by this execution will get,
 // so an executor can name it in the events it emits before interrupting.
 // It is unique per node, attempt and resume count within a run lineage.
 func (fc *FlowContext) InterruptID() string {
-	return interruptID(fc.r.rec.RootID, fc.NodeID(), fc.attempt, fc.resumes)
+	return interruptID(fc.r.rec.RootID, fc.NodeID(), fc.attempt, fc.resumes())
 }
 
 // Resumes counts the resume values this node has consumed over its run lineage.
-func (fc *FlowContext) Resumes() int { return fc.resumes }
+func (fc *FlowContext) Resumes() int { return fc.resumes() }
 
 // Edges returns the edges of this node on one side (In: incoming, Out:
 // outgoing), filtered by channel and, when handle is not empty, by this
@@ -138,7 +190,7 @@ func (fc *FlowContext) ResolveLinks(ctx context.Context, handle string) ([]Link,
 		if pe.edge.TargetHandle != handle {
 			continue
 		}
-		art, err := fc.r.materialize(ctx, pe.src, pe.edge.SourceHandle, append(fc.chain[:len(fc.chain):len(fc.chain)], fc.node))
+		art, err := fc.r.materialize(ctx, pe.src, pe.edge.SourceHandle, fc.linkPath())
 		if err != nil {
 			return nil, err
 		}
@@ -147,13 +199,19 @@ func (fc *FlowContext) ResolveLinks(ctx context.Context, handle string) ([]Link,
 	return links, nil
 }
 
+// linkPath is the materialization path from here: fc's chain and its node.
+func (fc *FlowContext) linkPath() []int32 {
+	c := fc.chain()
+	return append(c[:len(c):len(c)], fc.node)
+}
+
 // Materialize returns the (cached) artifact of node id's out-port handle.
 func (fc *FlowContext) Materialize(ctx context.Context, id, handle string) (any, error) {
 	i, ok := fc.r.p.index[id]
 	if !ok {
 		return nil, fmt.Errorf("materialize: no node %q", id)
 	}
-	return fc.r.materialize(ctx, i, handle, append(fc.chain[:len(fc.chain):len(fc.chain)], fc.node))
+	return fc.r.materialize(ctx, i, handle, fc.linkPath())
 }
 
 // CacheGet reads the run's shared cache.
@@ -201,7 +259,7 @@ func (fc *FlowContext) Emit(t EventType, data any) error {
 	r := fc.r
 	r.emu.Lock()
 	defer r.emu.Unlock()
-	if fc.closed || len(fc.chain) > 0 {
+	if fc.closed || len(fc.chain()) > 0 {
 		return ErrEmitClosed
 	}
 	r.emitLocked(time.Time{}, t, fc.node, fc.attempt, data)
@@ -224,7 +282,7 @@ func (fc *FlowContext) EmitOrMerge(t EventType, data any, merge func(prev any) (
 	r := fc.r
 	r.emu.Lock()
 	defer r.emu.Unlock()
-	if fc.closed || len(fc.chain) > 0 {
+	if fc.closed || len(fc.chain()) > 0 {
 		return false, ErrEmitClosed
 	}
 	if r.mergeLocked(t, fc.node, fc.attempt, merge) {
@@ -297,6 +355,6 @@ func (r *run) produce(ctx context.Context, n int32, handle string, chain []int32
 			v, err = nil, &CodedError{Code: ErrCodePanic, Err: fmt.Errorf("materialize %q panicked: %v", pn.node.ID, p)}
 		}
 	}()
-	fc := &FlowContext{r: r, node: n, attempt: 1, begin: time.Now(), chain: chain}
+	fc := &FlowContext{r: r, node: n, attempt: 1, begin: time.Now(), more: &fcMore{chain: chain}}
 	return pn.mat.Materialize(ctx, pn.node, handle, fc)
 }
