@@ -148,6 +148,9 @@ func TestContinueJoinsItsClaim(t *testing.T) {
 	require.NoError(t, chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}, 0))
 	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
 	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
+	// The interrupted run's end is committed before it lets go of the
+	// chat: wait for that, so the continue holds the chat at once.
+	require.Eventually(t, func() bool { return !f.svc.Bound(ctx, tk.RunID) }, 10*time.Second, time.Millisecond)
 
 	next := f.send(chat.Request{Kind: chat.KindContinueMessage, ChatID: "c_approve", MessageID: tk.MessageID,
 		Resume: map[string]any{"approved": true}})
