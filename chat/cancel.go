@@ -54,10 +54,19 @@ func (s *Service) Cancel(ctx context.Context, req CancelRequest) (*CancelResult,
 // a human.
 func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, error) {
 	res, err := s.cancelScope(runcontrol.RunScope(id))
-	if err != nil || res.Status == runcontrol.StatusCancelled {
-		return res, err
+	if err != nil {
+		return nil, err
 	}
 	rec, err := s.runs.GetRun(ctx, id)
+	if res.Status == runcontrol.StatusCancelled {
+		// A run that just ended waiting for a human commits its end
+		// before it lets go of its binding: the cancel reached a run that
+		// no longer acts on it, so end its wait as well (as cancelChat).
+		if err == nil {
+			s.cancelWaitingRun(ctx, rec)
+		}
+		return res, nil
+	}
 	if err != nil {
 		return nil, err
 	}

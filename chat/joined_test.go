@@ -65,7 +65,7 @@ func (s *joinCounter) FinishWrite(m *chat.Message) any {
 
 // sqliteJoined is a fixture on one SQLite file whose engine reports its
 // store calls to ops.
-func sqliteJoined(t *testing.T) (*fixture, *joinCounter, *rsqlite.Store, func(string) int) {
+func sqliteJoined(t *testing.T, opts ...func(*chat.Config)) (*fixture, *joinCounter, *rsqlite.Store, func(string) int) {
 	t.Helper()
 	runs, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func sqliteJoined(t *testing.T) (*fixture, *joinCounter, *rsqlite.Store, func(st
 		mu.Lock()
 		ops[op]++
 		mu.Unlock()
-	}})
+	}}, opts...)
 	return f, chats, runs, func(op string) int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -221,4 +221,46 @@ func TestCancelFirstWithJoinedTurn(t *testing.T) {
 	for _, ev := range f.pub.of(tk.RunID) {
 		require.NotEqual(t, runtime.EventNodeStarted, ev.Type, "no node starts after a cancel that came first")
 	}
+}
+
+// heldRelease is a run controller whose runs keep their binding,
+// once they have ended, until hold is closed.
+type heldRelease struct {
+	runcontrol.Controller
+	hold chan struct{}
+}
+
+func (c heldRelease) Bind(parent context.Context, runID string, scopes ...runcontrol.Scope) (context.Context, func(), error) {
+	ctx, release, err := c.Controller.Bind(parent, runID, scopes...)
+	return ctx, func() { <-c.hold; release() }, err
+}
+
+// A run that ended waiting for a human commits its end before it lets
+// go of its binding: a cancel of the run in between (it finds the run
+// bound) still ends the wait, as a cancel of its chat does.
+func TestCancelReachesARunEndingInterrupted(t *testing.T) {
+	t.Parallel()
+	ctl := heldRelease{runcontrol.NewMemory(runcontrol.MemoryConfig{}), make(chan struct{})}
+	f, _, runs, _ := sqliteJoined(t, func(c *chat.Config) { c.Control = ctl })
+	t.Cleanup(func() { close(ctl.hold) }) // before the fixture's shutdown
+	ctx := context.Background()
+	g := `{"nodes":[{"id":"start","type":"chat_start","data":{}},{"id":"ok","type":"approval","data":{}},
+		{"id":"out","type":"chat_output","data":{}}],
+		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"ok","targetHandle":"input","data":{"channel":"flow"}},
+		{"id":"e2","source":"ok","sourceHandle":"output","target":"out","targetHandle":"input","data":{"channel":"flow"}}]}`
+	require.NoError(t, f.chats.CreateGraph(ctx, &chat.Graph{ID: "g_approve", Name: "approve", Body: json.RawMessage(g)}))
+	require.NoError(t, f.chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}, 0))
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
+	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
+	require.True(t, f.svc.Bound(ctx, tk.RunID), "the ended run still holds its binding")
+
+	res, err := f.svc.Cancel(ctx, chat.CancelRequest{RunID: tk.RunID})
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusCancelled, res.Status)
+	m, err := f.chats.GetMessage(ctx, "c_approve", tk.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusCancelled, m.Status)
+	rec, err := runs.GetRun(ctx, tk.RunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
 }
