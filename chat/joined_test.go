@@ -2,7 +2,6 @@ package chat_test
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -140,12 +139,7 @@ func TestContinueJoinsItsClaim(t *testing.T) {
 	t.Parallel()
 	f, chats, _, _ := sqliteJoined(t)
 	ctx := context.Background()
-	g := `{"nodes":[{"id":"start","type":"chat_start","data":{}},{"id":"ok","type":"approval","data":{}},
-		{"id":"out","type":"chat_output","data":{}}],
-		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"ok","targetHandle":"input","data":{"channel":"flow"}},
-		{"id":"e2","source":"ok","sourceHandle":"output","target":"out","targetHandle":"input","data":{"channel":"flow"}}]}`
-	require.NoError(t, chats.CreateGraph(ctx, &chat.Graph{ID: "g_approve", Name: "approve", Body: json.RawMessage(g)}))
-	require.NoError(t, chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}, 0))
+	f.approvalChat()
 	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
 	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
 	// The interrupted run's end is committed before it lets go of the
@@ -244,12 +238,7 @@ func TestCancelReachesARunEndingInterrupted(t *testing.T) {
 	f, _, runs, _ := sqliteJoined(t, func(c *chat.Config) { c.Control = ctl })
 	t.Cleanup(func() { close(ctl.hold) }) // before the fixture's shutdown
 	ctx := context.Background()
-	g := `{"nodes":[{"id":"start","type":"chat_start","data":{}},{"id":"ok","type":"approval","data":{}},
-		{"id":"out","type":"chat_output","data":{}}],
-		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"ok","targetHandle":"input","data":{"channel":"flow"}},
-		{"id":"e2","source":"ok","sourceHandle":"output","target":"out","targetHandle":"input","data":{"channel":"flow"}}]}`
-	require.NoError(t, f.chats.CreateGraph(ctx, &chat.Graph{ID: "g_approve", Name: "approve", Body: json.RawMessage(g)}))
-	require.NoError(t, f.chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}, 0))
+	f.approvalChat()
 	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
 	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
 	require.True(t, f.svc.Bound(ctx, tk.RunID), "the ended run still holds its binding")

@@ -199,16 +199,24 @@ func TestRetryAndEditBranch(t *testing.T) {
 	require.Equal(t, "one", orig.Content, "an edit never overwrites history")
 }
 
-func TestContinueAfterApproval(t *testing.T) {
-	t.Parallel()
-	f := newMemFixture(t)
-	ctx := context.Background()
+// approvalChat saves chat_start -> approval -> chat_output as g_approve
+// and opens the chat c_approve on it.
+func (f *fixture) approvalChat() {
+	f.t.Helper()
 	g := `{"nodes":[{"id":"start","type":"chat_start","data":{}},{"id":"ok","type":"approval","data":{}},
 		{"id":"out","type":"chat_output","data":{}}],
 		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"ok","targetHandle":"input","data":{"channel":"flow"}},
 		{"id":"e2","source":"ok","sourceHandle":"output","target":"out","targetHandle":"input","data":{"channel":"flow"}}]}`
-	require.NoError(t, f.chats.CreateGraph(ctx, &chat.Graph{ID: "g_approve", Name: "approve", Body: json.RawMessage(g)}))
-	require.NoError(t, f.chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}, 0))
+	ctx := context.Background()
+	require.NoError(f.t, f.chats.CreateGraph(ctx, &chat.Graph{ID: "g_approve", Name: "approve", Body: json.RawMessage(g)}))
+	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: "c_approve", GraphID: "g_approve"}, 0))
+}
+
+func TestContinueAfterApproval(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	ctx := context.Background()
+	f.approvalChat()
 	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
 	m := f.settled("c_approve", tk.MessageID)
 	require.Equal(t, chat.StatusInterrupted, m.Status)
