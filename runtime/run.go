@@ -619,10 +619,7 @@ func (r *run) start(n int32) {
 	if r.store != nil {
 		hash = inputsHash(r.rec.RootID, r.p, n, in)
 	}
-	var prev *Checkpoint
-	if r.prev != nil {
-		prev = r.prev[pn.node.ID]
-	}
+	prev := r.prev[pn.node.ID]
 	now := r.now()
 	// A node starts once per run: its FlowContext is still zero.
 	fc := &r.fcs[n]
