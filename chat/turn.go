@@ -315,7 +315,11 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		started = true
 		link()
 	}
-	sink := &startSink{onStart: link, emit: func(ev runtime.Event) {
+	// Cancels are linked as soon as the run has emitted run_started,
+	// before any node starts: a cancel that came first then ends the run
+	// with nothing executed, though run_started itself is committed (and
+	// emitted to subscribers) only with the run's first step.
+	sink := runtime.StartSinkFunc{OnStart: func(string) { link() }, SinkFunc: func(ev runtime.Event) {
 		if ev.Type == runtime.EventRunStarted {
 			started = true
 			report(nil)
@@ -353,19 +357,6 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	s.uncount(lr)
 	hold.flush()
 }
-
-// startSink is a run's sink that links cancels as soon as the run has
-// emitted run_started (runtime.StartSink), before any node starts: a
-// cancel that came first then ends the run with nothing executed, even
-// though run_started itself is committed (and emitted to subscribers)
-// only with the run's first step.
-type startSink struct {
-	onStart func()
-	emit    func(runtime.Event)
-}
-
-func (s *startSink) Started(string)        { s.onStart() }
-func (s *startSink) Emit(ev runtime.Event) { s.emit(ev) }
 
 // errRunNeverStarted answers a launch whose run returned without starting
 // or reporting an error (no path does today; launch must not wait forever

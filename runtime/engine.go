@@ -652,18 +652,10 @@ func teeSink(user EventSink, q *eventQueue) EventSink {
 		q.push(e)
 	})
 	if s, ok := user.(StartSink); ok {
-		return startTee{SinkFunc: t, started: s.Started}
+		return StartSinkFunc{SinkFunc: t, OnStart: s.Started}
 	}
 	return t
 }
-
-// startTee is a teed sink that passes Started on.
-type startTee struct {
-	SinkFunc
-	started func(runID string)
-}
-
-func (t startTee) Started(runID string) { t.started(runID) }
 
 // CancelInterrupted ends the human wait of an interrupted run: its record
 // becomes cancelled with the cause and its pending interrupts are void, so

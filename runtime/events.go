@@ -121,6 +121,15 @@ type StartSink interface {
 	Started(runID string)
 }
 
+// StartSinkFunc adapts two functions to a StartSink.
+type StartSinkFunc struct {
+	SinkFunc
+	OnStart func(runID string)
+}
+
+// Started calls OnStart.
+func (s StartSinkFunc) Started(runID string) { s.OnStart(runID) }
+
 // SinkFunc adapts a function to EventSink.
 type SinkFunc func(Event)
 
