@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,19 +223,28 @@ func (l *logged) has(t EventType, node string, attempt int, data any) bool {
 }
 
 // renewLease keeps the run's lease alive until stop is closed; when a
-// renewal fails the run is cancelled with ErrLeaseLost.
+// renewal fails the run is cancelled with ErrLeaseLost. It renews at a
+// random point between a sixth and a third of the TTL after the last
+// renewal, so runs started together (a thousand turns at once) do not
+// renew together: each renewal is a write of its own, and a burst of them
+// would hold the store's writer in front of the group commits.
 func (r *run) renewLease(stop <-chan struct{}) {
 	if r.store == nil || r.store.leaser == nil || r.lease == nil {
 		return
 	}
 	l := r.store.leaser
-	t := time.NewTicker(r.e.leaseTTL / 3)
+	every := func() time.Duration {
+		third := r.e.leaseTTL / 3
+		return third - rand.N(third/2+1)
+	}
+	t := time.NewTimer(every())
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+			t.Reset(every())
 			r.emu.Lock()
 			cur := *r.lease
 			// A run created in its first group commit has no record to
