@@ -93,6 +93,14 @@ func BenchmarkEventLatencyWebSocketPaced(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20) })
 }
 
+// BenchmarkEventLatencyWebSocketLight: 1,000 runs of 10 words a second
+// apart (1,000 deltas/s offered): the event path with the machine mostly
+// idle. The runs start together, so their deltas come in waves, about
+// once a second each.
+func BenchmarkEventLatencyWebSocketLight(b *testing.B) {
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10) })
+}
+
 // delta is one node_delta a benchmark client read: when the run emitted
 // it and how long it took to arrive (µs).
 type delta struct {
