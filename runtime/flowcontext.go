@@ -253,17 +253,8 @@ func (fc *FlowContext) CacheLoadOrStore(key string, v any) (actual any, loaded b
 // ErrEmitClosed once the node has ended (or from a link producer's
 // context, which belongs to no executing node).
 func (fc *FlowContext) Emit(t EventType, data any) error {
-	if t.Reserved() {
-		return fmt.Errorf("%w: %s", ErrReservedEvent, t)
-	}
-	r := fc.r
-	r.emu.Lock()
-	defer r.emu.Unlock()
-	if fc.closed || len(fc.chain()) > 0 {
-		return ErrEmitClosed
-	}
-	r.emitLocked(time.Time{}, t, fc.node, fc.attempt, data)
-	return nil
+	_, err := fc.EmitOrMerge(t, data, nil)
+	return err
 }
 
 // EmitOrMerge is Emit for events a node may fold together, such as
@@ -272,7 +263,7 @@ func (fc *FlowContext) Emit(t EventType, data any) error {
 // it to the store, so no subscriber has seen it (commit, then publish) —
 // merge(its data) replaces that event's data and no event is added;
 // merge returning false, or any other last event, emits data as Emit
-// does. merged says which happened. Under load, when commits come slower
+// does (a nil merge never merges). merged says which happened. Under load, when commits come slower
 // than a node emits, a run so writes and sends fewer, larger events with
 // the same concatenation, instead of queueing one per emit.
 func (fc *FlowContext) EmitOrMerge(t EventType, data any, merge func(prev any) (any, bool)) (merged bool, err error) {
@@ -285,7 +276,7 @@ func (fc *FlowContext) EmitOrMerge(t EventType, data any, merge func(prev any) (
 	if fc.closed || len(fc.chain()) > 0 {
 		return false, ErrEmitClosed
 	}
-	if r.mergeLocked(t, fc.node, fc.attempt, merge) {
+	if merge != nil && r.mergeLocked(t, fc.node, fc.attempt, merge) {
 		return true, nil
 	}
 	r.emitLocked(time.Time{}, t, fc.node, fc.attempt, data)
