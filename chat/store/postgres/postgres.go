@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 
@@ -45,18 +44,10 @@ func Open(ctx context.Context, runs *rpostgres.Store) (*Store, error) {
 }
 
 // lockKey is the advisory lock named by parts (what it serialises, and
-// for some whose) in schema. Advisory locks belong to the database, not
-// to a schema: keyed by the schema, as the run store's migration lock is,
-// deployments in different schemas of one database never wait on each
-// other.
+// for some whose) in schema (see rpostgres.AdvisoryKey): deployments in
+// different schemas of one database never wait on each other.
 func lockKey(schema string, parts ...string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("chatgraph/chat/store/postgres"))
-	for _, p := range append([]string{schema}, parts...) {
-		h.Write([]byte{0}) // a separator no identifier or owner holds
-		h.Write([]byte(p))
-	}
-	return int64(h.Sum64())
+	return rpostgres.AdvisoryKey("chatgraph/chat/store/postgres", append([]string{schema}, parts...)...)
 }
 
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

@@ -120,12 +120,25 @@ CREATE INDEX runs_root ON runs (root_id);
 // SchemaVersion is the schema version this package writes.
 func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
+// AdvisoryKey is the key of the advisory lock named by name and parts:
+// FNV-1a of name, then of each part after a zero byte (a separator no
+// identifier holds). Advisory locks belong to the database, not to a
+// schema: a lock that serialises work within one schema names the schema
+// among its parts, so deployments in other schemas never wait on it.
+func AdvisoryKey(name string, parts ...string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	for _, p := range parts {
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+	}
+	return int64(h.Sum64())
+}
+
 // lockKey is the advisory lock that serialises migrations of one schema
 // across processes.
 func lockKey(schema string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("chatgraph/runtime/store/postgres migrate " + schema))
-	return int64(h.Sum64())
+	return AdvisoryKey("chatgraph/runtime/store/postgres migrate " + schema)
 }
 
 // migrate creates the schema if needed and applies the missing migrations
