@@ -209,13 +209,17 @@ func (s *Store) ListGraphs(ctx context.Context, p chat.Page) ([]*chat.Graph, err
 	return collect(rows, scanGraph)
 }
 
-// GraphsNamed implements chat.Store (the partial index graphs_name).
+// graphsNamedQuery finds live graphs by name through the partial index
+// graphs_name (TestGraphsNamedUsesIndex).
+const graphsNamedQuery = `SELECT ` + graphCols + ` FROM graphs WHERE name = ? AND deleted = 0
+	ORDER BY updated_at DESC, id LIMIT ?`
+
+// GraphsNamed implements chat.Store.
 func (s *Store) GraphsNamed(ctx context.Context, name string, limit int) ([]*chat.Graph, error) {
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+graphCols+` FROM graphs WHERE name = ? AND deleted = 0
-		ORDER BY updated_at DESC, id LIMIT ?`, name, limit)
+	rows, err := s.r.QueryContext(ctx, graphsNamedQuery, name, limit)
 	if err != nil {
 		return nil, err
 	}

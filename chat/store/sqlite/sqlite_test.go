@@ -124,9 +124,7 @@ func TestMigrationsIdempotentAndConcurrent(t *testing.T) {
 func TestGraphsNamedUsesIndex(t *testing.T) {
 	t.Parallel()
 	_, runs := openAt(t, filepath.Join(t.TempDir(), "chatgraph.db"))
-	rows, err := runs.ReadDB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN
-SELECT id, name, plan_version, body, created_at, updated_at FROM graphs WHERE name = ? AND deleted = 0
-	ORDER BY updated_at DESC, id LIMIT ?`, "x", 2)
+	rows, err := runs.ReadDB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+sqlite.GraphsNamedQuery, "x", 2)
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {

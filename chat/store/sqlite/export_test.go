@@ -1,0 +1,4 @@
+package sqlite
+
+// GraphsNamedQuery is the query GraphsNamed runs.
+const GraphsNamedQuery = graphsNamedQuery
