@@ -13,10 +13,11 @@ import (
 // one of them also copies the WAL into the database file and fsyncs it
 // while the next commit (and every delta it carries) waits. The store
 // instead checkpoints on a connection of its own, every checkpointEvery
-// after a transaction committed (and every checkpointIdle regardless, for
-// single-statement writes). A PASSIVE checkpoint never blocks the writer:
-// SQLite appends to the WAL while it copies, and restarts the WAL from its
-// start once a checkpoint has copied all of it. The writer keeps
+// after a transaction committed (every write of the store is one: see
+// writerGate), and every checkpointIdle regardless, for the writes of
+// other processes on the file. A PASSIVE checkpoint never blocks the
+// writer: SQLite appends to the WAL while it copies, and restarts the WAL
+// from its start once a checkpoint has copied all of it. The writer keeps
 // autocheckpointPages as a safety net should the checkpointer fall behind.
 const (
 	checkpointEvery     = 100 * time.Millisecond

@@ -37,28 +37,26 @@ func (s *Store) PutEffect(ctx context.Context, rec runtime.EffectRecord) (runtim
 	return kept, nil
 }
 
-func (s *Store) putEffect(ctx context.Context, rec runtime.EffectRecord) (runtime.EffectRecord, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
+func (s *Store) putEffect(ctx context.Context, rec runtime.EffectRecord) (kept runtime.EffectRecord, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		ins, err := s.ws.in(ctx, tx, putEffectQuery)
+		if err != nil {
+			return err
+		}
+		if _, err := ins.ExecContext(ctx, rec.Key, rec.RootRunID, rec.NodeID, rec.Kind, string(rec.Value), micros(rec.CreatedAt)); err != nil {
+			return err
+		}
+		get, err := s.ws.in(ctx, tx, getEffectQuery)
+		if err != nil {
+			return err
+		}
+		kept, err = scanEffect(get.QueryRowContext(ctx, rec.Key))
+		return err
+	})
 	if err != nil {
 		return runtime.EffectRecord{}, err
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	ins, err := s.ws.in(ctx, tx, putEffectQuery)
-	if err != nil {
-		return runtime.EffectRecord{}, err
-	}
-	if _, err := ins.ExecContext(ctx, rec.Key, rec.RootRunID, rec.NodeID, rec.Kind, string(rec.Value), micros(rec.CreatedAt)); err != nil {
-		return runtime.EffectRecord{}, err
-	}
-	get, err := s.ws.in(ctx, tx, getEffectQuery)
-	if err != nil {
-		return runtime.EffectRecord{}, err
-	}
-	kept, err := scanEffect(get.QueryRowContext(ctx, rec.Key))
-	if err != nil {
-		return runtime.EffectRecord{}, err
-	}
-	return kept, tx.Commit()
+	return kept, nil
 }
 
 // GetEffect implements runtime.EffectLedger.
@@ -73,9 +71,19 @@ func (s *Store) GetEffect(ctx context.Context, key string) (runtime.EffectRecord
 	return rec, true, nil
 }
 
+const deleteEffectsQuery = `DELETE FROM effects WHERE root_run_id = ?`
+
 // DeleteEffects implements runtime.EffectLedger.
 func (s *Store) DeleteEffects(ctx context.Context, rootRunID string) error {
-	if _, err := s.ws.exec(ctx, `DELETE FROM effects WHERE root_run_id = ?`, rootRunID); err != nil {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := s.ws.in(ctx, tx, deleteEffectsQuery)
+		if err != nil {
+			return err
+		}
+		_, err = st.ExecContext(ctx, rootRunID)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("sqlite store: delete effects of %s: %w", rootRunID, err)
 	}
 	return nil
@@ -123,41 +131,52 @@ func (s *Store) sweepEffects(ctx context.Context) error {
 	}
 }
 
-func (s *Store) sweepChunk(ctx context.Context, after string) (n int, last string, err error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	rows, err := tx.QueryContext(ctx, `SELECT l.root_run_id,
+// sweepQuery lists up to a limit of the effects' lineages after a root
+// run id, in order, each with whether a run of it is left.
+const sweepQuery = `SELECT l.root_run_id,
 	EXISTS (SELECT 1 FROM runs WHERE root_id = l.root_run_id) OR EXISTS (SELECT 1 FROM runs WHERE id = l.root_run_id)
-FROM (SELECT DISTINCT root_run_id FROM effects WHERE root_run_id > ? ORDER BY root_run_id LIMIT ?) AS l`, after, deleteBatch)
+FROM (SELECT DISTINCT root_run_id FROM effects WHERE root_run_id > ? ORDER BY root_run_id LIMIT ?) AS l`
+
+// sweepChunk deletes the effects of the orphaned lineages among the
+// deleteBatch after after, in one transaction, and returns how many
+// lineages it looked at and the last.
+func (s *Store) sweepChunk(ctx context.Context, after string) (n int, last string, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		st, err := s.ws.in(ctx, tx, sweepQuery)
+		if err != nil {
+			return err
+		}
+		rows, err := st.QueryContext(ctx, after, deleteBatch)
+		if err != nil {
+			return err
+		}
+		var orphans []any
+		for rows.Next() {
+			var live bool
+			if err := rows.Scan(&last, &live); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			if !live {
+				orphans = append(orphans, last)
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(orphans) == 0 {
+			return nil
+		}
+		// The number of ids varies: prepared per use, as before.
+		_, err = tx.ExecContext(ctx, `DELETE FROM effects WHERE root_run_id IN (?`+strings.Repeat(`, ?`, len(orphans)-1)+`)`, orphans...)
+		return err
+	})
 	if err != nil {
 		return 0, "", err
 	}
-	var orphans []any
-	for rows.Next() {
-		var live bool
-		if err := rows.Scan(&last, &live); err != nil {
-			rows.Close()
-			return 0, "", err
-		}
-		n++
-		if !live {
-			orphans = append(orphans, last)
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return 0, "", err
-	}
-	if err := rows.Err(); err != nil {
-		return 0, "", err
-	}
-	if len(orphans) == 0 {
-		return n, last, nil
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM effects WHERE root_run_id IN (?`+strings.Repeat(`, ?`, len(orphans)-1)+`)`, orphans...); err != nil {
-		return 0, "", err
-	}
-	return n, last, tx.Commit()
+	return n, last, nil
 }

@@ -7,17 +7,20 @@ import (
 )
 
 // writerGate orders the transactions that wait for the file's one writer
-// connection. The engine's group commits (WriteBatches: the events and
-// checkpoints of every live run, which subscribers see only once they are
-// committed) go before every other waiting transaction, so a burst of
-// other transactions — a thousand turns starting at once, each writing its
-// chat messages — delays a commit by at most the one in progress, not by
-// the whole queue. Single-statement writes outside a transaction (a run
-// created or updated outside a batch, lease renewals and releases,
-// deleting effects) do not pass the gate: they wait for the connection in
-// database/sql's pool as before, and a commit may wait behind those too. The committer is one goroutine per engine and
-// waits for its commit before it gathers the next, so the other writes get
-// the writer between two commits and are never starved.
+// connection. Every write of the store passes it: each runs in a
+// transaction of inTx or inTxGated, single statements too (a run created
+// or updated outside a batch, lease claims, renewals and releases,
+// deleting effects), as do retention, the migration at Open and the
+// transactions of stores sharing the file (Update). The engine's group
+// commits (WriteBatches: the events and checkpoints of every live run,
+// which subscribers see only once they are committed) go before every
+// other waiting transaction, the others in their order of arrival, so a
+// burst of other writes — a thousand turns starting at once, each writing
+// its chat messages, or a thousand lease renewals — delays a commit by at
+// most the one in progress, not by the whole queue. The committer is one
+// goroutine per engine and waits for its commit before it gathers the
+// next, so the other writes get the writer between two commits and are
+// never starved.
 type writerGate struct {
 	mu             sync.Mutex
 	busy           bool

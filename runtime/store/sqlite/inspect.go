@@ -73,6 +73,10 @@ func (s *Store) DeleteRun(ctx context.Context, runID string) error {
 	return nil
 }
 
+// finishedQuery picks up to a limit of the runs that ended (one of three
+// statuses) before a time.
+const finishedQuery = `SELECT id FROM runs WHERE status IN (?, ?, ?) AND updated_at < ? LIMIT ?`
+
 // deleteBatch bounds how many runs one retention transaction removes, so
 // the write lock is never held for long.
 const deleteBatch = 500
@@ -85,7 +89,11 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 	total := 0
 	for {
 		n, err := s.deleteRuns(ctx, func(tx *sql.Tx) ([]string, error) {
-			rows, err := tx.QueryContext(ctx, `SELECT id FROM runs WHERE status IN (?, ?, ?) AND updated_at < ? LIMIT ?`,
+			st, err := s.ws.in(ctx, tx, finishedQuery)
+			if err != nil {
+				return nil, err
+			}
+			rows, err := st.QueryContext(ctx,
 				string(runtime.RunCompleted), string(runtime.RunFailed), string(runtime.RunCancelled), micros(t), deleteBatch)
 			if err != nil {
 				return nil, err
@@ -106,37 +114,36 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 	return total, nil
 }
 
-// deleteRuns removes the runs pick chooses, with their checkpoints and
-// events, in one transaction, and returns how many runs it removed.
+// deleteRuns removes the runs pick chooses (in the transaction), with
+// their checkpoints and events, in one transaction, and returns how many
+// runs it removed.
 func (s *Store) deleteRuns(ctx context.Context, pick func(*sql.Tx) ([]string, error)) (int, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	ids, err := pick(tx)
-	if err != nil || len(ids) == 0 {
-		return 0, err
-	}
-	in := `(?` + strings.Repeat(`, ?`, len(ids)-1) + `)`
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	for _, table := range []string{"events", "checkpoints"} {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...); err != nil {
-			return 0, err
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		ids, err := pick(tx)
+		if err != nil || len(ids) == 0 {
+			return err
 		}
-	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id IN `+in, args...)
+		// The number of ids varies: these statements are prepared per
+		// use, as before.
+		in := `(?` + strings.Repeat(`, ?`, len(ids)-1) + `)`
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		for _, table := range []string{"events", "checkpoints"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...); err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id IN `+in, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
 	return int(n), nil

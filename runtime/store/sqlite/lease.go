@@ -10,42 +10,63 @@ import (
 	"chatgraph/runtime"
 )
 
+// claimQuery takes the run's lease when it is free, expired or already
+// the owner's, and bumps its token.
+const claimQuery = `UPDATE runs SET token = token + 1, lease_owner = ?, lease_expires_at = ?
+WHERE id = ? AND (lease_owner = '' OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)
+RETURNING token`
+
+// leaseHolderQuery says who holds a lease claimQuery did not take.
+const leaseHolderQuery = `SELECT lease_owner, coalesce(lease_expires_at, 0) FROM runs WHERE id = ?`
+
 // ClaimRun implements runtime.Leaser in one conditional UPDATE.
 func (s *Store) ClaimRun(ctx context.Context, runID, owner string, ttl time.Duration) (runtime.Lease, error) {
 	now := s.now()
 	expires := micros(now.Add(ttl))
 	var token int64
-	err := s.ws.queryRow(ctx, `UPDATE runs SET token = token + 1, lease_owner = ?, lease_expires_at = ?
-WHERE id = ? AND (lease_owner = '' OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)
-RETURNING token`, owner, expires, runID, owner, micros(now)).Scan(&token)
-	if errors.Is(err, sql.ErrNoRows) {
-		var holder string
-		var until int64
-		err := s.ws.queryRow(ctx, `SELECT lease_owner, coalesce(lease_expires_at, 0) FROM runs WHERE id = ?`, runID).Scan(&holder, &until)
+	err := s.inTxOp(ctx, func(tx *sql.Tx) error {
+		claim, err := s.ws.in(ctx, tx, claimQuery)
+		if err == nil {
+			err = claim.QueryRowContext(ctx, owner, expires, runID, owner, micros(now)).Scan(&token)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
-			return runtime.Lease{}, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+			var holder string
+			var until int64
+			held, err := s.ws.in(ctx, tx, leaseHolderQuery)
+			if err == nil {
+				err = held.QueryRowContext(ctx, runID).Scan(&holder, &until)
+			}
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+			}
+			if err != nil {
+				return fmt.Errorf("sqlite store: claim %s: %w", runID, err)
+			}
+			return fmt.Errorf("%w: run %s is held by %s until %s", runtime.ErrLeaseHeld, runID, holder,
+				fromMicros(until).Format(time.RFC3339Nano))
 		}
 		if err != nil {
-			return runtime.Lease{}, fmt.Errorf("sqlite store: claim %s: %w", runID, err)
+			return fmt.Errorf("sqlite store: claim %s: %w", runID, err)
 		}
-		return runtime.Lease{}, fmt.Errorf("%w: run %s is held by %s until %s", runtime.ErrLeaseHeld, runID, holder,
-			fromMicros(until).Format(time.RFC3339Nano))
-	}
+		return nil
+	}, "claim %s", runID)
 	if err != nil {
-		return runtime.Lease{}, fmt.Errorf("sqlite store: claim %s: %w", runID, err)
+		return runtime.Lease{}, err
 	}
 	return runtime.Lease{RunID: runID, Owner: owner, Token: token, ExpiresAt: fromMicros(expires)}, nil
 }
 
+// renewQuery moves the lease's expiry if the lease is still the run's.
+const renewQuery = `UPDATE runs SET lease_expires_at = ?
+WHERE id = ? AND token = ? AND lease_owner = ? AND lease_owner != ''`
+
 // RenewLease implements runtime.Leaser.
 func (s *Store) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
 	expires := micros(s.now().Add(ttl))
-	res, err := s.ws.exec(ctx, `UPDATE runs SET lease_expires_at = ?
-WHERE id = ? AND token = ? AND lease_owner = ? AND lease_owner != ''`, expires, l.RunID, l.Token, l.Owner)
+	err := s.inTxOp(ctx, func(tx *sql.Tx) error {
+		return s.leaseWrite(ctx, tx, l, "renew", renewQuery, expires, l.RunID, l.Token, l.Owner)
+	}, "renew %s", l.RunID)
 	if err != nil {
-		return runtime.Lease{}, fmt.Errorf("sqlite store: renew %s: %w", l.RunID, err)
-	}
-	if err := s.leaseApplied(ctx, res, l); err != nil {
 		return runtime.Lease{}, err
 	}
 	l.ExpiresAt = fromMicros(expires)
@@ -58,14 +79,26 @@ WHERE id = ? AND token = ? AND lease_owner IN (?, '')`
 // ReleaseLease implements runtime.Leaser. Releasing a lease already
 // released is a no-op.
 func (s *Store) ReleaseLease(ctx context.Context, l runtime.Lease) error {
-	res, err := s.ws.exec(ctx, releaseQuery, l.RunID, l.Token, l.Owner)
-	if err != nil {
-		return fmt.Errorf("sqlite store: release %s: %w", l.RunID, err)
-	}
-	return s.leaseApplied(ctx, res, l)
+	return s.inTxOp(ctx, func(tx *sql.Tx) error {
+		return s.leaseWrite(ctx, tx, l, "release", releaseQuery, l.RunID, l.Token, l.Owner)
+	}, "release %s", l.RunID)
 }
 
-func (s *Store) leaseApplied(ctx context.Context, res sql.Result, l runtime.Lease) error {
+// leaseQuery reads the lease a refused lease write (leaseWrite) met.
+const leaseQuery = `SELECT token, lease_owner FROM runs WHERE id = ?`
+
+// leaseWrite runs q, a write conditional on lease l, in tx: nil when it
+// changed a row, else ErrRunNotFound or ErrFenced, read in tx. op names
+// the write in the error of the statement itself.
+func (s *Store) leaseWrite(ctx context.Context, tx *sql.Tx, l runtime.Lease, op, q string, args ...any) error {
+	st, err := s.ws.in(ctx, tx, q)
+	if err != nil {
+		return fmt.Errorf("sqlite store: %s %s: %w", op, l.RunID, err)
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite store: %s %s: %w", op, l.RunID, err)
+	}
 	n, err := res.RowsAffected()
 	if err != nil {
 		return err
@@ -75,7 +108,10 @@ func (s *Store) leaseApplied(ctx context.Context, res sql.Result, l runtime.Leas
 	}
 	var token int64
 	var owner string
-	err = s.ws.queryRow(ctx, `SELECT token, lease_owner FROM runs WHERE id = ?`, l.RunID).Scan(&token, &owner)
+	read, err := s.ws.in(ctx, tx, leaseQuery)
+	if err == nil {
+		err = read.QueryRowContext(ctx, l.RunID).Scan(&token, &owner)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, l.RunID)
 	}
@@ -128,6 +164,14 @@ func collectIDs(rows *sql.Rows) ([]string, error) {
 	return ids, rows.Err()
 }
 
+// claimExpiredQuery claims the running runs whose lease expired (or that
+// have none), oldest first, up to a limit.
+const claimExpiredQuery = `UPDATE runs SET token = token + 1, lease_owner = ?, lease_expires_at = ?
+WHERE id IN (SELECT id FROM runs
+	WHERE status = ? AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= ?)
+	ORDER BY created_at, id LIMIT ?)
+RETURNING id, token`
+
 // ClaimExpired implements runtime.BulkClaimer: one UPDATE claims every
 // running run whose lease expired at now (or that has none), oldest first,
 // up to limit (<= 0: all).
@@ -136,22 +180,28 @@ func (s *Store) ClaimExpired(ctx context.Context, owner string, ttl time.Duratio
 		limit = -1
 	}
 	expires := micros(s.now().Add(ttl))
-	rows, err := s.ws.query(ctx, `UPDATE runs SET token = token + 1, lease_owner = ?, lease_expires_at = ?
-WHERE id IN (SELECT id FROM runs
-	WHERE status = ? AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= ?)
-	ORDER BY created_at, id LIMIT ?)
-RETURNING id, token`, owner, expires, string(runtime.RunRunning), micros(now), limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite store: claim expired runs: %w", err)
-	}
-	defer rows.Close()
 	var out []runtime.Lease
-	for rows.Next() {
-		l := runtime.Lease{Owner: owner, ExpiresAt: fromMicros(expires)}
-		if err := rows.Scan(&l.RunID, &l.Token); err != nil {
-			return nil, err
+	err := s.inTxOp(ctx, func(tx *sql.Tx) error {
+		st, err := s.ws.in(ctx, tx, claimExpiredQuery)
+		if err != nil {
+			return fmt.Errorf("sqlite store: claim expired runs: %w", err)
 		}
-		out = append(out, l)
+		rows, err := st.QueryContext(ctx, owner, expires, string(runtime.RunRunning), micros(now), limit)
+		if err != nil {
+			return fmt.Errorf("sqlite store: claim expired runs: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			l := runtime.Lease{Owner: owner, ExpiresAt: fromMicros(expires)}
+			if err := rows.Scan(&l.RunID, &l.Token); err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	}, "claim expired runs")
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }

@@ -71,7 +71,8 @@ func insertRows(left int) int {
 // prepares them (see stmts.in).
 var txQueries = func() []string {
 	qs := []string{fenceQuery, saveCheckpointQuery, advanceQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
-		updateRunQuery, createClaimedQuery, releaseQuery}
+		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
+		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery}
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		qs = append(qs, insertEventsQueries[n])
 	}
@@ -88,9 +89,25 @@ func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf("sqlite store: "+format+": %w", append(args, err)...)
 }
 
+// inTxOp runs fn in inTx. fn's error comes back as fn returned it; an
+// error of the transaction around fn (waiting for the writer, beginning,
+// committing) is prefixed like wrap with the operation.
+func (s *Store) inTxOp(ctx context.Context, fn func(*sql.Tx) error, format string, args ...any) error {
+	var fnErr error
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		fnErr = fn(tx)
+		return fnErr
+	})
+	if err != nil && fnErr == nil {
+		return fmt.Errorf("sqlite store: "+format+": %w", append(args, err)...)
+	}
+	return err
+}
+
 // SaveCheckpoint implements runtime.Store in one conditional statement.
 func (s *Store) SaveCheckpoint(ctx context.Context, cp *runtime.Checkpoint) error {
-	return wrap(s.saveCheckpoint(ctx, nil, cp), "checkpoint %s/%s", cp.RunID, cp.NodeID)
+	err := s.inTx(ctx, func(tx *sql.Tx) error { return s.saveCheckpoint(ctx, tx, cp) })
+	return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
 }
 
 func (s *Store) saveCheckpoint(ctx context.Context, tx *sql.Tx, cp *runtime.Checkpoint) error {

@@ -78,6 +78,9 @@ const insertRunQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 `
 
+// createRunQuery inserts a run record without a lease over a reservation.
+const createRunQuery = insertRunQuery + overReservation
+
 // CreateRun implements runtime.Store. It replaces a pending record with
 // the id (a reservation, see ReserveRun); any other is ErrRunExists.
 func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
@@ -87,14 +90,26 @@ func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 	}
 	args = append([]any{r.ID}, args...)
 	args = append(args, r.LastSeq, r.Token)
-	res, err := s.ws.exec(ctx, insertRunQuery+overReservation, args...)
+	return s.inTxOp(ctx, func(tx *sql.Tx) error {
+		return s.insertRun(ctx, tx, "create run", createRunQuery, r.ID, args)
+	}, "create run %s", r.ID)
+}
+
+// insertRun runs q, an insert of run id with args, in tx: ErrRunExists
+// when it inserted no row. op names the insert in the statement's errors.
+func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, op, q, id string, args []any) error {
+	st, err := s.ws.in(ctx, tx, q)
 	if err != nil {
-		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
+		return fmt.Errorf("sqlite store: %s %s: %w", op, id, err)
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite store: %s %s: %w", op, id, err)
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return err
 	} else if n == 0 {
-		return fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
+		return fmt.Errorf("%w: %s", runtime.ErrRunExists, id)
 	}
 	return nil
 }
@@ -119,12 +134,9 @@ func (s *Store) UpdateRun(ctx context.Context, r *runtime.RunRecord) error {
 	if err != nil {
 		return fmt.Errorf("sqlite store: update run %s: %w", r.ID, err)
 	}
-	args = append(args, r.Token, r.ID, r.Token)
-	res, err := s.ws.exec(ctx, updateRunQuery, args...)
-	if err != nil {
-		return fmt.Errorf("sqlite store: update run %s: %w", r.ID, err)
-	}
-	return s.applied(ctx, nil, res, r.ID, r.Token)
+	return s.inTxOp(ctx, func(tx *sql.Tx) error {
+		return s.updateRun(ctx, tx, "sqlite store: update run", r, args)
+	}, "update run %s", r.ID)
 }
 
 const updateRunQuery = `UPDATE runs SET parent_id = ?, root_id = ?, chat_id = ?, graph_id = ?,
@@ -138,13 +150,19 @@ func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord)
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", r.ID, err)
 	}
-	st, err := s.wstmt(ctx, tx, updateRunQuery)
+	return s.updateRun(ctx, tx, "finish run", r, args)
+}
+
+// updateRun writes r, whose column values runArgs returned as args, in
+// tx, conditional on its token. op prefixes the statement's errors.
+func (s *Store) updateRun(ctx context.Context, tx *sql.Tx, op string, r *runtime.RunRecord, args []any) error {
+	st, err := s.ws.in(ctx, tx, updateRunQuery)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s %s: %w", op, r.ID, err)
 	}
 	res, err := st.ExecContext(ctx, append(args, r.Token, r.ID, r.Token)...)
 	if err != nil {
-		return fmt.Errorf("finish run %s: %w", r.ID, err)
+		return fmt.Errorf("%s %s: %w", op, r.ID, err)
 	}
 	return s.applied(ctx, tx, res, r.ID, r.Token)
 }
@@ -154,13 +172,14 @@ func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord)
 // with the id (a reservation) as CreateRun does.
 func (s *Store) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
 	l := runtime.Lease{RunID: r.ID, Owner: owner, Token: r.Token + 1, ExpiresAt: fromMicros(micros(s.now().Add(ttl)))}
-	if err := s.createClaimed(ctx, nil, r, l); err != nil {
+	err := s.inTxOp(ctx, func(tx *sql.Tx) error { return s.createClaimed(ctx, tx, r, l) }, "create run %s", r.ID)
+	if err != nil {
 		return runtime.Lease{}, err
 	}
 	return l, nil
 }
 
-// createClaimed inserts r holding lease l (in tx when not nil).
+// createClaimed inserts r holding lease l in tx.
 func (s *Store) createClaimed(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, l runtime.Lease) error {
 	args, err := runArgs(r)
 	if err != nil {
@@ -168,20 +187,7 @@ func (s *Store) createClaimed(ctx context.Context, tx *sql.Tx, r *runtime.RunRec
 	}
 	args = append([]any{r.ID}, args...)
 	args = append(args, r.LastSeq, l.Token, l.Owner, micros(l.ExpiresAt))
-	st, err := s.wstmt(ctx, tx, createClaimedQuery)
-	if err != nil {
-		return err
-	}
-	res, err := st.ExecContext(ctx, args...)
-	if err != nil {
-		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return fmt.Errorf("%w: %s", runtime.ErrRunExists, r.ID)
-	}
-	return nil
+	return s.insertRun(ctx, tx, "create run", createClaimedQuery, r.ID, args)
 }
 
 const createClaimedQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
@@ -192,9 +198,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 const fenceQuery = `SELECT token, last_seq FROM runs WHERE id = ?`
 
-// applied turns the result of a statement conditional on the run's token
-// into nil, ErrRunNotFound or ErrFenced. tx is the statement's transaction
-// (nil: none).
+// applied turns the result of a statement conditional on the run's token,
+// run in tx, into nil, ErrRunNotFound or ErrFenced.
 func (s *Store) applied(ctx context.Context, tx *sql.Tx, res sql.Result, runID string, token int64) error {
 	n, err := res.RowsAffected()
 	if err != nil {

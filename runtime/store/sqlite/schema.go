@@ -122,24 +122,23 @@ CREATE INDEX runs_root ON runs (root_id);
 // SchemaVersion is the schema version this package writes.
 func SchemaVersion() int { return migrations[len(migrations)-1].Version }
 
-// migrate applies the missing migrations in one IMMEDIATE transaction: two
-// processes opening one file at once serialise on SQLite's write lock, and
-// the second finds the work done.
+// migrate applies the missing migrations in one IMMEDIATE transaction
+// (inTx): two processes opening one file at once serialise on SQLite's
+// write lock, and the second finds the work done.
 func (s *Store) migrate(ctx context.Context) error {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
+	var applied []Migration
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		applied, err = Migrate(ctx, tx, "schema_migrations", migrations)
 		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-
-	applied, err := Migrate(ctx, tx, "schema_migrations", migrations)
+	})
 	if err != nil {
 		return err
 	}
 	for _, m := range applied {
 		s.log.Info("sqlite store: schema migrated", "path", s.path, "version", m.Version, "name", m.Name)
 	}
-	return tx.Commit()
+	return nil
 }
 
 // Migrate applies in tx the steps (in ascending versions) newer than the

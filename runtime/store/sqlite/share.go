@@ -80,20 +80,7 @@ func (s *Store) ReserveRun(ctx context.Context, tx *sql.Tx, rec *runtime.RunReco
 	}
 	args = append([]any{rec.ID}, args...)
 	args = append(args, rec.LastSeq, rec.Token)
-	st, err := s.ws.in(ctx, tx, reserveRunQuery)
-	if err != nil {
-		return fmt.Errorf("sqlite store: reserve run %s: %w", rec.ID, err)
-	}
-	res, err := st.ExecContext(ctx, args...)
-	if err != nil {
-		return fmt.Errorf("sqlite store: reserve run %s: %w", rec.ID, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return fmt.Errorf("%w: %s", runtime.ErrRunExists, rec.ID)
-	}
-	return nil
+	return s.insertRun(ctx, tx, "reserve run", reserveRunQuery, rec.ID, args)
 }
 
 const reserveRunQuery = insertRunQuery + `ON CONFLICT (id) DO NOTHING`

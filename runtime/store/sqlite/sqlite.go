@@ -131,6 +131,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s.w, s.ws = w, newStmts(w)
+	// The checkpointer is there before the first write: the migration
+	// commits in inTx, which marks it dirty.
+	ck, err := sql.Open("sqlite", cfg.Path+"?"+common)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite store: %w", err)
+	}
+	ck.SetMaxOpenConns(1)
+	ck.SetMaxIdleConns(1)
+	ck.SetConnMaxLifetime(0)
+	ck.SetConnMaxIdleTime(0)
+	s.ck = newCheckpointer(ck)
 	// Switching a new file to WAL (persistent in the file) and migrating
 	// can meet another process doing the same; SQLite does not always wait
 	// for it (busy_timeout), so retry within the same bound.
@@ -145,11 +157,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return s.migrate(ctx)
 	})
 	if err != nil {
+		s.ck.close()
 		w.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
 	for _, q := range txQueries {
 		if _, err := s.ws.get(ctx, q); err != nil {
+			s.ck.close()
 			s.ws.close()
 			w.Close()
 			return nil, fmt.Errorf("sqlite store: prepare: %w", err)
@@ -158,24 +172,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 	r, err := sql.Open("sqlite", cfg.Path+"?"+common+"&_pragma=query_only(1)")
 	if err != nil {
+		s.ck.close()
+		s.ws.close()
 		w.Close()
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
 	s.r, s.rs = r, newStmts(r)
-	ck, err := sql.Open("sqlite", cfg.Path+"?"+common)
-	if err != nil {
-		s.ws.close()
-		w.Close()
-		r.Close()
-		return nil, fmt.Errorf("sqlite store: %w", err)
-	}
-	ck.SetMaxOpenConns(1)
-	ck.SetMaxIdleConns(1)
-	ck.SetConnMaxLifetime(0)
-	ck.SetConnMaxIdleTime(0)
-	s.ck = newCheckpointer(ck)
 	return s, nil
 }
 
@@ -245,14 +249,6 @@ func (c *stmts) get(ctx context.Context, q string) (*sql.Stmt, error) {
 	}
 	c.m[q] = st
 	return st, nil
-}
-
-func (c *stmts) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	st, err := c.get(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(ctx, args...)
 }
 
 func (c *stmts) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
