@@ -349,24 +349,49 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // inTxGated is inTx taking its turn at the writer through the gate;
 // urgent transactions go before the others waiting.
+// The transaction is durable when it returns: synced by SQLite at COMMIT,
+// or by the store's walSync once the writer is free. A caller that asked
+// for it (runtime.DeferSync) gets the wait for that sync instead.
 func (s *Store) inTxGated(ctx context.Context, urgent bool, fn func(*sql.Tx) error) error {
-	if err := s.gate.enter(ctx, urgent); err != nil {
+	n, err := s.commitGated(ctx, urgent, fn)
+	if err != nil || s.wal == nil {
 		return err
+	}
+	wait := func() error { return s.wal.wait(n) }
+	if runtime.DeferSync(ctx, wait) {
+		return nil
+	}
+	return wait()
+}
+
+// commitGated runs fn in a transaction holding the writer and commits it;
+// with a walSync it returns the transaction's number there.
+func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) error) (uint64, error) {
+	if err := s.gate.enter(ctx, urgent); err != nil {
+		return 0, err
 	}
 	defer s.gate.leave()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	if err := fn(tx); err != nil {
-		return err
+		return 0, err
 	}
-	if err := tx.Commit(); err != nil {
-		return err
+	var n uint64
+	if s.wal != nil {
+		s.wal.begin()
+	}
+	err = tx.Commit()
+	if s.wal != nil {
+		n = s.wal.wrote()
+	}
+	if err != nil {
+		return 0, err
 	}
 	s.ck.dirty.Store(true)
-	return nil
+	return n, nil
 }
 
 // Events implements runtime.Store. Data comes back as json.RawMessage.
@@ -399,6 +424,13 @@ WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, after, limit)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite store: events of %s: %w", runID, err)
+	}
+	if s.wal != nil {
+		// The read may have seen a transaction not yet synced: a client
+		// gets only events that survive power loss.
+		if err := s.wal.wait(s.wal.visible()); err != nil {
+			return nil, err
+		}
 	}
 	if len(out) == 0 {
 		if err := s.exists(ctx, runID); err != nil {

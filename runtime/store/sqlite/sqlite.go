@@ -24,8 +24,10 @@ type Synchronous string
 // Synchronous levels. A process crash (kill -9) loses no committed write
 // at either level; they differ on power loss or an OS crash.
 const (
-	// SyncFull fsyncs the WAL at every commit: a committed write survives
-	// power loss. The default.
+	// SyncFull makes every write durable before it returns: a committed
+	// write survives power loss. The default. In WAL mode the store
+	// fsyncs the WAL itself once the writer is free, one fsync for every
+	// transaction committed before it (walsync.go).
 	SyncFull Synchronous = "FULL"
 	// SyncNormal fsyncs only at WAL checkpoints: the last commits before a
 	// power loss may be lost (the file is never corrupted). Several times
@@ -66,7 +68,10 @@ type Store struct {
 	// costs more than running these statements.
 	ws, rs *stmts
 	// ck checkpoints the WAL on a connection of its own (checkpoint.go).
-	ck   *checkpointer
+	ck *checkpointer
+	// wal syncs committed transactions at SyncFull in WAL mode (nil
+	// otherwise: SQLite syncs at COMMIT, or not at all at SyncNormal).
+	wal  *walSync
 	log  *slog.Logger
 	now  func() time.Time
 	busy time.Duration // Config.BusyTimeout
@@ -153,12 +158,21 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		if mode != "wal" {
 			s.log.Warn("sqlite store: WAL mode unavailable; readers will wait for writers", "path", cfg.Path, "journal_mode", mode)
+		} else if level == SyncFull && s.wal == nil {
+			// Sync the WAL off the writer (walsync.go). Should the pool
+			// ever reopen the connection, it is at FULL again: durable,
+			// only slower.
+			if _, err := w.ExecContext(ctx, `PRAGMA synchronous=NORMAL`); err != nil {
+				return err
+			}
+			s.wal = newWALSync(cfg.Path)
 		}
 		return s.migrate(ctx)
 	})
 	if err != nil {
 		s.ck.close()
 		w.Close()
+		s.closeWAL()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
 	for _, q := range txQueries {
@@ -166,6 +180,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			s.ck.close()
 			s.ws.close()
 			w.Close()
+			s.closeWAL()
 			return nil, fmt.Errorf("sqlite store: prepare: %w", err)
 		}
 	}
@@ -175,6 +190,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.ck.close()
 		s.ws.close()
 		w.Close()
+		s.closeWAL()
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
 	r.SetMaxOpenConns(readConns)
@@ -191,9 +207,17 @@ func (s *Store) Path() string { return s.path }
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeErr = errors.Join(s.ck.close(), s.rs.close(), s.ws.close(), s.r.Close(), s.w.Close())
+		s.closeErr = errors.Join(s.ck.close(), s.rs.close(), s.ws.close(), s.r.Close(), s.w.Close(), s.closeWAL())
 	})
 	return s.closeErr
+}
+
+// closeWAL releases the file walSync keeps open.
+func (s *Store) closeWAL() error {
+	if s.wal == nil {
+		return nil
+	}
+	return s.wal.close()
 }
 
 // retryBusy runs fn until it does not fail with SQLITE_BUSY, for at most

@@ -1,0 +1,103 @@
+package sqlite
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// heldSync replaces a walSync's fsync with one the test lets return.
+type heldSync struct {
+	calls   chan int   // each call's number, as it starts
+	results chan error // what each call returns, sent by the test
+	mu      sync.Mutex
+	n       int
+}
+
+func holdSyncs(w *walSync) *heldSync {
+	h := &heldSync{calls: make(chan int, 10), results: make(chan error)}
+	w.fsync = func() error {
+		h.mu.Lock()
+		h.n++
+		n := h.n
+		h.mu.Unlock()
+		h.calls <- n
+		return <-h.results
+	}
+	return h
+}
+
+// commit counts one committed transaction and returns its number.
+func commit(w *walSync) uint64 {
+	w.begin()
+	return w.wrote()
+}
+
+// The transactions committed while a sync is in flight share the next
+// one; a transaction is durable only once a sync begun after it returns.
+func TestWALSyncSharesOneSyncAmongWaiters(t *testing.T) {
+	w := newWALSync(t.TempDir() + "/db")
+	h := holdSyncs(w)
+	waited := make(chan uint64, 3)
+	wait := func(n uint64) {
+		go func() {
+			require.NoError(t, w.wait(n))
+			waited <- n
+		}()
+	}
+	wait(commit(w))
+	require.Equal(t, 1, <-h.calls)
+	// Committed after the first sync began: it cannot cover them.
+	wait(commit(w))
+	wait(commit(w))
+	h.results <- nil
+	require.Equal(t, uint64(1), <-waited)
+	require.Equal(t, 2, <-h.calls, "one sync for the two transactions written meanwhile")
+	h.results <- nil
+	got := []uint64{<-waited, <-waited}
+	require.ElementsMatch(t, []uint64{2, 3}, got)
+	require.NoError(t, w.wait(3), "synced already: no sync")
+	select {
+	case n := <-h.calls:
+		t.Fatalf("sync %d for transactions already synced", n)
+	default:
+	}
+}
+
+// After a failed sync what was written is of unknown durability: every
+// later wait fails, while transactions synced before stay durable.
+func TestWALSyncFailureIsSticky(t *testing.T) {
+	w := newWALSync(t.TempDir() + "/db")
+	h := holdSyncs(w)
+	done := make(chan error, 1)
+	first := commit(w)
+	go func() { done <- w.wait(first) }()
+	<-h.calls
+	h.results <- nil
+	require.NoError(t, <-done)
+
+	second := commit(w)
+	go func() { done <- w.wait(second) }()
+	<-h.calls
+	h.results <- errors.New("EIO")
+	require.ErrorContains(t, <-done, "EIO")
+	require.ErrorContains(t, w.wait(commit(w)), "EIO", "a later transaction is never reported durable")
+	require.NoError(t, w.wait(first), "a transaction synced before the failure stays durable")
+}
+
+// A read waits for the transactions it may have seen, a transaction whose
+// COMMIT is still in progress included.
+func TestWALSyncReadWaitsForCommitInProgress(t *testing.T) {
+	w := newWALSync(t.TempDir() + "/db")
+	h := holdSyncs(w)
+	w.begin() // COMMIT in progress: a read may see it already
+	done := make(chan error, 1)
+	go func() { done <- w.wait(w.visible()) }()
+	n := w.wrote()
+	require.Equal(t, uint64(1), n)
+	require.Equal(t, 1, <-h.calls, "the read's wait syncs the transaction once written")
+	h.results <- nil
+	require.NoError(t, <-done)
+}
