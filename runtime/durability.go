@@ -381,6 +381,11 @@ type committer struct {
 	running bool         // the loop goroutine is up
 	size    atomic.Int64 // writes buffered since the last take
 
+	// published is closed once the last commit handed to after has been
+	// published (nil before the first); only the loop uses it, and one
+	// loop runs at a time.
+	published chan struct{}
+
 	hurry chan struct{} // maxSize writes are waiting (cap 1)
 	quit  chan struct{} // closed by Engine.Close: stop waiting out intervals
 	wg    sync.WaitGroup
@@ -497,7 +502,8 @@ func (c *committer) commit() {
 		r.emu.Unlock()
 	}
 	refused := make([]bool, len(batches))
-	if err := applyBatches(context.Background(), c.st, batches); err != nil {
+	ctx, deferred := withSyncDeferral(context.Background())
+	if err := applyBatches(ctx, c.st, batches); err != nil {
 		if len(batches) == 1 {
 			refused[0] = true
 			owners[0].fail(err)
@@ -511,12 +517,100 @@ func (c *committer) commit() {
 			}
 		}
 	}
-	for i, b := range batches {
-		if !refused[i] {
-			owners[i].publish(b.Events)
+	c.after(len(deferred.waits) > 0, func() {
+		if err := deferred.wait(); err != nil {
+			// Not known to be durable: none of it may be published.
+			for i := range batches {
+				if !refused[i] {
+					refused[i] = true
+					owners[i].fail(err)
+				}
+			}
+		}
+		for i, b := range batches {
+			if !refused[i] {
+				owners[i].publish(b.Events)
+			}
+		}
+		for i, r := range runs {
+			r.committed(gens[i])
+		}
+	})
+}
+
+// after runs finish — a commit's publishing — once the finish of every
+// earlier commit has run, so that each run's events reach its sink in
+// order: at once when the commit is durable and no earlier finish is
+// pending, else on a goroutine of its own, so that the loop writes the
+// next commit while the store syncs this one.
+func (c *committer) after(deferred bool, finish func()) {
+	prev := c.published
+	if !deferred && (prev == nil || closed(prev)) {
+		finish()
+		return
+	}
+	done := make(chan struct{})
+	c.published = done
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if prev != nil {
+			<-prev
+		}
+		finish()
+		close(done)
+	}()
+}
+
+// closed reports whether ch is closed.
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// A store may make a commit visible before it is durable and sync it
+// afterwards, off the path of its next write (the SQLite store syncs its
+// WAL once the writer is free). The committer asks such a store, through
+// the context of WriteBatches, to return as soon as the commit is written
+// and to hand back the wait for its sync: it then gathers and writes the
+// next commit while the disk syncs the last, and publishes each commit's
+// events, in order, only once its wait has returned. The request rides in
+// the context so that it passes through stores that wrap another.
+type syncDeferral struct{ waits []func() error }
+
+type syncDeferralKey struct{}
+
+// withSyncDeferral returns ctx asking the store to defer its syncs, and
+// the holder of the waits the store hands back.
+func withSyncDeferral(ctx context.Context) (context.Context, *syncDeferral) {
+	d := &syncDeferral{}
+	return context.WithValue(ctx, syncDeferralKey{}, d), d
+}
+
+// DeferSync is for stores: when ctx asks for deferred syncs (the
+// committer's WriteBatches), it keeps wait — which returns once the
+// write just made is durable, or fails if it cannot be made so — and
+// reports true, and the store returns without waiting. Otherwise it
+// reports false, and the store must wait itself before returning.
+func DeferSync(ctx context.Context, wait func() error) bool {
+	d, ok := ctx.Value(syncDeferralKey{}).(*syncDeferral)
+	if !ok {
+		return false
+	}
+	d.waits = append(d.waits, wait)
+	return true
+}
+
+// wait runs the waits handed back, in order.
+func (d *syncDeferral) wait() error {
+	for _, w := range d.waits {
+		if err := w(); err != nil {
+			return err
 		}
 	}
-	for i, r := range runs {
-		r.committed(gens[i])
-	}
+	return nil
 }

@@ -572,3 +572,166 @@ func TestStreamPassesStartedOn(t *testing.T) {
 	require.Equal(t, []string{"st"}, sink.started)
 	require.Zero(t, k.execCount("s")+k.execCount("a"), "no node ran")
 }
+
+// deferringStore is a memory store that, like the SQLite store at
+// synchronous=FULL, makes each group commit visible before it is durable
+// and hands the committer the wait for its sync (runtime.DeferSync). The
+// test decides when each commit's sync returns.
+type deferringStore struct {
+	*memory.Store
+	t       testing.TB
+	mu      sync.Mutex
+	commits []*deferredCommit
+	written chan *deferredCommit // each commit, once written
+	// releasing: every sync, held or to come, returns.
+	releasing bool
+}
+
+// releaseAll lets every sync return, those the test holds and those to
+// come (the test may have released some already).
+func (s *deferringStore) releaseAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.releasing {
+		return
+	}
+	s.releasing = true
+	for _, c := range s.commits {
+		select {
+		case <-c.release:
+		default:
+			close(c.release)
+		}
+	}
+}
+
+type deferredCommit struct {
+	last     int64         // the highest seq it wrote
+	release  chan struct{} // closed by the test: the sync returns
+	returned chan struct{} // closed when the sync has returned
+	synced   bool          // under the store's mu
+}
+
+func (s *deferringStore) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	if err := s.Store.WriteBatches(ctx, bs); err != nil {
+		return err
+	}
+	c := &deferredCommit{release: make(chan struct{}), returned: make(chan struct{})}
+	for _, b := range bs {
+		for _, ev := range b.Events {
+			c.last = max(c.last, ev.Seq)
+		}
+	}
+	s.mu.Lock()
+	s.commits = append(s.commits, c)
+	if s.releasing {
+		close(c.release)
+	}
+	s.mu.Unlock()
+	if !runtime.DeferSync(ctx, func() error {
+		<-c.release
+		s.mu.Lock()
+		c.synced = true
+		s.mu.Unlock()
+		close(c.returned)
+		return nil
+	}) {
+		s.t.Error("a group commit did not ask to defer its sync")
+		s.mu.Lock()
+		c.synced = true
+		s.mu.Unlock()
+	}
+	s.written <- c
+	return nil
+}
+
+// durable reports whether seq and every seq before it are synced.
+func (s *deferringStore) durable(seq int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.commits {
+		if !c.synced {
+			return false
+		}
+		if c.last >= seq {
+			return true
+		}
+	}
+	return false
+}
+
+// durableSink records the events it gets and those it got before they
+// (or any before them) were synced.
+type durableSink struct {
+	st    *deferringStore
+	mu    sync.Mutex
+	got   []runtime.Event
+	early []int64
+}
+
+func (s *durableSink) Emit(ev runtime.Event) {
+	ok := s.st.durable(ev.Seq)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, ev)
+	if !ok {
+		s.early = append(s.early, ev.Seq)
+	}
+}
+
+// With a store that syncs after it commits, the sync committer writes
+// its next commit while the last one syncs, and publishes each commit
+// only once it and every commit before it are synced, in order.
+func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	pStarted, pRelease := k.hold("p")
+	pRelease = once(pRelease)
+	st := &deferringStore{Store: newMem(), t: t, written: make(chan *deferredCommit, 100)}
+	e := k.engine(t, st, func(c *runtime.Config) { c.Durability = runtime.DurabilitySync })
+	g := newGraph("pipe").node("s", "start").node("p", "step").flow("s", "p").build()
+	sink := &durableSink{st: st}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "pipe", Sink: sink})
+		done <- err
+	}()
+	t.Cleanup(func() { pRelease(); st.releaseAll() })
+
+	first := <-st.written // run_started and the first step, p's start with it
+	<-pStarted            // p is pure: it starts before that commit is synced
+	pRelease()
+	var second *deferredCommit
+	select {
+	case second = <-st.written: // p's end, written while the first commit syncs
+	case <-time.After(10 * time.Second):
+		t.Fatal("the committer waited for the first commit's sync before writing the next")
+	}
+	sink.mu.Lock()
+	require.Empty(t, sink.got, "an event was published before its commit was synced")
+	sink.mu.Unlock()
+	// The second commit's sync returns first: its events must still wait
+	// for the first commit's. (A committer that waits for the first
+	// commit's publishing before the second's sync never gets there; the
+	// bound only gives one that does not the time to publish out of
+	// order.)
+	close(second.release)
+	select {
+	case <-second.returned:
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(first.release)
+	st.releaseAll()
+	require.NoError(t, <-done)
+
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	require.Empty(t, sink.early, "events published before they, or one before them, were synced")
+	stored, err := st.Events(context.Background(), "pipe", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, sink.got, len(stored))
+	for i, ev := range sink.got {
+		require.Equal(t, int64(i+1), ev.Seq, "published in seq order, with no gap")
+		require.Equal(t, stored[i].Type, ev.Type)
+	}
+}

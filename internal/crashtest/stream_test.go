@@ -275,7 +275,12 @@ func crashStreams(t *testing.T, mode string, wantCrashes int) {
 		if crashes >= wantCrashes || rng.IntN(3) == 0 {
 			return startStreamWorker(t, dir, mode, "") // lets a run finish
 		}
-		k := 1 + rng.IntN(15)
+		// From the second delta: the commit after the turn's first may
+		// hold the first delta and be written before the turn's first
+		// commit is synced and the POST answered, so a failpoint there
+		// kills the server before it acknowledged the turn (a client
+		// that was never told of the run has nothing to resume).
+		k := 2 + rng.IntN(14)
 		switch rng.IntN(3) {
 		case 0:
 			external, kind = k, "killed mid-stream"
