@@ -212,6 +212,16 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// Syncs returns how many times the store has fsynced its WAL itself
+// (SyncFull in WAL mode; 0 otherwise, where SQLite syncs at COMMIT or at
+// checkpoints): one per sync, however many transactions it covered.
+func (s *Store) Syncs() uint64 {
+	if s.wal == nil {
+		return 0
+	}
+	return s.wal.count()
+}
+
 // closeWAL releases the file walSync keeps open.
 func (s *Store) closeWAL() error {
 	if s.wal == nil {

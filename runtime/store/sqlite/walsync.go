@@ -31,6 +31,7 @@ type walSync struct {
 	// begun counts transactions that started to commit, written those
 	// whose COMMIT returned, synced those known durable.
 	begun, written, synced uint64
+	syncs                  uint64 // fsyncs run
 	syncing                bool
 	err                    error // the first failed sync: every later wait fails
 	f                      *os.File
@@ -92,6 +93,7 @@ func (w *walSync) wait(n uint64) error {
 		err := w.fsync()
 		w.mu.Lock()
 		w.syncing = false
+		w.syncs++
 		if err != nil {
 			w.err = fmt.Errorf("sqlite store: sync %s: %w", w.path, err)
 		} else {
@@ -129,6 +131,13 @@ func (w *walSync) sync() error {
 			return err
 		}
 	}
+}
+
+// count returns how many syncs have run.
+func (w *walSync) count() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.syncs
 }
 
 // close releases the WAL file.

@@ -59,6 +59,7 @@ func TestWALSyncSharesOneSyncAmongWaiters(t *testing.T) {
 	got := []uint64{<-waited, <-waited}
 	require.ElementsMatch(t, []uint64{2, 3}, got)
 	require.NoError(t, w.wait(3), "synced already: no sync")
+	require.Equal(t, uint64(2), w.count())
 	select {
 	case n := <-h.calls:
 		t.Fatalf("sync %d for transactions already synced", n)
