@@ -367,7 +367,10 @@ func (r *run) beforeExecute(pn *pnode) {
 // Runs put themselves on its list when they buffer a write; the loop
 // takes every listed run's buffer and applies them all in one
 // WriteBatches call (one transaction, one fsync), so the token deltas of
-// all streaming runs share a commit. The sync committer commits as soon
+// all streaming runs share a commit. A store that syncs after it commits
+// hands back the wait for the sync (DeferSync): the loop then writes the
+// next commit while the disk syncs the last, and the publishing waits
+// (after). The sync committer commits as soon
 // as something is listed (a commit in progress gathers the next group);
 // the batched one waits one interval (or until maxSize writes) first.
 // Its goroutine runs while runs are listed and exits when none are.
