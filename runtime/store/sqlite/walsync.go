@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -104,22 +103,14 @@ func (w *walSync) wait(n uint64) error {
 	return nil
 }
 
-// sync fdatasyncs the WAL file (only the syncing waiter calls it). The
-// file is reopened when SQLite has replaced it (the last connection to
-// the database deletes it on close).
+// sync fdatasyncs the WAL file (only the syncing waiter calls it),
+// opened at the first sync. The file stays the same while the store's
+// writer connection is open: SQLite deletes it only when the last
+// connection to the database closes. (Should the pool ever replace that
+// connection, the new one is at FULL and syncs its commits itself.)
 func (w *walSync) sync() error {
-	if w.f != nil {
-		cur, err := os.Stat(w.path)
-		if fi, ferr := w.f.Stat(); err != nil || ferr != nil || !os.SameFile(cur, fi) {
-			w.f.Close()
-			w.f = nil
-		}
-	}
 	if w.f == nil {
 		f, err := os.OpenFile(w.path, os.O_RDWR, 0)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil // no WAL: everything is in the database file already
-		}
 		if err != nil {
 			return err
 		}
