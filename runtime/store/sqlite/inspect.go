@@ -114,8 +114,8 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 	return total, nil
 }
 
-// deleteRuns removes the runs pick chooses (in the transaction), with
-// their checkpoints and events, in one transaction, and returns how many
+// deleteRuns removes the runs pick chooses, with their checkpoints and
+// events, in one transaction (pick reads in it too), and returns how many
 // runs it removed.
 func (s *Store) deleteRuns(ctx context.Context, pick func(*sql.Tx) ([]string, error)) (int, error) {
 	var n int64

@@ -348,10 +348,10 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 }
 
 // inTxGated is inTx taking its turn at the writer through the gate;
-// urgent transactions go before the others waiting.
-// The transaction is durable when it returns: synced by SQLite at COMMIT,
-// or by the store's walSync once the writer is free. A caller that asked
-// for it (runtime.DeferSync) gets the wait for that sync instead.
+// urgent transactions go before the others waiting. The transaction is
+// durable when it returns: synced by SQLite at COMMIT, or by the store's
+// walSync once the writer is free. A caller that asked for it
+// (runtime.DeferSync) gets the wait for that sync instead.
 func (s *Store) inTxGated(ctx context.Context, urgent bool, fn func(*sql.Tx) error) error {
 	n, err := s.commitGated(ctx, urgent, fn)
 	if err != nil || s.wal == nil {

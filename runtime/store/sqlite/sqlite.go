@@ -170,27 +170,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return s.migrate(ctx)
 	})
 	if err != nil {
-		s.ck.close()
-		w.Close()
-		s.closeWAL()
+		s.closeWriter()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
 	for _, q := range txQueries {
 		if _, err := s.ws.get(ctx, q); err != nil {
-			s.ck.close()
-			s.ws.close()
-			w.Close()
-			s.closeWAL()
+			s.closeWriter()
 			return nil, fmt.Errorf("sqlite store: prepare: %w", err)
 		}
 	}
 
 	r, err := sql.Open("sqlite", cfg.Path+"?"+common+"&_pragma=query_only(1)")
 	if err != nil {
-		s.ck.close()
-		s.ws.close()
-		w.Close()
-		s.closeWAL()
+		s.closeWriter()
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
 	r.SetMaxOpenConns(readConns)
@@ -207,7 +199,7 @@ func (s *Store) Path() string { return s.path }
 // result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.closeErr = errors.Join(s.ck.close(), s.rs.close(), s.ws.close(), s.r.Close(), s.w.Close(), s.closeWAL())
+		s.closeErr = errors.Join(s.rs.close(), s.r.Close(), s.closeWriter())
 	})
 	return s.closeErr
 }
@@ -222,12 +214,15 @@ func (s *Store) Syncs() uint64 {
 	return s.wal.count()
 }
 
-// closeWAL releases the file walSync keeps open.
-func (s *Store) closeWAL() error {
-	if s.wal == nil {
-		return nil
+// closeWriter closes the checkpointer, the writer with its statements
+// and the file walSync keeps open: all Open has made before the read
+// pool (it closes them on a failure after that point).
+func (s *Store) closeWriter() error {
+	err := errors.Join(s.ck.close(), s.ws.close(), s.w.Close())
+	if s.wal != nil {
+		err = errors.Join(err, s.wal.close())
 	}
-	return s.wal.close()
+	return err
 }
 
 // retryBusy runs fn until it does not fail with SQLITE_BUSY, for at most

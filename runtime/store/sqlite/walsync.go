@@ -131,10 +131,13 @@ func (w *walSync) count() uint64 {
 	return w.syncs
 }
 
-// close releases the WAL file.
+// close releases the WAL file, once a sync in flight has returned.
 func (w *walSync) close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for w.syncing {
+		w.cond.Wait()
+	}
 	if w.f == nil {
 		return nil
 	}
