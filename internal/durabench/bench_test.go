@@ -181,7 +181,10 @@ func BenchmarkRecovery1000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g := chain(10)
+		// Effect nodes: each step waits for its commit, so a run writes a
+		// batch a step (a chain of pure nodes commits in one or two, and
+		// would finish before its writes stop).
+		g := chainOf(10, "effect")
 		// A "dead" engine: it creates the runs and gets half-way, then its
 		// writes stop (its process is gone) and its leases are short.
 		dead := &dying{Store: st, after: 5}
