@@ -710,16 +710,19 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 	sink.mu.Lock()
 	require.Empty(t, sink.got, "an event was published before its commit was synced")
 	sink.mu.Unlock()
-	// The second commit's sync returns first: its events must still wait
-	// for the first commit's. (A committer that waits for the first
-	// commit's publishing before the second's sync never gets there; the
-	// bound only gives one that does not the time to publish out of
-	// order.)
+	// The second commit's sync is waited for at once, while the first
+	// commit's still runs (the store's next sync need not wait for the
+	// first commit's publishing), and returns first: its events must
+	// still wait for the first commit's.
 	close(second.release)
 	select {
 	case <-second.returned:
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second commit's sync was not waited for until the first commit was published")
 	}
+	sink.mu.Lock()
+	require.Empty(t, sink.got, "the second commit was published before the first")
+	sink.mu.Unlock()
 	close(first.release)
 	st.releaseAll()
 	require.NoError(t, <-done)
