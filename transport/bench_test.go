@@ -84,22 +84,39 @@ func quantile(xs []float64, q float64) float64 {
 // deltas emitted while all 1,000 runs stream (after the last run's first
 // delta and before the first run's last).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100) })
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false) })
 }
 
 // BenchmarkEventLatencyWebSocketPaced: 1,000 runs of 20 words 100 ms
 // apart (10,000 deltas/s offered), a load two cores carry with the
 // start burst included.
 func BenchmarkEventLatencyWebSocketPaced(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20) })
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20, false) })
+}
+
+// BenchmarkEventLatencyWebSocketPacedSpread: the runs of
+// BenchmarkEventLatencyWebSocketPaced, started one after another over one
+// word interval (100 ms) instead of together, so that their words come at
+// independent moments, as the tokens of streams started at different
+// times do, rather than in waves.
+func BenchmarkEventLatencyWebSocketPacedSpread(b *testing.B) {
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20, true) })
 }
 
 // BenchmarkEventLatencyWebSocketLight: 1,000 runs of 10 words a second
 // apart (1,000 deltas/s offered): the event path with the machine mostly
 // idle. The runs start together, so their deltas come in waves, about
-// once a second each.
+// once a second each: peak-deltas/s says how dense a wave is.
 func BenchmarkEventLatencyWebSocketLight(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10) })
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10, false) })
+}
+
+// BenchmarkEventLatencyWebSocketLightSpread: the runs of
+// BenchmarkEventLatencyWebSocketLight started one after another over a
+// second, so that 1,000 deltas/s come at independent moments instead of
+// in waves.
+func BenchmarkEventLatencyWebSocketLightSpread(b *testing.B) {
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10, true) })
 }
 
 // delta is one node_delta a benchmark client read: when the run emitted
@@ -109,7 +126,10 @@ type delta struct {
 	latency float64
 }
 
-func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int) {
+// benchEventLatency streams 1,000 runs of `words` words tokenDelayMs
+// apart; spread starts run k of the 1,000 k/1,000 of a word interval
+// after the first, instead of all at once.
+func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, spread bool) {
 	const runs, conns = 1000, 50
 	var writes writeCounter
 	e := newEnvTB(b, func(c *transportConfig) {
@@ -149,13 +169,26 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int) {
 				defer conn.CloseNow()
 				conn.SetReadLimit(1 << 20)
 				mine := runs / conns
-				for i := range mine {
-					f, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("b%d-%d", c, i), "type": "stream_chat",
-						"chatId": chats[c*mine+i], "content": content})
-					if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
-						b.Error(err)
-						return
+				send := func() {
+					for i := range mine {
+						if spread {
+							// Run k = i*conns + c of the 1,000 starts k/1,000
+							// of a word interval after the first.
+							at := time.Duration(i*conns+c) * time.Duration(tokenDelayMs) * time.Millisecond / runs
+							time.Sleep(time.Until(start.Add(at)))
+						}
+						f, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("b%d-%d", c, i), "type": "stream_chat",
+							"chatId": chats[c*mine+i], "content": content})
+						if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
+							b.Error(err)
+							return
+						}
 					}
+				}
+				if spread {
+					go send() // read the runs started so far meanwhile
+				} else {
+					send()
 				}
 				done := 0
 				var local []delta
@@ -222,6 +255,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int) {
 		b.ReportMetric(quantile(steady, 0.99), "steady-p99-µs")
 		if w := steadyTo.Sub(steadyFrom).Seconds(); w > 0 {
 			b.ReportMetric(float64(len(steady))/w, "steady-deltas/s")
+			b.ReportMetric(peakRate(all, steadyFrom, steadyTo), "peak-deltas/s")
 		}
 		b.ReportMetric(float64(events.Load())/took.Seconds(), "events/s")
 		b.ReportMetric(float64(writes.n.Load()-writes0)/took.Seconds(), "writes/s")
@@ -230,6 +264,20 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int) {
 			b.ReportMetric(float64(writes.commitNs.Load()-commitNs0)/float64(n)/1e6, "ms/commit")
 		}
 	}
+}
+
+// peakRate is how densely the deltas emitted from `from` to `to` came:
+// the 99th percentile, over the 10 ms intervals of that window, of the
+// deltas emitted in one interval, per second.
+func peakRate(all []delta, from, to time.Time) float64 {
+	const slot = 10 * time.Millisecond
+	per := make([]float64, to.Sub(from)/slot+1)
+	for _, x := range all {
+		if !x.emitted.Before(from) && !x.emitted.After(to) {
+			per[x.emitted.Sub(from)/slot]++
+		}
+	}
+	return quantile(per, 0.99) * float64(time.Second/slot)
 }
 
 // syncs is how many WAL fsyncs the env's SQLite store has run.
