@@ -94,15 +94,6 @@ func BenchmarkEventLatencyWebSocketPaced(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20, false) })
 }
 
-// BenchmarkEventLatencyWebSocketPacedSpread: the runs of
-// BenchmarkEventLatencyWebSocketPaced, started one after another over one
-// word interval (100 ms) instead of together, so that their words come at
-// independent moments, as the tokens of streams started at different
-// times do, rather than in waves.
-func BenchmarkEventLatencyWebSocketPacedSpread(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20, true) })
-}
-
 // BenchmarkEventLatencyWebSocketLight: 1,000 runs of 10 words a second
 // apart (1,000 deltas/s offered): the event path with the machine mostly
 // idle. The runs start together, so their deltas come in waves, about
