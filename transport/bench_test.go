@@ -177,7 +177,11 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 					}
 				}
 				if spread {
-					go send() // read the runs started so far meanwhile
+					// Read the runs started so far meanwhile; the sends
+					// end before the connection closes.
+					sent := make(chan struct{})
+					go func() { defer close(sent); send() }()
+					defer func() { <-sent }()
 				} else {
 					send()
 				}
