@@ -222,29 +222,33 @@ func (l *logged) has(t EventType, node string, attempt int, data any) bool {
 	return false
 }
 
-// renewLease keeps the run's lease alive until stop is closed; when a
-// renewal fails the run is cancelled with ErrLeaseLost. It renews at a
-// random point between a sixth and a third of the TTL after the last
-// renewal, so runs started together (a thousand turns at once) do not
-// renew together: each renewal is a write of its own, and a burst of them
-// would hold the store's writer in front of the group commits.
+// renewalDelay is how long a run waits before it renews a lease of the
+// given TTL: a random point between a sixth and a third of it, drawn
+// anew for every renewal, so runs started together (a thousand turns at
+// once) do not renew together: each renewal is a write of its own, and a
+// burst of them would hold the store's writer in front of the group
+// commits.
+func renewalDelay(ttl time.Duration) time.Duration {
+	third := ttl / 3
+	return third - rand.N(third/2+1)
+}
+
+// renewLease keeps the run's lease alive until stop is closed, renewing
+// it every renewalDelay; when a renewal fails the run is cancelled with
+// ErrLeaseLost.
 func (r *run) renewLease(stop <-chan struct{}) {
 	if r.store == nil || r.store.leaser == nil || r.lease == nil {
 		return
 	}
 	l := r.store.leaser
-	every := func() time.Duration {
-		third := r.e.leaseTTL / 3
-		return third - rand.N(third/2+1)
-	}
-	t := time.NewTimer(every())
+	t := time.NewTimer(renewalDelay(r.e.leaseTTL))
 	defer t.Stop()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			t.Reset(every())
+			t.Reset(renewalDelay(r.e.leaseTTL))
 			r.emu.Lock()
 			cur := *r.lease
 			// A run created in its first group commit has no record to
