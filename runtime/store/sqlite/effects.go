@@ -39,11 +39,7 @@ func (s *Store) PutEffect(ctx context.Context, rec runtime.EffectRecord) (runtim
 
 func (s *Store) putEffect(ctx context.Context, rec runtime.EffectRecord) (kept runtime.EffectRecord, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		ins, err := s.ws.in(ctx, tx, putEffectQuery)
-		if err != nil {
-			return err
-		}
-		if _, err := ins.ExecContext(ctx, rec.Key, rec.RootRunID, rec.NodeID, rec.Kind, string(rec.Value), micros(rec.CreatedAt)); err != nil {
+		if _, err := s.ws.execIn(ctx, tx, putEffectQuery, rec.Key, rec.RootRunID, rec.NodeID, rec.Kind, string(rec.Value), micros(rec.CreatedAt)); err != nil {
 			return err
 		}
 		get, err := s.ws.in(ctx, tx, getEffectQuery)
@@ -76,11 +72,7 @@ const deleteEffectsQuery = `DELETE FROM effects WHERE root_run_id = ?`
 // DeleteEffects implements runtime.EffectLedger.
 func (s *Store) DeleteEffects(ctx context.Context, rootRunID string) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		st, err := s.ws.in(ctx, tx, deleteEffectsQuery)
-		if err != nil {
-			return err
-		}
-		_, err = st.ExecContext(ctx, rootRunID)
+		_, err := s.ws.execIn(ctx, tx, deleteEffectsQuery, rootRunID)
 		return err
 	})
 	if err != nil {

@@ -91,11 +91,7 @@ const leaseQuery = `SELECT token, lease_owner FROM runs WHERE id = ?`
 // changed a row, else ErrRunNotFound or ErrFenced, read in tx. op names
 // the write in the error of the statement itself.
 func (s *Store) leaseWrite(ctx context.Context, tx *sql.Tx, l runtime.Lease, op, q string, args ...any) error {
-	st, err := s.ws.in(ctx, tx, q)
-	if err != nil {
-		return fmt.Errorf("sqlite store: %s %s: %w", op, l.RunID, err)
-	}
-	res, err := st.ExecContext(ctx, args...)
+	res, err := s.ws.execIn(ctx, tx, q, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite store: %s %s: %w", op, l.RunID, err)
 	}

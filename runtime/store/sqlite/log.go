@@ -121,11 +121,7 @@ func (s *Store) saveCheckpoint(ctx context.Context, tx *sql.Tx, cp *runtime.Chec
 			return fmt.Errorf("interrupt: %w", err)
 		}
 	}
-	st, err := s.wstmt(ctx, tx, saveCheckpointQuery)
-	if err != nil {
-		return err
-	}
-	res, err := st.ExecContext(ctx,
+	res, err := s.ws.execIn(ctx, tx, saveCheckpointQuery,
 		cp.RunID, cp.NodeID, string(cp.Status), cp.PlanVersion, cp.InputsHash, string(cp.Effect), output, cp.Summary,
 		cp.Error, cp.ErrorCode, cp.ErrorTrace, cp.SkipReason, interrupt, cp.Resumes, cp.Attempt, cp.AttemptID,
 		cp.Replayed, micros(cp.StartedAt), micros(cp.UpdatedAt), micros(cp.NextAttemptAt), cp.Token,
@@ -230,11 +226,7 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, runID string, token int
 		}
 		rows = append(rows, eventRow{runID: runID, ev: &evs[i], data: text(data)})
 	}
-	advance, err := s.wstmt(ctx, tx, advanceQuery)
-	if err != nil {
-		return nil, err
-	}
-	res, err := advance.ExecContext(ctx, evs[len(evs)-1].Seq, runID, token, evs[0].Seq-1)
+	res, err := s.ws.execIn(ctx, tx, advanceQuery, evs[len(evs)-1].Seq, runID, token, evs[0].Seq-1)
 	if err != nil {
 		return nil, err
 	}

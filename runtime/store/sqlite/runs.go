@@ -98,11 +98,7 @@ func (s *Store) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
 // insertRun runs q, an insert of run id with args, in tx: ErrRunExists
 // when it inserted no row. op names the insert in the statement's errors.
 func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, op, q, id string, args []any) error {
-	st, err := s.ws.in(ctx, tx, q)
-	if err != nil {
-		return fmt.Errorf("sqlite store: %s %s: %w", op, id, err)
-	}
-	res, err := st.ExecContext(ctx, args...)
+	res, err := s.ws.execIn(ctx, tx, q, args...)
 	if err != nil {
 		return fmt.Errorf("sqlite store: %s %s: %w", op, id, err)
 	}
@@ -156,11 +152,7 @@ func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord)
 // updateRun writes r, whose column values runArgs returned as args, in
 // tx, conditional on its token. op prefixes the statement's errors.
 func (s *Store) updateRun(ctx context.Context, tx *sql.Tx, op string, r *runtime.RunRecord, args []any) error {
-	st, err := s.ws.in(ctx, tx, updateRunQuery)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, r.ID, err)
-	}
-	res, err := st.ExecContext(ctx, append(args, r.Token, r.ID, r.Token)...)
+	res, err := s.ws.execIn(ctx, tx, updateRunQuery, append(args, r.Token, r.ID, r.Token)...)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, r.ID, err)
 	}

@@ -310,6 +310,15 @@ func (c *stmts) in(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error)
 	return tx.StmtContext(ctx, st), nil
 }
 
+// execIn runs q's statement with args in tx (see in).
+func (c *stmts) execIn(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	st, err := c.in(ctx, tx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
 func (c *stmts) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
