@@ -370,9 +370,9 @@ func (r *run) beforeExecute(pn *pnode) {
 // all streaming runs share a commit. A store that syncs after it commits
 // hands back the wait for the sync (DeferSync): the loop then writes the
 // next commit while the disk syncs the last, and the publishing waits
-// (after). The sync committer commits as soon
-// as something is listed (a commit in progress gathers the next group);
-// the batched one waits one interval (or until maxSize writes) first.
+// (after). The sync committer commits as soon as something is listed (a
+// commit in progress gathers the next group); the batched one waits one
+// interval (or until maxSize writes) first.
 // Its goroutine runs while runs are listed and exits when none are.
 type committer struct {
 	st      *storeView

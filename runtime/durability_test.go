@@ -669,6 +669,13 @@ type durableSink struct {
 	early []int64
 }
 
+// published returns how many events the sink has got.
+func (s *durableSink) published() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
 func (s *durableSink) Emit(ev runtime.Event) {
 	ok := s.st.durable(ev.Seq)
 	s.mu.Lock()
@@ -707,9 +714,7 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the committer waited for the first commit's sync before writing the next")
 	}
-	sink.mu.Lock()
-	require.Empty(t, sink.got, "an event was published before its commit was synced")
-	sink.mu.Unlock()
+	require.Zero(t, sink.published(), "an event was published before its commit was synced")
 	// The second commit's sync is waited for at once, while the first
 	// commit's still runs (the store's next sync need not wait for the
 	// first commit's publishing), and returns first: its events must
@@ -720,9 +725,7 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the second commit's sync was not waited for until the first commit was published")
 	}
-	sink.mu.Lock()
-	require.Empty(t, sink.got, "the second commit was published before the first")
-	sink.mu.Unlock()
+	require.Zero(t, sink.published(), "the second commit was published before the first")
 	close(first.release)
 	st.releaseAll()
 	require.NoError(t, <-done)
