@@ -258,3 +258,56 @@ func TestWALCheckpointedOffTheWriter(t *testing.T) {
 	require.Eventually(t, func() bool { return size() >= before+150_000 }, 10*time.Second, 20*time.Millisecond,
 		"the database file stayed at %d bytes (was %d): the WAL was not checkpointed", size(), before)
 }
+
+// When one run's events in a group commit of many runs do not continue
+// its log, the error names that run and the seq its log expects, wherever
+// the run sits in the commit, and nothing of the call is kept.
+func TestWriteBatchesNamesTheRefusedRun(t *testing.T) {
+	t.Parallel()
+	st := open(t).(*sqlite.Store)
+	ctx := t.Context()
+	const runs = 100
+	ev := func(runID string, seq int64) []runtime.Event {
+		return []runtime.Event{{RunID: runID, Seq: seq, Type: "progress", NodeID: "n", Attempt: 1, Time: time.Now()}}
+	}
+	calls := func(bad int, badSeq int64) []runtime.WriteBatch {
+		var bs []runtime.WriteBatch
+		for i := range runs {
+			id := fmt.Sprintf("r%03d", i)
+			seq := int64(2)
+			if i == bad {
+				seq = badSeq
+			}
+			bs = append(bs, runtime.WriteBatch{RunID: id, Events: ev(id, seq)})
+		}
+		return bs
+	}
+	for i := range runs {
+		id := fmt.Sprintf("r%03d", i)
+		require.NoError(t, st.CreateRun(ctx, &runtime.RunRecord{ID: id, Status: runtime.RunRunning, CreatedAt: time.Now(), UpdatedAt: time.Now()}))
+		require.NoError(t, st.AppendEvents(ctx, id, 0, ev(id, 1)))
+	}
+	for _, tc := range []struct {
+		name string
+		bad  int
+		seq  int64
+		want string
+	}{
+		{"repeated seq, first statement", 3, 1, "run r003 expects seq 2, got 1"},
+		{"repeated seq, a later statement", 80, 1, "run r080 expects seq 2, got 1"},
+		{"gap", 97, 3, "run r097 expects seq 2, got 3"},
+	} {
+		err := st.WriteBatches(ctx, calls(tc.bad, tc.seq))
+		require.ErrorIs(t, err, runtime.ErrSeqConflict, tc.name)
+		require.ErrorContains(t, err, tc.want, tc.name)
+		for i := range runs {
+			r, err := st.GetRun(ctx, fmt.Sprintf("r%03d", i))
+			require.NoError(t, err)
+			require.Equal(t, int64(1), r.LastSeq, tc.name)
+		}
+	}
+	require.NoError(t, st.WriteBatches(ctx, calls(-1, 0)))
+	evs, err := st.Events(ctx, "r099", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+}
