@@ -309,7 +309,8 @@ type RecoveryConfig struct {
 // earlier process with the same Config.Owner (a restart). Their claim
 // bumps the token, so that earlier process, were it still alive, is
 // fenced. It returns how many runs it started; runs another process
-// claimed first are skipped.
+// claimed first, and runs that ended between the listing and the claim,
+// are skipped.
 func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, error) {
 	if e.store == nil || e.store.leaser == nil {
 		return 0, fmt.Errorf("runtime: recovery needs a store with leases")
@@ -377,7 +378,10 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 			unhold()
 		}
 		rec, err := e.store.GetRun(ctx, id)
-		if err != nil {
+		if err != nil || rec.Status != RunRunning {
+			// Gone, or ended between the listing and the claim: its
+			// process ran it to the end (a claim does not look at the
+			// status).
 			release()
 			continue
 		}

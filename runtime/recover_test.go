@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/memory"
 )
 
 // crashStore stands for a process that dies at a failpoint: from the
@@ -342,4 +343,55 @@ func TestRecoverOwnRunsAtOnce(t *testing.T) {
 	require.Zero(t, n)
 	release()
 	<-live // the engine is closed after its runs end
+}
+
+// staleOwned lists, besides the store's own answer, runs that were
+// running under the owner when a listing read them and have ended since.
+type staleOwned struct {
+	*memory.Store
+	ended []string
+}
+
+func (s staleOwned) OwnedRuns(ctx context.Context, owner string, limit int) ([]string, error) {
+	ids, err := s.Store.OwnedRuns(ctx, owner, limit)
+	return append(ids, s.ended...), err
+}
+
+// A run that ends between a recovery pass listing its owner's runs and
+// claiming one is left as it ended: nothing prepares, launches or
+// resumes it, and the pass's claim is given back.
+func TestRecoverSkipsRunsThatEndedMeanwhile(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	mem := newMem()
+	g := newGraph("ended").node("s", "start").node("a", "step").flow("s", "a").build()
+	e := k.engine(t, mem, func(c *runtime.Config) { c.Owner = "srv-1" })
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "done", Input: "x"})
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	before, err := mem.GetRun(context.Background(), "done")
+	require.NoError(t, err)
+
+	restarted := k.engine(t, staleOwned{Store: mem, ended: []string{"done"}}, func(c *runtime.Config) { c.Owner = "srv-1" })
+	var prepared, launched atomic.Int32
+	n, err := restarted.RecoverExpired(context.Background(), runtime.RecoveryConfig{
+		Prepare: func(context.Context, *runtime.RunRecord) (runtime.RecoverRequest, error) {
+			prepared.Add(1)
+			return runtime.RecoverRequest{Graph: g}, nil
+		},
+		Launch: func(*runtime.RunRecord, func(context.Context) (*runtime.RunResult, error)) error {
+			launched.Add(1)
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Zero(t, prepared.Load(), "an ended run is not prepared for recovery")
+	require.Zero(t, launched.Load())
+	after, err := mem.GetRun(context.Background(), "done")
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, after.Status)
+	require.Equal(t, before.LastSeq, after.LastSeq)
+	_, err = mem.ClaimRun(context.Background(), "done", "srv-2", time.Minute)
+	require.NoError(t, err, "the pass gave its claim back")
 }
