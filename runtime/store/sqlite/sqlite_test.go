@@ -293,9 +293,9 @@ func TestWriteBatchesNamesTheRefusedRun(t *testing.T) {
 		seq  int64
 		want string
 	}{
-		{"repeated seq, first statement", 3, 1, "run r003 expects seq 2, got 1"},
-		{"repeated seq, a later statement", 80, 1, "run r080 expects seq 2, got 1"},
-		{"gap", 97, 3, "run r097 expects seq 2, got 3"},
+		{"repeated seq, early in the commit", 3, 1, "run r003 expects seq 2, got 1"},
+		{"repeated seq, late in the commit", 80, 1, "run r080 expects seq 2, got 1"},
+		{"gap, at the end", 97, 3, "run r097 expects seq 2, got 3"},
 	} {
 		err := st.WriteBatches(ctx, calls(tc.bad, tc.seq))
 		require.ErrorIs(t, err, runtime.ErrSeqConflict, tc.name)
