@@ -42,11 +42,8 @@ func (s *Store) putEffect(ctx context.Context, rec runtime.EffectRecord) (kept r
 		if _, err := s.ws.execIn(ctx, tx, putEffectQuery, rec.Key, rec.RootRunID, rec.NodeID, rec.Kind, string(rec.Value), micros(rec.CreatedAt)); err != nil {
 			return err
 		}
-		get, err := s.ws.in(ctx, tx, getEffectQuery)
-		if err != nil {
-			return err
-		}
-		kept, err = scanEffect(get.QueryRowContext(ctx, rec.Key))
+		var err error
+		kept, err = scanEffect(s.ws.queryRowIn(ctx, tx, getEffectQuery, rec.Key))
 		return err
 	})
 	if err != nil {
@@ -134,11 +131,7 @@ FROM (SELECT DISTINCT root_run_id FROM effects WHERE root_run_id > ? ORDER BY ro
 // lineages it looked at and the last.
 func (s *Store) sweepChunk(ctx context.Context, after string) (n int, last string, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		st, err := s.ws.in(ctx, tx, sweepQuery)
-		if err != nil {
-			return err
-		}
-		rows, err := st.QueryContext(ctx, after, deleteBatch)
+		rows, err := s.ws.queryIn(ctx, tx, sweepQuery, after, deleteBatch)
 		if err != nil {
 			return err
 		}

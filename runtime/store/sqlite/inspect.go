@@ -89,11 +89,7 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 	total := 0
 	for {
 		n, err := s.deleteRuns(ctx, func(tx *sql.Tx) ([]string, error) {
-			st, err := s.ws.in(ctx, tx, finishedQuery)
-			if err != nil {
-				return nil, err
-			}
-			rows, err := st.QueryContext(ctx,
+			rows, err := s.ws.queryIn(ctx, tx, finishedQuery,
 				string(runtime.RunCompleted), string(runtime.RunFailed), string(runtime.RunCancelled), micros(t), deleteBatch)
 			if err != nil {
 				return nil, err

@@ -25,17 +25,11 @@ func (s *Store) ClaimRun(ctx context.Context, runID, owner string, ttl time.Dura
 	expires := micros(now.Add(ttl))
 	var token int64
 	err := s.inTxOp(ctx, func(tx *sql.Tx) error {
-		claim, err := s.ws.in(ctx, tx, claimQuery)
-		if err == nil {
-			err = claim.QueryRowContext(ctx, owner, expires, runID, owner, micros(now)).Scan(&token)
-		}
+		err := s.ws.queryRowIn(ctx, tx, claimQuery, owner, expires, runID, owner, micros(now)).Scan(&token)
 		if errors.Is(err, sql.ErrNoRows) {
 			var holder string
 			var until int64
-			held, err := s.ws.in(ctx, tx, leaseHolderQuery)
-			if err == nil {
-				err = held.QueryRowContext(ctx, runID).Scan(&holder, &until)
-			}
+			err := s.ws.queryRowIn(ctx, tx, leaseHolderQuery, runID).Scan(&holder, &until)
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
 			}
@@ -104,10 +98,7 @@ func (s *Store) leaseWrite(ctx context.Context, tx *sql.Tx, l runtime.Lease, op,
 	}
 	var token int64
 	var owner string
-	read, err := s.ws.in(ctx, tx, leaseQuery)
-	if err == nil {
-		err = read.QueryRowContext(ctx, l.RunID).Scan(&token, &owner)
-	}
+	err = s.ws.queryRowIn(ctx, tx, leaseQuery, l.RunID).Scan(&token, &owner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %s", runtime.ErrRunNotFound, l.RunID)
 	}
@@ -178,11 +169,7 @@ func (s *Store) ClaimExpired(ctx context.Context, owner string, ttl time.Duratio
 	expires := micros(s.now().Add(ttl))
 	var out []runtime.Lease
 	err := s.inTxOp(ctx, func(tx *sql.Tx) error {
-		st, err := s.ws.in(ctx, tx, claimExpiredQuery)
-		if err != nil {
-			return fmt.Errorf("sqlite store: claim expired runs: %w", err)
-		}
-		rows, err := st.QueryContext(ctx, owner, expires, string(runtime.RunRunning), micros(now), limit)
+		rows, err := s.ws.queryIn(ctx, tx, claimExpiredQuery, owner, expires, string(runtime.RunRunning), micros(now), limit)
 		if err != nil {
 			return fmt.Errorf("sqlite store: claim expired runs: %w", err)
 		}

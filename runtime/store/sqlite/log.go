@@ -247,16 +247,12 @@ func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, rows []eventRow) e
 	args := make([]any, 0, eventCols*min(len(rows), maxInsertRows))
 	for len(rows) > 0 {
 		n := insertRows(len(rows))
-		st, err := s.wstmt(ctx, tx, insertEventsQueries[n])
-		if err != nil {
-			return err
-		}
 		args = args[:0]
 		for _, r := range rows[:n] {
 			e := r.ev
 			args = append(args, r.runID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), r.data)
 		}
-		if _, err := st.ExecContext(ctx, args...); err != nil {
+		if _, err := s.ws.execIn(ctx, tx, insertEventsQueries[n], args...); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -300,13 +296,9 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				}
 			}
 			if b.Release != nil {
-				st, err := s.wstmt(ctx, tx, releaseQuery)
-				if err != nil {
-					return err
-				}
 				// Nothing to release when the lease already passed on:
 				// Finish was fenced above in that case.
-				if _, err := st.ExecContext(ctx, b.Release.RunID, b.Release.Token, b.Release.Owner); err != nil {
+				if _, err := s.ws.execIn(ctx, tx, releaseQuery, b.Release.RunID, b.Release.Token, b.Release.Owner); err != nil {
 					return wrap(err, "release %s", b.Release.RunID)
 				}
 			}

@@ -212,12 +212,14 @@ func (s *Store) applied(ctx context.Context, tx *sql.Tx, res sql.Result, runID s
 // fence checks token against the run's (in tx, when not nil) and returns
 // the run's last seq.
 func (s *Store) fence(ctx context.Context, tx *sql.Tx, runID string, token int64) (lastSeq int64, err error) {
-	st, err := s.wstmt(ctx, tx, fenceQuery)
-	if err != nil {
-		return 0, err
+	var row scanner
+	if tx == nil {
+		row = s.ws.queryRow(ctx, fenceQuery, runID)
+	} else {
+		row = s.ws.queryRowIn(ctx, tx, fenceQuery, runID)
 	}
 	var cur int64
-	err = st.QueryRowContext(ctx, runID).Scan(&cur, &lastSeq)
+	err = row.Scan(&cur, &lastSeq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
 	}

@@ -319,6 +319,24 @@ func (c *stmts) execIn(ctx context.Context, tx *sql.Tx, q string, args ...any) (
 	return st.ExecContext(ctx, args...)
 }
 
+// queryIn runs q's query with args in tx (see in).
+func (c *stmts) queryIn(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	st, err := c.in(ctx, tx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// queryRowIn runs q's one-row query with args in tx (see in).
+func (c *stmts) queryRowIn(ctx context.Context, tx *sql.Tx, q string, args ...any) scanner {
+	st, err := c.in(ctx, tx, q)
+	if err != nil {
+		return errRow{err}
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
 func (c *stmts) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -328,14 +346,6 @@ func (c *stmts) close() error {
 	}
 	c.m = nil
 	return errors.Join(errs...)
-}
-
-// wstmt returns q's prepared writer statement, bound to tx unless tx is nil.
-func (s *Store) wstmt(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error) {
-	if tx == nil {
-		return s.ws.get(ctx, q)
-	}
-	return s.ws.in(ctx, tx, q)
 }
 
 type errRow struct{ err error }
