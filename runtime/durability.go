@@ -520,7 +520,7 @@ func (c *committer) commit() {
 			}
 		}
 	}
-	c.after(len(deferred.waits) > 0, deferred.wait, func(err error) {
+	c.after(deferred, func(err error) {
 		if err != nil {
 			// Not known to be durable: none of it may be published.
 			for i := range batches {
@@ -541,18 +541,19 @@ func (c *committer) commit() {
 	})
 }
 
-// after runs finish — a commit's publishing — with the outcome of wait
-// (the deferred sync of a commit the store has not yet made durable), once
-// the finish of every earlier commit has run, so that each run's events
-// reach its sink in order: at once when the commit is durable and no
-// earlier finish is pending, else on a goroutine of its own, so that the
-// loop writes the next commit while the store syncs this one. The
-// goroutine waits for the sync before it waits for the earlier commits:
-// a sync the store runs for the first waiter then starts as soon as the
-// commit is written, not once the commit before has been published.
-func (c *committer) after(deferred bool, wait func() error, finish func(error)) {
+// after runs finish — a commit's publishing — with the outcome of d's
+// waits (the deferred sync of a commit the store has not yet made
+// durable), once the finish of every earlier commit has run, so that each
+// run's events reach its sink in order: at once when the commit is
+// durable and no earlier finish is pending, else on a goroutine of its
+// own, so that the loop writes the next commit while the store syncs this
+// one. The goroutine waits for the sync before it waits for the earlier
+// commits: a sync the store runs for the first waiter then starts as soon
+// as the commit is written, not once the commit before has been
+// published.
+func (c *committer) after(d *syncDeferral, finish func(error)) {
 	prev := c.published
-	if !deferred && (prev == nil || closed(prev)) {
+	if len(d.waits) == 0 && (prev == nil || closed(prev)) {
 		finish(nil)
 		return
 	}
@@ -561,7 +562,7 @@ func (c *committer) after(deferred bool, wait func() error, finish func(error)) 
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		err := wait()
+		err := d.wait()
 		if prev != nil {
 			<-prev
 		}
