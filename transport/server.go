@@ -123,6 +123,9 @@ type Server struct {
 	// streamRoutes: "METHOD /path" of each streaming route (see streams),
 	// written by routes() before the server serves, read-only after.
 	streamRoutes map[string]streamKind
+	// ownAuth: the one route that checks the bearer token itself (see
+	// checksOwnToken), set like streamRoutes.
+	ownAuth *echo.Route
 }
 
 // New builds a Server from cfg and makes it the chat service's publisher
@@ -217,6 +220,15 @@ const (
 // routes() builds the router, before any request reads s.streamRoutes.
 func (s *Server) streams(kind streamKind, r *echo.Route) {
 	s.streamRoutes[r.Method+" "+r.Path] = kind
+}
+
+// checksOwnToken marks r, a route just registered, as the one that
+// checks the bearer token itself: auth lets its requests through. Only
+// the WebSocket is, so that a browser, which cannot set the header on
+// it, learns why it was refused (close code 4001).
+func (s *Server) checksOwnToken(r *echo.Route) *echo.Route {
+	s.ownAuth = r
+	return r
 }
 
 // streaming reports whether a request holds its connection open for
@@ -316,7 +328,7 @@ func (s *Server) routes() (*echo.Echo, error) {
 	api.POST("/runs/:id/cancel", s.cancelRun)
 	s.streams(streamsOnSSE, api.POST("/runs/:id/resume", s.resumeRun))
 
-	s.streams(streamsAlways, api.GET("/ws", s.websocket))
+	s.streams(streamsAlways, s.checksOwnToken(api.GET("/ws", s.websocket)))
 	s.streams(streamsAlways, api.POST("/ag-ui/graphs/:id", s.aguiRun))
 	api.RouteNotFound("/*", s.ui)
 
