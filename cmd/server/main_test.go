@@ -276,3 +276,20 @@ func TestMainContinuesRunsCancelledAtShutdown(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// /metrics carries the scheduler's metrics beside the Go collector's
+// defaults: the goroutines the server started (what make bench-server
+// divides by the turns) and scheduling latencies.
+func TestMetricsExposeTheScheduler(t *testing.T) {
+	s := startServer(t, t.TempDir())
+	resp, err := http.Get(s.url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for _, name := range []string{"\ngo_sched_goroutines_created_goroutines_total ", "\ngo_sched_latencies_seconds_count ",
+		"\ngo_goroutines ", "\nchatgraph_runs_active "} {
+		require.True(t, strings.Contains(string(body), name), "/metrics lacks %s", strings.TrimSpace(name))
+	}
+}

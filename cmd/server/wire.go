@@ -19,7 +19,10 @@ import (
 func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Setup, ctl runcontrol.Controller, queue runcontrol.ChatQueue,
 	relay transport.Relay, log *slog.Logger) (*transport.Server, error) {
 	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The Go collector's defaults and the scheduler's metrics (goroutines
+	// started, scheduling latencies).
+	metrics.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
 		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: transport.StoreObserver(metrics), Owner: c.owner, LeaseTTL: c.leaseTTL})
 	if err != nil {

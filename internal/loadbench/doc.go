@@ -10,7 +10,9 @@
 // full answer, or the run fails. Reported per cell: turns/s, time to the
 // first node_delta and to run_completed (p50/p99), the server process's
 // CPU time (user + system from /proc/<pid>/stat) per turn, and its peak
-// RSS (VmHWM). Turns go over SSE (POST .../messages with Accept:
+// RSS (VmHWM), the lines it logged (at its default level, info) per turn
+// and the goroutines it started per turn (from its /metrics). Turns go
+// over SSE (POST .../messages with Accept:
 // text/event-stream) or over one WebSocket per client (stream_chat).
 //
 //	make bench-server        # build, then every cell

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,8 +42,8 @@ func main() {
 	flag.Parse()
 	serverFlags = strings.Fields(*extra)
 	fmt.Printf("chatgraph server load, %s, %d CPUs, %s per cell\n\n", time.Now().UTC().Format("2006-01-02"), numCPU(), *duration)
-	fmt.Println("| durability | transport | clients | turns/s | first token p50 / p99 | turn p50 / p99 | server CPU per turn | peak RSS |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| durability | transport | clients | turns/s | first token p50 / p99 | turn p50 / p99 | server CPU per turn | peak RSS | log lines per turn | goroutines per turn |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, mode := range strings.Split(*modes, ",") {
 		for _, tr := range strings.Split(*transports, ",") {
 			for _, cs := range strings.Split(*clients, ",") {
@@ -54,8 +55,9 @@ func main() {
 				if err != nil {
 					fail(fmt.Errorf("%s %s %d clients: %w", mode, tr, n, err))
 				}
-				fmt.Printf("| %s | %s | %d | %.0f | %s / %s | %s / %s | %.2f ms | %.0f MB |\n", mode, tr, n, r.turnsPerSec,
-					ms(r.first, 50), ms(r.first, 99), ms(r.turn, 50), ms(r.turn, 99), r.cpuPerTurn, r.peakRSSMB)
+				fmt.Printf("| %s | %s | %d | %.0f | %s / %s | %s / %s | %.2f ms | %.0f MB | %.1f | %.1f |\n", mode, tr, n, r.turnsPerSec,
+					ms(r.first, 50), ms(r.first, 99), ms(r.turn, 50), ms(r.turn, 99), r.cpuPerTurn, r.peakRSSMB,
+					r.logLinesPerTurn, r.goroutinesPerTurn)
 			}
 		}
 	}
@@ -72,13 +74,18 @@ type result struct {
 	first, turn []time.Duration
 	cpuPerTurn  float64 // ms of server CPU (user + system) per turn
 	peakRSSMB   float64
+	// logLinesPerTurn: lines the server logged (at its default level,
+	// info) per turn; goroutinesPerTurn: goroutines it started per turn.
+	logLinesPerTurn, goroutinesPerTurn float64
 }
 
 // server is a running chatgraph server process.
 type server struct {
-	cmd  *exec.Cmd
-	base string
-	dir  string
+	cmd      *exec.Cmd
+	base     string // the API's base URL
+	root     string // the server's URL (for /metrics)
+	dir      string
+	logLines atomic.Int64 // lines the server has written to stderr
 }
 
 // serverFlags are added to every server's command line.
@@ -92,10 +99,15 @@ func startServer(bin, mode string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The server logs at its default level, as a deployment does: the
+	// lines are counted, and warnings and errors shown.
 	args := append([]string{"server", "--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"),
-		"--durability", mode, "--rate-limit", "-1", "--max-websockets-per-ip", "-1", "--log-level", "warn"}, serverFlags...)
+		"--durability", mode, "--rate-limit", "-1", "--max-websockets-per-ip", "-1"}, serverFlags...)
 	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
+	logs, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -103,6 +115,8 @@ func startServer(bin, mode string) (*server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	s := &server{cmd: cmd, dir: dir}
+	go s.readLogs(logs)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		_ = cmd.Process.Kill()
@@ -115,7 +129,40 @@ func startServer(bin, mode string) (*server, error) {
 		_ = cmd.Process.Kill()
 		return nil, fmt.Errorf("unexpected first line %q", line)
 	}
-	return &server{cmd: cmd, base: f[3] + "/api/v1", dir: dir}, nil
+	s.root, s.base = f[3], f[3]+"/api/v1"
+	return s, nil
+}
+
+// readLogs counts the server's log lines and shows those above info.
+func (s *server) readLogs(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		s.logLines.Add(1)
+		l := sc.Text()
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") ||
+			strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			fmt.Fprintln(os.Stderr, l)
+		}
+	}
+}
+
+// goroutinesCreated reads how many goroutines the server has started
+// from its /metrics (the Go runtime's /sched/goroutines-created).
+func (s *server) goroutinesCreated() (float64, error) {
+	resp, err := http.Get(s.root + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_sched_goroutines_created_goroutines_total "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, errors.New("/metrics has no go_sched_goroutines_created_goroutines_total")
 }
 
 func (s *server) stop() {
@@ -260,9 +307,16 @@ func cell(bin, mode, tr string, clients int, warmup, duration time.Duration) (*r
 		})
 	}
 	time.Sleep(warmup)
+	// The /metrics reads sit outside the CPU window.
+	g0, err := s.goroutinesCreated()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
 	mu.Lock()
 	measure = true
 	cpu0, err := s.cpu()
+	logs0 := s.logLines.Load()
 	t0 := time.Now()
 	mu.Unlock()
 	if err != nil {
@@ -273,11 +327,16 @@ func cell(bin, mode, tr string, clients int, warmup, duration time.Duration) (*r
 	mu.Lock()
 	measure = false
 	cpu1, _ := s.cpu()
+	logs1 := s.logLines.Load()
 	elapsed := time.Since(t0)
 	n := count
 	mu.Unlock()
+	g1, gErr := s.goroutinesCreated()
 	cancel()
 	wg.Wait()
+	if gErr != nil {
+		return nil, gErr
+	}
 	if firstErr != nil {
 		return nil, firstErr
 	}
@@ -287,6 +346,8 @@ func cell(bin, mode, tr string, clients int, warmup, duration time.Duration) (*r
 	res.turnsPerSec = float64(n) / elapsed.Seconds()
 	res.cpuPerTurn = float64((cpu1 - cpu0).Microseconds()) / 1000 / float64(n)
 	res.peakRSSMB = s.peakRSS()
+	res.logLinesPerTurn = float64(logs1-logs0) / float64(n)
+	res.goroutinesPerTurn = (g1 - g0) / float64(n)
 	return res, nil
 }
 
