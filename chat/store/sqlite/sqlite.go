@@ -59,13 +59,16 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sq
 	return st.ExecContext(ctx, args...)
 }
 
-// queryRow runs q on the read pool, prepared once.
+// queryRow runs q on the read pool, prepared once, without ctx's
+// cancellation once it has its statement (as the run store's one-row
+// reads: a one-row read takes microseconds, and a context that can end
+// costs two goroutines per read to watch it).
 func (s *Store) queryRow(ctx context.Context, q string, args ...any) scanner {
 	st, err := s.runs.ReadStmt(ctx, q)
 	if err != nil {
 		return errRow{err}
 	}
-	return st.QueryRowContext(ctx, args...)
+	return st.QueryRowContext(context.WithoutCancel(ctx), args...)
 }
 
 type errRow struct{ err error }

@@ -1,7 +1,9 @@
 package sqlite_test
 
 import (
+	"context"
 	"database/sql"
+	"encoding/json"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -139,4 +141,20 @@ func TestGraphsNamedUsesIndex(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.NoError(t, rows.Close())
 	require.Contains(t, plan, "SEARCH graphs USING INDEX graphs_name (name=?)")
+}
+
+// BenchmarkGetChat reads one chat by id with a request's context (one
+// that can be cancelled), as every turn does.
+func BenchmarkGetChat(b *testing.B) {
+	cs, _ := openAt(b, filepath.Join(b.TempDir(), "chatgraph.db"))
+	require.NoError(b, cs.CreateGraph(b.Context(), &chat.Graph{ID: "g1", Name: "g", Body: json.RawMessage(`{}`)}))
+	require.NoError(b, cs.CreateChat(b.Context(), &chat.Chat{ID: "c1", GraphID: "g1"}, 0))
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := cs.GetChat(ctx, "c1"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

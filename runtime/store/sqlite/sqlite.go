@@ -288,12 +288,16 @@ func (c *stmts) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 	return st.QueryContext(ctx, args...)
 }
 
+// queryRow runs q's one-row query with args. Once it has its statement,
+// it runs without ctx's cancellation: a one-row read takes microseconds,
+// and with a context that can end, database/sql and the driver would
+// each start a goroutine to watch it, for every read.
 func (c *stmts) queryRow(ctx context.Context, q string, args ...any) scanner {
 	st, err := c.get(ctx, q)
 	if err != nil {
 		return errRow{err}
 	}
-	return st.QueryRowContext(ctx, args...)
+	return st.QueryRowContext(context.WithoutCancel(ctx), args...)
 }
 
 // in returns q's statement bound to tx. Statements used in transactions
