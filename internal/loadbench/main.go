@@ -85,7 +85,8 @@ type server struct {
 	base     string // the API's base URL
 	root     string // the server's URL (for /metrics)
 	dir      string
-	logLines atomic.Int64 // lines the server has written to stderr
+	logLines atomic.Int64  // lines the server has written to stderr
+	logsDone chan struct{} // closed when its stderr has been read to the end
 }
 
 // serverFlags are added to every server's command line.
@@ -100,7 +101,7 @@ func startServer(bin, mode string) (*server, error) {
 		return nil, err
 	}
 	// The server logs at its default level, as a deployment does: the
-	// lines are counted, and warnings and errors shown.
+	// lines are counted, and all but info and debug lines shown.
 	args := append([]string{"server", "--addr", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"),
 		"--durability", mode, "--rate-limit", "-1", "--max-websockets-per-ip", "-1"}, serverFlags...)
 	cmd := exec.Command(bin, args...)
@@ -115,7 +116,7 @@ func startServer(bin, mode string) (*server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{cmd: cmd, dir: dir}
+	s := &server{cmd: cmd, dir: dir, logsDone: make(chan struct{})}
 	go s.readLogs(logs)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
@@ -133,15 +134,21 @@ func startServer(bin, mode string) (*server, error) {
 	return s, nil
 }
 
-// readLogs counts the server's log lines and shows those above info.
+// readLogs counts the server's log lines and shows every line but info
+// and debug ones (warnings, errors, and whatever the server prints
+// before its logger exists).
 func (s *server) readLogs(r io.Reader) {
+	defer close(s.logsDone)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		s.logLines.Add(1)
 		l := sc.Text()
-		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") ||
-			strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+		quiet := false
+		for _, lv := range []string{"level=INFO", "level=DEBUG", `"level":"INFO"`, `"level":"DEBUG"`} {
+			quiet = quiet || strings.Contains(l, lv)
+		}
+		if !quiet {
 			fmt.Fprintln(os.Stderr, l)
 		}
 	}
@@ -167,14 +174,15 @@ func (s *server) goroutinesCreated() (float64, error) {
 
 func (s *server) stop() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
+	// Its stderr is read to the end (the process exited) before Wait,
+	// which closes the pipe.
 	select {
-	case <-done:
+	case <-s.logsDone:
 	case <-time.After(20 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-done
+		<-s.logsDone
 	}
+	_ = s.cmd.Wait()
 	_ = os.RemoveAll(s.dir)
 }
 
