@@ -59,22 +59,6 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sq
 	return st.ExecContext(ctx, args...)
 }
 
-// queryRow runs q on the read pool, prepared once, without ctx's
-// cancellation once it has its statement (as the run store's one-row
-// reads: a one-row read takes microseconds, and a context that can end
-// costs two goroutines per read to watch it).
-func (s *Store) queryRow(ctx context.Context, q string, args ...any) scanner {
-	st, err := s.runs.ReadStmt(ctx, q)
-	if err != nil {
-		return errRow{err}
-	}
-	return st.QueryRowContext(context.WithoutCancel(ctx), args...)
-}
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
 // update runs fn in a transaction on the run store's writer (see
 // rsqlite.Store.Update) and prefixes its errors with op, except the
 // sentinels callers branch on.
@@ -194,7 +178,7 @@ func (s *Store) GetGraphVersion(ctx context.Context, id string, version int64) (
 
 // GetGraph implements chat.Store.
 func (s *Store) GetGraph(ctx context.Context, id string) (*chat.Graph, error) {
-	g, err := scanGraph(s.queryRow(ctx, `SELECT `+graphCols+` FROM graphs WHERE id = ? AND deleted = 0`, id))
+	g, err := scanGraph(s.runs.ReadRow(ctx, `SELECT `+graphCols+` FROM graphs WHERE id = ? AND deleted = 0`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: graph %s", chat.ErrNotFound, id)
 	}
@@ -306,7 +290,7 @@ func scanChat(row scanner) (*chat.Chat, error) {
 
 // GetChat implements chat.Store.
 func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
-	c, err := scanChat(s.queryRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = ?`, id))
+	c, err := scanChat(s.runs.ReadRow(ctx, `SELECT `+chatCols+` FROM chats WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
 	}
@@ -548,7 +532,7 @@ func scanMsg(row scanner) (*chat.Message, error) {
 
 // GetMessage implements chat.Store.
 func (s *Store) GetMessage(ctx context.Context, chatID, id string) (*chat.Message, error) {
-	m, err := scanMsg(s.queryRow(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND id = ?`, chatID, id))
+	m, err := scanMsg(s.runs.ReadRow(ctx, `SELECT `+msgCols+` FROM messages WHERE chat_id = ? AND id = ?`, chatID, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		if _, err := s.GetChat(ctx, chatID); err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 // of its transactions can also reserve a run: the writer (Update), the
 // read pool (ReadDB) and the reservation insert (ReserveRun); so that its
 // writes can join a run's group commit (Write); and prepared statements
-// for both (Prepare, Stmt, ReadStmt).
+// for both (Prepare, Stmt, ReadStmt, ReadRow).
 
 // Write is an application's write in a run's transaction
 // (runtime.Joined): WriteBatches runs it on tx after the batch's own
@@ -46,6 +46,13 @@ func (s *Store) Stmt(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, erro
 // and kept until the store closes (the caller must not close it).
 func (s *Store) ReadStmt(ctx context.Context, q string) (*sql.Stmt, error) {
 	return s.rs.get(ctx, q)
+}
+
+// ReadRow runs q's one-row query with args on the read pool, prepared as
+// ReadStmt prepares it, and without ctx's cancellation once it has its
+// statement, as the store's own one-row reads (see stmts.queryRow).
+func (s *Store) ReadRow(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
+	return s.rs.queryRow(ctx, q, args...)
 }
 
 // Update runs fn in one IMMEDIATE transaction on the store's writer
