@@ -22,10 +22,20 @@ type metrics struct {
 	httpRequests  *prometheus.CounterVec
 }
 
+// NewRegistry returns a Prometheus registry with the process's
+// collectors: the Go collector's defaults and the scheduler's metrics
+// (goroutines started, scheduling latencies), and the process collector.
+// Config.Metrics defaults to one.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
 func newMetrics(reg *prometheus.Registry) *metrics {
 	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = NewRegistry()
 	}
 	m := &metrics{
 		reg: reg,

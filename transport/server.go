@@ -80,8 +80,8 @@ type Config struct {
 	// Logger receives one line per request and per run transition
 	// (default: discard).
 	Logger *slog.Logger
-	// Metrics is the Prometheus registry /metrics serves (default: a new
-	// one with Go and process collectors).
+	// Metrics is the Prometheus registry /metrics serves (default:
+	// NewRegistry()).
 	Metrics *prometheus.Registry
 	// NodeTypes, when set, answers GET /api/v1/node-types: the palette
 	// with what the types offer now, such as the tools of MCP servers

@@ -3,9 +3,6 @@ package main
 import (
 	"log/slog"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"chatgraph/chat"
 	setupcfg "chatgraph/config"
 	"chatgraph/runcontrol"
@@ -18,11 +15,7 @@ import (
 // relay may be nil (one process, or followers reading the log).
 func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Setup, ctl runcontrol.Controller, queue runcontrol.ChatQueue,
 	relay transport.Relay, log *slog.Logger) (*transport.Server, error) {
-	metrics := prometheus.NewRegistry()
-	// The Go collector's defaults and the scheduler's metrics (goroutines
-	// started, scheduling latencies).
-	metrics.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := transport.NewRegistry()
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
 		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: transport.StoreObserver(metrics), Owner: c.owner, LeaseTTL: c.leaseTTL})
 	if err != nil {
