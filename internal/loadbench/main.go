@@ -144,15 +144,14 @@ func (s *server) readLogs(r io.Reader) {
 	for sc.Scan() {
 		s.logLines.Add(1)
 		l := sc.Text()
-		quiet := false
-		for _, lv := range []string{"level=INFO", "level=DEBUG", `"level":"INFO"`, `"level":"DEBUG"`} {
-			quiet = quiet || strings.Contains(l, lv)
-		}
-		if !quiet {
+		if !slices.ContainsFunc(quietLevels, func(lv string) bool { return strings.Contains(l, lv) }) {
 			fmt.Fprintln(os.Stderr, l)
 		}
 	}
 }
+
+// quietLevels mark the server's info and debug lines (text or JSON).
+var quietLevels = []string{"level=INFO", "level=DEBUG", `"level":"INFO"`, `"level":"DEBUG"`}
 
 // goroutinesCreated reads how many goroutines the server has started
 // from its /metrics (the Go runtime's /sched/goroutines-created).
