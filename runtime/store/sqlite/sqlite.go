@@ -89,6 +89,16 @@ var (
 	_ runtime.EffectLedger   = (*Store)(nil)
 )
 
+// writerCacheKiB is the writer connection's page cache (SQLite's default
+// is 2 MiB). A group commit of streaming runs touches a page per run — the
+// tail of its events, its runs row — so with a thousand runs streaming,
+// the default cache spills dirty pages into the WAL in the middle of the
+// transaction and reads back the pages it evicted at the next. The cache
+// fills only with pages the writer touches. The writer's statement
+// journals (a multi-row INSERT may have to undo itself) are kept in
+// memory too (temp_store), not in a temporary file.
+const writerCacheKiB = 32 << 10
+
 // Open opens (creating it if needed) the store at cfg.Path and applies any
 // missing schema migrations.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
@@ -126,8 +136,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 
 	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=synchronous(%s)", busy.Milliseconds(), level)
-	w, err := sql.Open("sqlite", cfg.Path+"?"+common+
-		fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)&_txlock=immediate", autocheckpointPages))
+	w, err := sql.Open("sqlite", cfg.Path+"?"+common+fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)"+
+		"&_pragma=cache_size(-%d)&_pragma=temp_store(MEMORY)&_txlock=immediate", autocheckpointPages, writerCacheKiB))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
