@@ -233,51 +233,73 @@ func renewalDelay(ttl time.Duration) time.Duration {
 	return third - rand.N(third/2+1)
 }
 
-// renewLease keeps the run's lease alive until stop is closed, renewing
-// it every renewalDelay; when a renewal fails the run is cancelled with
-// ErrLeaseLost.
-func (r *run) renewLease(stop <-chan struct{}) {
+// renewLease keeps the run's lease alive until the stop it returns is
+// called: a timer renews it every renewalDelay, and its callback runs
+// only when it fires, so a run holds no goroutine for its lease between
+// renewals. When a renewal fails the run is cancelled with ErrLeaseLost
+// and renewing stops. Renewals never overlap: the next is scheduled once
+// the last has returned.
+func (r *run) renewLease() (stop func()) {
 	if r.store == nil || r.store.leaser == nil || r.lease == nil {
-		return
+		return func() {}
 	}
-	l := r.store.leaser
-	t := time.NewTimer(renewalDelay(r.e.leaseTTL))
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
+	var (
+		mu      sync.Mutex
+		t       *time.Timer
+		stopped bool
+	)
+	mu.Lock() // the callback may not reschedule t before it is set
+	defer mu.Unlock()
+	t = time.AfterFunc(renewalDelay(r.e.leaseTTL), func() {
+		if !r.renewOnce() {
 			return
-		case <-t.C:
-			t.Reset(renewalDelay(r.e.leaseTTL))
-			r.emu.Lock()
-			cur := *r.lease
-			// A run created in its first group commit has no record to
-			// renew until that commit is done (it may wait behind others).
-			unborn := r.bornInBatch && r.cgen == 0
-			r.emu.Unlock()
-			if unborn {
-				continue
-			}
-			next, err := l.RenewLease(r.bg, cur, r.e.leaseTTL)
-			r.emu.Lock()
-			ending := r.ending
-			r.emu.Unlock()
-			if err != nil && ending {
-				return // the run's end (with its lease's release) is being written
-			}
-			if err != nil {
-				r.e.log.Warn("run lease lost", "run", r.rec.ID, "err", err)
-				lost := fmt.Errorf("%w: %v", ErrLeaseLost, err)
-				// Write nothing more: the run belongs to whoever recovers it.
-				r.fail(lost)
-				r.cancel(lost)
-				return
-			}
-			r.emu.Lock()
-			*r.lease = next
-			r.emu.Unlock()
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(renewalDelay(r.e.leaseTTL))
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
+}
+
+// renewOnce renews the run's lease once and reports whether to go on
+// renewing: not once the lease is lost (the run is then failed and
+// cancelled) or the run's end is being written.
+func (r *run) renewOnce() bool {
+	r.emu.Lock()
+	cur := *r.lease
+	// A run created in its first group commit has no record to renew
+	// until that commit is done (it may wait behind others).
+	unborn := r.bornInBatch && r.cgen == 0
+	r.emu.Unlock()
+	if unborn {
+		return true
+	}
+	next, err := r.store.leaser.RenewLease(r.bg, cur, r.e.leaseTTL)
+	r.emu.Lock()
+	ending := r.ending
+	if err == nil {
+		*r.lease = next
+	}
+	r.emu.Unlock()
+	switch {
+	case err == nil:
+		return true
+	case ending:
+		return false // the run's end (with its lease's release) is being written
+	}
+	r.e.log.Warn("run lease lost", "run", r.rec.ID, "err", err)
+	lost := fmt.Errorf("%w: %v", ErrLeaseLost, err)
+	// Write nothing more: the run belongs to whoever recovers it.
+	r.fail(lost)
+	r.cancel(lost)
+	return false
 }
 
 // RecoveryConfig drives RecoverExpired and RecoveryLoop.

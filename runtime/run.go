@@ -398,9 +398,7 @@ func (r *run) execute() (*RunResult, error) {
 		defer clock.Stop()
 	}
 	if r.lease != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go r.renewLease(stop)
+		defer r.renewLease()()
 	}
 	// With a committer (sync, batched), run_started waits for the run's
 	// first step and is committed with it: the entry nodes that need no
