@@ -96,9 +96,9 @@ var (
 // transaction and reads back the pages it evicted at the next. 16 MiB
 // holds the hot pages of a few thousand streaming runs; the cache fills
 // only with pages the writer touches, but a busy server's writer touches
-// enough to fill it (about 22 MB more resident memory). The writer's statement
-// journals (a multi-row INSERT may have to undo itself) are kept in
-// memory too (temp_store), not in a temporary file.
+// enough to fill it (about 22 MB more resident memory). The writer's
+// statement journals (a multi-row INSERT may have to undo itself) are
+// kept in memory too (temp_store), not in a temporary file.
 const writerCacheKiB = 16 << 10
 
 // Open opens (creating it if needed) the store at cfg.Path and applies any
