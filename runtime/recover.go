@@ -355,7 +355,10 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 			}
 			got, err := l.ClaimRun(ctx, id, e.owner, e.leaseTTL)
 			if err != nil {
-				continue // ended or taken meanwhile
+				// Taken by another process or deleted meanwhile. One that
+				// ended is claimed (a claim does not look at the status)
+				// and given back below.
+				continue
 			}
 			ids = append(ids, id)
 			leases[id] = &got

@@ -397,9 +397,7 @@ func (r *run) execute() (*RunResult, error) {
 		clock := time.AfterFunc(r.e.maxRun, func() { r.cancel(ErrRunTimeLimit) })
 		defer clock.Stop()
 	}
-	if r.lease != nil {
-		defer r.renewLease()()
-	}
+	defer r.renewLease()() // nothing to renew without a lease
 	// With a committer (sync, batched), run_started waits for the run's
 	// first step and is committed with it: the entry nodes that need no
 	// wait (pure ones, run on the dispatcher) run meanwhile, and the first
