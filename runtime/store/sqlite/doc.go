@@ -16,4 +16,9 @@
 // JSON decoding (event Data as json.RawMessage). Completed side effects
 // (runtime.EffectLedger) live in the same file, so a restarted server
 // never repeats them.
+//
+// A run's events are appended to a table in commit order (the tail) and
+// move into the table ordered by run a segment at a time, so that a group
+// commit of many streaming runs writes a few pages, not one per run
+// (tail.go).
 package sqlite

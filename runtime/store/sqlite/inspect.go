@@ -115,6 +115,7 @@ func (s *Store) DeleteFinishedBefore(ctx context.Context, t time.Time) (int, err
 // runs it removed.
 func (s *Store) deleteRuns(ctx context.Context, pick func(*sql.Tx) ([]string, error)) (int, error) {
 	var n int64
+	var deleted []string
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		ids, err := pick(tx)
 		if err != nil || len(ids) == 0 {
@@ -127,7 +128,8 @@ func (s *Store) deleteRuns(ctx context.Context, pick func(*sql.Tx) ([]string, er
 		for i, id := range ids {
 			args[i] = id
 		}
-		for _, table := range []string{"events", "checkpoints"} {
+		deleted = ids
+		for _, table := range []string{"events", "checkpoints", "run_tails"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...); err != nil {
 				return err
 			}
@@ -142,5 +144,7 @@ func (s *Store) deleteRuns(ctx context.Context, pick func(*sql.Tx) ([]string, er
 	if err != nil {
 		return 0, err
 	}
+	// Rows of their segments stay in event_tail until it is truncated.
+	s.tails.forget(deleted)
 	return int(n), nil
 }

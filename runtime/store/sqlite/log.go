@@ -27,35 +27,40 @@ ON CONFLICT (run_id, node_id) DO UPDATE SET
 	attempt_id = excluded.attempt_id, replayed = excluded.replayed, started_at = excluded.started_at,
 	updated_at = excluded.updated_at, next_attempt_at = excluded.next_attempt_at, token = excluded.token`
 
-// advanceQuery moves LastSeq only if the token is current and the log
-// ends where the batch starts.
-const advanceQuery = `UPDATE runs SET last_seq = ? WHERE id = ? AND token <= ? AND last_seq = ?`
-
-// eventCols is the number of columns insertEvents writes per row.
-const eventCols = 8
-
 // maxInsertRows is the most rows one event INSERT carries. A group commit
 // inserts its events with one statement per power of two in their count
 // (21 events: 16 + 4 + 1), each prepared once: a statement's overhead
 // (binding, stepping, resetting) is paid per statement, not per row.
 const maxInsertRows = 64
 
-// insertEventsQueries[n] inserts n events (n a power of two up to
-// maxInsertRows).
-var insertEventsQueries = func() map[int]string {
+// insertQueries are the INSERTs of n rows into a table of events (n a
+// power of two up to maxInsertRows); tail says the rows carry their
+// event_tail id.
+type insertQueries struct {
+	tail bool
+	q    map[int]string
+}
+
+var (
+	insertEventsQueries = newInsertQueries("events", false)
+	insertTailQueries   = newInsertQueries("event_tail", true)
+)
+
+func newInsertQueries(table string, tail bool) insertQueries {
+	cols, row := `run_id, seq, type, chat_id, node_id, attempt, at, data`, `(?, ?, ?, ?, ?, ?, ?, ?)`
+	if tail {
+		cols, row = `id, `+cols, `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	}
 	m := map[int]string{}
 	for n := 1; n <= maxInsertRows; n *= 2 {
-		q := `INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data) VALUES `
-		for i := range n {
-			if i > 0 {
-				q += ", "
-			}
-			q += "(?, ?, ?, ?, ?, ?, ?, ?)"
+		q := `INSERT INTO ` + table + ` (` + cols + `) VALUES ` + row
+		for range n - 1 {
+			q += ", " + row
 		}
 		m[n] = q
 	}
-	return m
-}()
+	return insertQueries{tail: tail, q: m}
+}
 
 // insertRows is the row count of the next INSERT for left rows: the
 // largest power of two not above left, capped at maxInsertRows.
@@ -70,11 +75,13 @@ func insertRows(left int) int {
 // txQueries are the statements run inside write transactions; Open
 // prepares them (see stmts.in).
 var txQueries = func() []string {
-	qs := []string{fenceQuery, saveCheckpointQuery, advanceQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
+	qs := []string{logStateQuery, saveCheckpointQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
 		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
-		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery}
+		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery, tailEndQuery,
+		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
+		truncateQuery, segmentQuery}
 	for n := 1; n <= maxInsertRows; n *= 2 {
-		qs = append(qs, insertEventsQueries[n])
+		qs = append(qs, insertEventsQueries.q[n], insertTailQueries.q[n])
 	}
 	return qs
 }()
@@ -177,82 +184,37 @@ func (s *Store) Checkpoints(ctx context.Context, runID string) ([]*runtime.Check
 	return out, nil
 }
 
-// AppendEvents implements runtime.Store. Moving LastSeq (conditional on
-// the token and on the current LastSeq) and inserting the events are one
-// transaction.
+// AppendEvents implements runtime.Store: the checks and the rows in one
+// transaction (see tail.go for where the rows go).
 func (s *Store) AppendEvents(ctx context.Context, runID string, token int64, evs []runtime.Event) error {
 	var err error
 	if len(evs) == 0 {
 		_, err = s.fence(ctx, nil, runID, token) // nothing to write, but a fenced writer learns it
 	} else {
-		err = s.inTx(ctx, func(tx *sql.Tx) error { return s.appendEvents(ctx, tx, runID, token, evs) })
+		err = s.inLogTx(ctx, false, func(lt *logTx) error { return lt.append(runID, token, evs, false) })
 	}
 	return wrap(err, "append events to %s", runID)
 }
 
-// appendEvents appends evs (not empty) in tx.
-func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, runID string, token int64, evs []runtime.Event) error {
-	rows, err := s.advance(ctx, tx, runID, token, evs, nil)
-	if err != nil {
-		return err
+// insertRows inserts rows in tx with qs, up to maxInsertRows in one
+// statement.
+func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, qs insertQueries, rows []eventRow) error {
+	cols := 8
+	if qs.tail {
+		cols++
 	}
-	return s.insertEvents(ctx, tx, rows)
-}
-
-// eventRow is one events row to insert.
-type eventRow struct {
-	runID string
-	ev    *runtime.Event
-	data  any // the data column
-}
-
-// advance moves runID's LastSeq past evs (not empty) in tx, checking the
-// token and that evs continue the log, and appends their rows to rows for
-// insertEvents.
-func (s *Store) advance(ctx context.Context, tx *sql.Tx, runID string, token int64, evs []runtime.Event, rows []eventRow) ([]eventRow, error) {
-	for i := range evs {
-		if evs[i].Seq != evs[0].Seq+int64(i) {
-			// Report fencing first, as for any write.
-			if _, err := s.fence(ctx, tx, runID, token); err != nil {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: run %s: batch seqs are not consecutive", runtime.ErrSeqConflict, runID)
-		}
-	}
-	for i := range evs {
-		data, err := evs[i].DataJSON()
-		if err != nil {
-			return nil, fmt.Errorf("event %d data: %w", evs[i].Seq, err)
-		}
-		rows = append(rows, eventRow{runID: runID, ev: &evs[i], data: text(data)})
-	}
-	res, err := s.ws.execIn(ctx, tx, advanceQuery, evs[len(evs)-1].Seq, runID, token, evs[0].Seq-1)
-	if err != nil {
-		return nil, err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
-	} else if n == 0 {
-		last, err := s.fence(ctx, tx, runID, token)
-		if err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
-	}
-	return rows, nil
-}
-
-// insertEvents inserts rows in tx, up to maxInsertRows in one statement.
-func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, rows []eventRow) error {
-	args := make([]any, 0, eventCols*min(len(rows), maxInsertRows))
+	args := make([]any, 0, cols*min(len(rows), maxInsertRows))
 	for len(rows) > 0 {
 		n := insertRows(len(rows))
 		args = args[:0]
 		for _, r := range rows[:n] {
 			e := r.ev
+			if qs.tail {
+				args = append(args, r.id)
+			}
 			args = append(args, r.runID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), r.data)
 		}
-		if _, err := s.ws.execIn(ctx, tx, insertEventsQueries[n], args...); err != nil {
+		if _, err := s.ws.execIn(ctx, tx, qs.q[n], args...); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -266,11 +228,14 @@ func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, rows []eventRow) e
 // fsync. Any refused write (ErrFenced, ErrSeqConflict, ErrRunNotFound, a
 // joined write's error) rolls the whole call back.
 func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) error {
-	err := s.inTxGated(ctx, true, func(tx *sql.Tx) error {
+	err := s.inLogTx(ctx, true, func(lt *logTx) error {
 		// The events of every batch are inserted together at the end,
 		// after the joined writes (which must not read them: see Write).
-		var rows []eventRow
+		tx := lt.tx
 		for _, b := range batches {
+			// A run that ends or lets go of its lease moves its log's
+			// segment into events.
+			end := b.Finish != nil || b.Release != nil
 			if b.Create != nil {
 				if b.Lease == nil {
 					return fmt.Errorf("sqlite store: create %s in a batch needs its lease", b.Create.ID)
@@ -285,8 +250,11 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				}
 			}
 			if len(b.Events) > 0 {
-				var err error
-				if rows, err = s.advance(ctx, tx, b.RunID, b.Token, b.Events, rows); err != nil {
+				if err := lt.append(b.RunID, b.Token, b.Events, end); err != nil {
+					return wrap(err, "append events to %s", b.RunID)
+				}
+			} else if end {
+				if err := lt.end(b.RunID, b.Token); err != nil {
 					return wrap(err, "append events to %s", b.RunID)
 				}
 			}
@@ -312,7 +280,7 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				}
 			}
 		}
-		return wrap(s.insertEvents(ctx, tx, rows), "insert events")
+		return nil
 	})
 	return wrap(err, "write batches")
 }
@@ -337,7 +305,13 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 // walSync once the writer is free. A caller that asked for it
 // (runtime.DeferSync) gets the wait for that sync instead.
 func (s *Store) inTxGated(ctx context.Context, urgent bool, fn func(*sql.Tx) error) error {
-	n, err := s.commitGated(ctx, urgent, fn)
+	return s.inTxGatedThen(ctx, urgent, fn, nil)
+}
+
+// inTxGatedThen is inTxGated running committed, when not nil, once the
+// transaction committed, before the writer goes to the next.
+func (s *Store) inTxGatedThen(ctx context.Context, urgent bool, fn func(*sql.Tx) error, committed func()) error {
+	n, err := s.commitGated(ctx, urgent, fn, committed)
 	if err != nil || s.wal == nil {
 		return err
 	}
@@ -348,9 +322,10 @@ func (s *Store) inTxGated(ctx context.Context, urgent bool, fn func(*sql.Tx) err
 	return wait()
 }
 
-// commitGated runs fn in a transaction holding the writer and commits it;
-// with a walSync it returns the transaction's number there.
-func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) error) (uint64, error) {
+// commitGated runs fn in a transaction holding the writer and commits it,
+// then runs committed (when not nil); with a walSync it returns the
+// transaction's number there.
+func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) error, committed func()) (uint64, error) {
 	if err := s.gate.enter(ctx, urgent); err != nil {
 		return 0, err
 	}
@@ -374,39 +349,28 @@ func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) e
 	if err != nil {
 		return 0, err
 	}
+	if committed != nil {
+		committed()
+	}
 	s.ck.dirty.Store(true)
 	return n, nil
 }
 
+// eventsQuery reads a run's events in the events table.
+const eventsQuery = `SELECT seq, type, chat_id, node_id, attempt, at, data FROM events
+WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+
+// readLogQueries are the statements Events runs in its read transaction.
+var readLogQueries = []string{tailStateQuery, eventsQuery, segmentQuery}
+
 // Events implements runtime.Store. Data comes back as json.RawMessage.
+// The events table and the run's segment in the tail (tail.go) are read
+// in one read transaction; the segment comes from the store's memory when
+// the file has it as the store remembers it (the same first row and last
+// seq: another store on the file may have appended to it).
 func (s *Store) Events(ctx context.Context, runID string, after int64, limit int) ([]runtime.Event, error) {
-	if limit <= 0 {
-		limit = -1 // SQLite: no limit
-	}
-	rows, err := s.rs.query(ctx, `SELECT seq, type, chat_id, node_id, attempt, at, data FROM events
-WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, after, limit)
+	out, err := s.events(ctx, runID, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite store: events of %s: %w", runID, err)
-	}
-	defer rows.Close()
-	var out []runtime.Event
-	for rows.Next() {
-		e := runtime.Event{RunID: runID}
-		var (
-			typ  string
-			at   int64
-			data []byte
-		)
-		if err := rows.Scan(&e.Seq, &typ, &e.ChatID, &e.NodeID, &e.Attempt, &at, &data); err != nil {
-			return nil, fmt.Errorf("sqlite store: events of %s: %w", runID, err)
-		}
-		e.Type, e.Time = runtime.EventType(typ), fromMicros(at)
-		if data != nil {
-			e.Data = json.RawMessage(data)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite store: events of %s: %w", runID, err)
 	}
 	if s.wal != nil {
@@ -420,6 +384,84 @@ WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`, runID, after, limit)
 		if err := s.exists(ctx, runID); err != nil {
 			return nil, err
 		}
+	}
+	return out, nil
+}
+
+func (s *Store) events(ctx context.Context, runID string, after int64, limit int) ([]runtime.Event, error) {
+	// Read what the store remembers first: a segment compacted after this
+	// is in the events table the transaction reads.
+	mem := s.tails.get(runID)
+	for _, q := range readLogQueries { // prepared before the transaction holds a connection
+		if _, err := s.rs.get(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read only
+	var from, last int64
+	if err := s.rs.queryRowIn(ctx, tx, tailStateQuery, runID).Scan(&from, &last); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	sqlLimit := limit
+	if limit <= 0 {
+		sqlLimit = -1 // SQLite: no limit
+	}
+	rows, err := s.rs.queryIn(ctx, tx, eventsQuery, runID, after, sqlLimit)
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Event
+	for rows.Next() {
+		e := runtime.Event{RunID: runID}
+		var (
+			typ  string
+			at   int64
+			data []byte
+		)
+		if err := rows.Scan(&e.Seq, &typ, &e.ChatID, &e.NodeID, &e.Attempt, &at, &data); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		e.Type, e.Time = runtime.EventType(typ), fromMicros(at)
+		if data != nil {
+			e.Data = json.RawMessage(data)
+		}
+		out = append(out, e)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	if from == 0 || (limit > 0 && len(out) >= limit) {
+		return out, nil
+	}
+	seg := mem.rows
+	if mem.from != from || mem.last() != last {
+		rows, err := s.rs.queryIn(ctx, tx, segmentQuery, from, runID)
+		if err != nil {
+			return nil, err
+		}
+		if seg, err = scanSegment(rows, runID); err != nil {
+			return nil, err
+		}
+	}
+	// The segment continues the events table's rows.
+	next := after + 1
+	if len(out) > 0 {
+		next = out[len(out)-1].Seq + 1
+	}
+	for _, r := range seg {
+		if r.ev.Seq < next {
+			continue
+		}
+		if r.ev.Seq != next || (limit > 0 && len(out) >= limit) {
+			break
+		}
+		out = append(out, *r.ev)
+		next++
 	}
 	return out, nil
 }

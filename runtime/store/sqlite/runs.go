@@ -11,8 +11,11 @@ import (
 	"chatgraph/runtime/store/internal/rowjson"
 )
 
+// runCols are the columns scanRun reads. The log's last seq is run_tails'
+// while the run has a segment in the tail (tail.go).
 const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, attrs, entry_node_ids,
-	input, options, status, error, interrupts, answers, last_seq, token, created_at, updated_at`
+	input, options, status, error, interrupts, answers,
+	coalesce((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id), runs.last_seq), token, created_at, updated_at`
 
 // runArgs returns the record's column values in runCols order, without
 // id, last_seq and token.
@@ -188,8 +191,6 @@ const createClaimedQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, g
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ` + overReservation
 
-const fenceQuery = `SELECT token, last_seq FROM runs WHERE id = ?`
-
 // applied turns the result of a statement conditional on the run's token,
 // run in tx, into nil, ErrRunNotFound or ErrFenced.
 func (s *Store) applied(ctx context.Context, tx *sql.Tx, res sql.Result, runID string, token int64) error {
@@ -212,24 +213,8 @@ func (s *Store) applied(ctx context.Context, tx *sql.Tx, res sql.Result, runID s
 // fence checks token against the run's (in tx, when not nil) and returns
 // the run's last seq.
 func (s *Store) fence(ctx context.Context, tx *sql.Tx, runID string, token int64) (lastSeq int64, err error) {
-	var row scanner
-	if tx == nil {
-		row = s.ws.queryRow(ctx, fenceQuery, runID)
-	} else {
-		row = s.ws.queryRowIn(ctx, tx, fenceQuery, runID)
-	}
-	var cur int64
-	err = row.Scan(&cur, &lastSeq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("sqlite store: run %s: %w", runID, err)
-	}
-	if token < cur {
-		return 0, fmt.Errorf("%w: run %s holds token %d, write has %d", runtime.ErrFenced, runID, cur, token)
-	}
-	return lastSeq, nil
+	lastSeq, _, err = s.logState(ctx, tx, runID, token)
+	return lastSeq, err
 }
 
 func (s *Store) exists(ctx context.Context, runID string) error {

@@ -117,6 +117,31 @@ CREATE TABLE effects (
 CREATE INDEX effects_root ON effects (root_run_id);
 CREATE INDEX runs_root ON runs (root_id);
 `,
+}, {
+	// The tail of the event log (tail.go): a streaming run's events are
+	// appended to event_tail, in commit order, and moved into events a
+	// segment at a time. run_tails holds, for each run with a segment in
+	// event_tail, its first row and the log's last seq.
+	Version: 4,
+	Name:    "event_tail, run_tails",
+	SQL: `
+CREATE TABLE event_tail (
+	id      INTEGER PRIMARY KEY,
+	run_id  TEXT NOT NULL,
+	seq     INTEGER NOT NULL,
+	type    TEXT NOT NULL,
+	chat_id TEXT NOT NULL DEFAULT '',
+	node_id TEXT NOT NULL DEFAULT '',
+	attempt INTEGER NOT NULL DEFAULT 0,
+	at      INTEGER NOT NULL,
+	data    TEXT
+);
+CREATE TABLE run_tails (
+	run_id    TEXT PRIMARY KEY,
+	tail_from INTEGER NOT NULL,
+	last_seq  INTEGER NOT NULL
+) WITHOUT ROWID;
+`,
 }}
 
 // SchemaVersion is the schema version this package writes.

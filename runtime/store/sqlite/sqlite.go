@@ -75,6 +75,9 @@ type Store struct {
 	log  *slog.Logger
 	now  func() time.Time
 	busy time.Duration // Config.BusyTimeout
+	// tails remembers the segments of run logs the store appended to the
+	// event tail (tail.go).
+	tails tails
 
 	closeOnce sync.Once
 	closeErr  error
@@ -179,7 +182,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			}
 			s.wal = newWALSync(cfg.Path)
 		}
-		return s.migrate(ctx)
+		if err := s.migrate(ctx); err != nil {
+			return err
+		}
+		return s.inTx(ctx, func(tx *sql.Tx) error { return compactAll(ctx, tx) })
 	})
 	if err != nil {
 		s.closeWriter()

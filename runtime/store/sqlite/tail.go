@@ -1,0 +1,504 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"chatgraph/runtime"
+)
+
+// The events table keeps each run's log together (its key is run id and
+// seq), which is what reading a log wants and what a group commit of
+// streaming runs does not: every run in the commit dirties a page of its
+// own, and the commit writes every one of those pages to the WAL. A
+// thousand runs streaming a delta each is a thousand pages, 4 MiB of WAL
+// for 150 KiB of events.
+//
+// So a streaming run's events go to event_tail first: a table in commit
+// order, whose new rows fill its last pages. A run's events there since
+// its log was last compacted are its segment; run_tails holds the
+// segment's first row (tail_from) and the log's last seq, one small row
+// per run with a segment. A segment moves into events in one write — when
+// it reaches compactAt events, when the run ends or lets go of its lease
+// (the batch has Finish or Release), or when it is so old that it holds
+// back the truncation of the tail — so each run dirties its events page
+// once per segment, not once per commit. Rows of compacted segments stay
+// in event_tail until a truncation deletes every row below the oldest
+// segment's first.
+//
+// The store remembers the segments it appended (tails): compacting a
+// segment writes the remembered events, and reading a log takes them from
+// memory, without a scan of the tail. What the file says decides: a
+// remembered segment is used only if run_tails names the same first row.
+// A segment the store does not remember (another process's on the same
+// file, or one from before a restart) is read from event_tail by a scan
+// from its first row. Open moves every segment into events, so a
+// restarted server starts with an empty tail.
+var (
+	// compactAt is the length at which a segment moves into events.
+	compactAt = 64
+	// truncateEvery is how many rows the store appends to the tail
+	// between two truncations.
+	truncateEvery = 1024
+	// pinRows is how far behind the tail's end a segment may start
+	// before the truncation compacts it.
+	pinRows int64 = 1 << 16
+)
+
+const (
+	// logStateQuery reads what a write to a run's log checks: its token,
+	// the log's last seq and its segment's first row (0: none).
+	logStateQuery = `SELECT r.token, coalesce(t.last_seq, r.last_seq), coalesce(t.tail_from, 0)
+FROM runs r LEFT JOIN run_tails t ON t.run_id = r.id WHERE r.id = ?`
+	tailEndQuery      = `SELECT coalesce(max(id), 0) + 1 FROM event_tail`
+	startSegmentQuery = `INSERT INTO run_tails (run_id, tail_from, last_seq) VALUES (?, ?, ?)`
+	growSegmentQuery  = `UPDATE run_tails SET last_seq = ? WHERE run_id = ?`
+	// growKnownQuery grows a segment the store remembers, checking in the
+	// same statement that the file has it as remembered and the token.
+	growKnownQuery = `UPDATE run_tails SET last_seq = ? WHERE run_id = ? AND last_seq = ? AND tail_from = ?
+AND (SELECT token FROM runs WHERE id = ?) <= ?`
+	endSegmentQuery    = `DELETE FROM run_tails WHERE run_id = ?`
+	compactedQuery     = `UPDATE runs SET last_seq = ? WHERE id = ?`
+	oldestSegmentQuery = `SELECT min(tail_from) FROM run_tails`
+	pinningQuery       = `SELECT run_id, tail_from, last_seq FROM run_tails WHERE tail_from < ?`
+	truncateQuery      = `DELETE FROM event_tail WHERE id < ?`
+	segmentQuery       = `SELECT id, seq, type, chat_id, node_id, attempt, at, data FROM event_tail
+WHERE id >= ? AND run_id = ? ORDER BY id`
+	tailStateQuery = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
+)
+
+// compactAllQueries move every segment into events (Open).
+var compactAllQueries = []string{
+	`INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
+SELECT e.run_id, e.seq, e.type, e.chat_id, e.node_id, e.attempt, e.at, e.data
+FROM event_tail e JOIN run_tails t ON t.run_id = e.run_id AND e.id >= t.tail_from ORDER BY e.run_id, e.seq`,
+	`UPDATE runs SET last_seq = (SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id)
+WHERE id IN (SELECT run_id FROM run_tails)`,
+	`DELETE FROM run_tails`,
+	`DELETE FROM event_tail`,
+}
+
+// eventRow is one row of events or event_tail: id is its event_tail id
+// (0 until it has one).
+type eventRow struct {
+	runID string
+	id    int64
+	ev    *runtime.Event
+	data  any // the data column
+}
+
+// segment is a run's events in event_tail since its log was last
+// compacted: from is the first row's id (run_tails.tail_from).
+type segment struct {
+	from int64
+	rows []eventRow
+}
+
+// tails is what the store remembers of the segments it appended. A
+// segment's rows are only ever appended to: a reader keeps the slice it
+// copied while the writer appends past its end.
+type tails struct {
+	mu   sync.Mutex
+	segs map[string]*segment
+	// appended counts the rows appended since the last truncation (the
+	// writer's, under the writer gate).
+	appended int
+}
+
+// get returns run's remembered segment, if any.
+func (t *tails) get(runID string) segment {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if seg := t.segs[runID]; seg != nil {
+		return *seg
+	}
+	return segment{}
+}
+
+// last is the seq of the segment's last event (0 when empty).
+func (seg segment) last() int64 {
+	if len(seg.rows) == 0 {
+		return 0
+	}
+	return seg.rows[len(seg.rows)-1].ev.Seq
+}
+
+// forget drops the segments of runs.
+func (t *tails) forget(runIDs []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range runIDs {
+		delete(t.segs, id)
+	}
+}
+
+// logTx is one write transaction's changes to run logs: the checks and
+// run_tails writes run as the batches come, the rows are inserted at the
+// end (insert), and the store's memory of segments changes only once the
+// transaction committed (committed).
+type logTx struct {
+	s   *Store
+	ctx context.Context
+	tx  *sql.Tx
+	// next is the next event_tail id (0: not read yet).
+	next int64
+	// segs are the segments as the transaction leaves them (nil: none).
+	segs         map[string]*segment
+	tail, events []eventRow
+	// truncated is the first row kept by the transaction's truncation
+	// (0: none).
+	truncated int64
+}
+
+func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) *logTx {
+	return &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}}
+}
+
+// inLogTx runs fn in a write transaction (inTxGated) with a logTx on it,
+// inserts the rows fn appended and, once the transaction committed,
+// makes the store remember the segments as it left them.
+func (s *Store) inLogTx(ctx context.Context, urgent bool, fn func(*logTx) error) error {
+	var lt *logTx
+	return s.inTxGatedThen(ctx, urgent, func(tx *sql.Tx) error {
+		lt = s.newLogTx(ctx, tx)
+		if err := fn(lt); err != nil {
+			return err
+		}
+		return lt.insert()
+	}, func() { lt.committed() })
+}
+
+// logState reads runID's token, last seq and segment start in tx (nil:
+// outside one) and checks token against the run's.
+func (s *Store) logState(ctx context.Context, tx *sql.Tx, runID string, token int64) (last, from int64, err error) {
+	var row scanner
+	if tx == nil {
+		row = s.ws.queryRow(ctx, logStateQuery, runID)
+	} else {
+		row = s.ws.queryRowIn(ctx, tx, logStateQuery, runID)
+	}
+	var cur int64
+	err = row.Scan(&cur, &last, &from)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, runID)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlite store: run %s: %w", runID, err)
+	}
+	if token < cur {
+		return 0, 0, fmt.Errorf("%w: run %s holds token %d, write has %d", runtime.ErrFenced, runID, cur, token)
+	}
+	return last, from, nil
+}
+
+// append appends evs (not empty) to runID's log, checking the token and
+// that evs continue the log; end says the run stops writing (its segment
+// moves into events now).
+func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool) error {
+	for i := range evs {
+		if evs[i].Seq != evs[0].Seq+int64(i) {
+			// Report fencing first, as for any write.
+			if _, _, err := l.s.logState(l.ctx, l.tx, runID, token); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: run %s: batch seqs are not consecutive", runtime.ErrSeqConflict, runID)
+		}
+	}
+	lastSeq := evs[len(evs)-1].Seq
+	seg, grown, err := l.growKnown(runID, token, evs, end)
+	if err != nil {
+		return err
+	}
+	from := seg.from
+	if !grown {
+		last, f, err := l.s.logState(l.ctx, l.tx, runID, token)
+		if err != nil {
+			return err
+		}
+		if evs[0].Seq != last+1 {
+			return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
+		}
+		from = f
+		if seg, err = l.segment(runID, from, last); err != nil {
+			return err
+		}
+	}
+	// The caller keeps its events: the store remembers copies.
+	own := append([]runtime.Event(nil), evs...)
+	rows := make([]eventRow, len(own))
+	for i := range own {
+		data, err := own[i].DataJSON()
+		if err != nil {
+			return fmt.Errorf("event %d data: %w", own[i].Seq, err)
+		}
+		if data != nil {
+			own[i].Data = json.RawMessage(data)
+		}
+		rows[i] = eventRow{runID: runID, ev: &own[i], data: text(data)}
+	}
+	if end || len(seg.rows)+len(rows) >= compactAt {
+		return l.compact(runID, from, append(seg.rows, rows...))
+	}
+	if err := l.ids(rows); err != nil {
+		return err
+	}
+	switch {
+	case from == 0:
+		from = rows[0].id
+		_, err = l.s.ws.execIn(l.ctx, l.tx, startSegmentQuery, runID, from, lastSeq)
+	case !grown:
+		_, err = l.s.ws.execIn(l.ctx, l.tx, growSegmentQuery, lastSeq, runID)
+	}
+	if err != nil {
+		return err
+	}
+	l.tail = append(l.tail, rows...)
+	l.segs[runID] = &segment{from: from, rows: append(seg.rows, rows...)}
+	return nil
+}
+
+// growKnown is append's one statement for the common case: evs continue
+// the segment the store remembers and stay in the tail. It checks that
+// the file has the segment as remembered and the token, and moves the
+// segment's last seq; grown says it did. Otherwise append checks and
+// writes step by step.
+func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bool) (seg segment, grown bool, err error) {
+	known, ok := l.segs[runID]
+	if !ok {
+		l.s.tails.mu.Lock()
+		known = l.s.tails.segs[runID]
+		l.s.tails.mu.Unlock()
+	}
+	if end || known == nil || len(known.rows)+len(evs) >= compactAt {
+		return segment{}, false, nil
+	}
+	last := known.last()
+	if evs[0].Seq != last+1 {
+		return segment{}, false, nil
+	}
+	res, err := l.s.ws.execIn(l.ctx, l.tx, growKnownQuery, evs[len(evs)-1].Seq, runID, last, known.from, runID, token)
+	if err != nil {
+		return segment{}, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return segment{}, false, err
+	}
+	return *known, true, nil
+}
+
+// end moves runID's segment, if it has one, into events: the run stops
+// writing its log.
+func (l *logTx) end(runID string, token int64) error {
+	last, from, err := l.s.logState(l.ctx, l.tx, runID, token)
+	if err != nil || from == 0 {
+		return err
+	}
+	seg, err := l.segment(runID, from, last)
+	if err != nil {
+		return err
+	}
+	return l.compact(runID, from, seg.rows)
+}
+
+// ids numbers rows as the tail's next rows.
+func (l *logTx) ids(rows []eventRow) error {
+	if l.next == 0 {
+		if err := l.s.ws.queryRowIn(l.ctx, l.tx, tailEndQuery).Scan(&l.next); err != nil {
+			return err
+		}
+	}
+	for i := range rows {
+		rows[i].id = l.next
+		l.next++
+	}
+	return nil
+}
+
+// segment returns runID's segment starting at row from and ending at seq
+// last (an empty one when from is 0): as this transaction left it, as the
+// store remembers it, or read from the tail when neither is that segment
+// (another store on the file may have appended to it).
+func (l *logTx) segment(runID string, from, last int64) (segment, error) {
+	if from == 0 {
+		return segment{}, nil
+	}
+	seg, ok := l.segs[runID]
+	if !ok {
+		l.s.tails.mu.Lock()
+		seg = l.s.tails.segs[runID]
+		l.s.tails.mu.Unlock()
+	}
+	if seg != nil && seg.from == from && seg.last() == last {
+		return *seg, nil
+	}
+	rows, err := l.s.ws.queryIn(l.ctx, l.tx, segmentQuery, from, runID)
+	if err != nil {
+		return segment{}, err
+	}
+	got, err := scanSegment(rows, runID)
+	if err != nil {
+		return segment{}, fmt.Errorf("segment of %s: %w", runID, err)
+	}
+	return segment{from: from, rows: got}, nil
+}
+
+// compact writes rows, runID's whole segment from row from (0: none) and
+// any events after it, to events, and ends the segment.
+func (l *logTx) compact(runID string, from int64, rows []eventRow) error {
+	l.events = append(l.events, rows...)
+	if len(rows) > 0 {
+		if _, err := l.s.ws.execIn(l.ctx, l.tx, compactedQuery, rows[len(rows)-1].ev.Seq, runID); err != nil {
+			return err
+		}
+	}
+	if from != 0 {
+		if _, err := l.s.ws.execIn(l.ctx, l.tx, endSegmentQuery, runID); err != nil {
+			return err
+		}
+	}
+	l.segs[runID] = nil
+	return nil
+}
+
+// insert inserts the transaction's rows, first truncating the tail when
+// the store appended truncateEvery rows since it last did.
+func (l *logTx) insert() error {
+	if l.s.tails.appended+len(l.tail) >= truncateEvery {
+		if err := l.truncate(); err != nil {
+			return fmt.Errorf("truncate the event tail: %w", err)
+		}
+	}
+	if err := l.s.insertRows(l.ctx, l.tx, insertTailQueries, l.tail); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	if err := l.s.insertRows(l.ctx, l.tx, insertEventsQueries, l.events); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	return nil
+}
+
+// truncate deletes the tail's rows below the oldest segment, first
+// compacting the segments that start more than pinRows/2 rows behind the
+// tail's end when the oldest starts pinRows behind it.
+func (l *logTx) truncate() error {
+	if l.next == 0 {
+		if err := l.s.ws.queryRowIn(l.ctx, l.tx, tailEndQuery).Scan(&l.next); err != nil {
+			return err
+		}
+	}
+	oldest := func() (int64, error) {
+		var low sql.NullInt64
+		if err := l.s.ws.queryRowIn(l.ctx, l.tx, oldestSegmentQuery).Scan(&low); err != nil {
+			return 0, err
+		}
+		if !low.Valid {
+			return l.next, nil
+		}
+		return low.Int64, nil
+	}
+	low, err := oldest()
+	if err != nil {
+		return err
+	}
+	if l.next-low > pinRows {
+		rows, err := l.s.ws.queryIn(l.ctx, l.tx, pinningQuery, l.next-pinRows/2)
+		if err != nil {
+			return err
+		}
+		type pin struct{ from, last int64 }
+		pinning := map[string]pin{}
+		for rows.Next() {
+			var id string
+			var p pin
+			if err := rows.Scan(&id, &p.from, &p.last); err != nil {
+				rows.Close()
+				return err
+			}
+			pinning[id] = p
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		for id, p := range pinning {
+			seg, err := l.segment(id, p.from, p.last)
+			if err != nil {
+				return err
+			}
+			if err := l.compact(id, p.from, seg.rows); err != nil {
+				return err
+			}
+		}
+		if low, err = oldest(); err != nil {
+			return err
+		}
+	}
+	if _, err := l.s.ws.execIn(l.ctx, l.tx, truncateQuery, low); err != nil {
+		return err
+	}
+	l.truncated = low
+	return nil
+}
+
+// committed makes the store remember the segments as the committed
+// transaction left them, and forget those the truncation passed.
+func (l *logTx) committed() {
+	t := &l.s.tails
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.segs == nil {
+		t.segs = map[string]*segment{}
+	}
+	for id, seg := range l.segs {
+		if seg == nil {
+			delete(t.segs, id)
+		} else {
+			t.segs[id] = seg
+		}
+	}
+	t.appended += len(l.tail)
+	if l.truncated != 0 {
+		t.appended = 0
+		for id, seg := range t.segs {
+			if seg.from < l.truncated {
+				delete(t.segs, id) // another writer compacted it
+			}
+		}
+	}
+}
+
+// scanSegment reads segmentQuery's rows of runID.
+func scanSegment(rows *sql.Rows, runID string) ([]eventRow, error) {
+	defer rows.Close()
+	var out []eventRow
+	for rows.Next() {
+		r := eventRow{runID: runID, ev: &runtime.Event{RunID: runID}}
+		var (
+			typ  string
+			at   int64
+			data []byte
+		)
+		if err := rows.Scan(&r.id, &r.ev.Seq, &typ, &r.ev.ChatID, &r.ev.NodeID, &r.ev.Attempt, &at, &data); err != nil {
+			return nil, err
+		}
+		r.ev.Type, r.ev.Time = runtime.EventType(typ), fromMicros(at)
+		if data != nil {
+			r.ev.Data, r.data = json.RawMessage(data), string(data)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// compactAll moves every segment into events, in tx.
+func compactAll(ctx context.Context, tx *sql.Tx) error {
+	for _, q := range compactAllQueries {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("compact the event tail: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package sqlite
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/runtime"
+)
+
+// deltaType is the type of the events these tests append: the store
+// keeps any type.
+const deltaType = runtime.EventType("node_delta")
+
+// tailRun creates a running run without a lease (token 0) in s.
+func tailRun(t *testing.T, s *Store, id string) {
+	t.Helper()
+	now := time.Now()
+	require.NoError(t, s.CreateRun(t.Context(), &runtime.RunRecord{ID: id, RootID: id, GraphID: "g",
+		Status: runtime.RunRunning, CreatedAt: now, UpdatedAt: now}))
+}
+
+// deltas are the events seq from..to of run id.
+func deltas(id string, from, to int64) []runtime.Event {
+	var evs []runtime.Event
+	for seq := from; seq <= to; seq++ {
+		evs = append(evs, runtime.Event{Seq: seq, RunID: id, Type: deltaType, NodeID: "agent",
+			Attempt: 1, Time: time.Now(), Data: map[string]any{"text": "w"}})
+	}
+	return evs
+}
+
+// appendDeltas appends the events seq from..to of run id, n at a time.
+func appendDeltas(t *testing.T, s *Store, id string, from, to, n int64) {
+	t.Helper()
+	for lo := from; lo <= to; lo += n {
+		require.NoError(t, s.AppendEvents(t.Context(), id, 0, deltas(id, lo, min(lo+n-1, to))))
+	}
+}
+
+// count is the first column of q's one row, read from s's file.
+func count(t *testing.T, s *Store, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, s.rs.queryRow(t.Context(), q, args...).Scan(&n))
+	return n
+}
+
+// requireLog checks that run id's log reads back as seqs 1..last, whole
+// and in parts, and that the run record says it ends at last.
+func requireLog(t *testing.T, s *Store, id string, last int64) {
+	t.Helper()
+	evs, err := s.Events(t.Context(), id, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, evs, int(last))
+	for i, e := range evs {
+		require.Equal(t, int64(i+1), e.Seq)
+		require.Equal(t, deltaType, e.Type)
+		require.JSONEq(t, `{"text":"w"}`, string(e.Data.(json.RawMessage)))
+	}
+	for after := int64(0); after < last; after += 7 {
+		part, err := s.Events(t.Context(), id, after, 5)
+		require.NoError(t, err)
+		require.Len(t, part, int(min(5, last-after)))
+		require.Equal(t, after+1, part[0].Seq)
+	}
+	r, err := s.GetRun(t.Context(), id)
+	require.NoError(t, err)
+	require.Equal(t, last, r.LastSeq)
+}
+
+func TestTailSegmentsMoveIntoEvents(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	require.NoError(t, err)
+	defer s.Close()
+	tailRun(t, s, "r1")
+
+	appendDeltas(t, s, "r1", 1, 60, 20)
+	require.Zero(t, count(t, s, `SELECT count(*) FROM events WHERE run_id = 'r1'`), "a short segment stays in the tail")
+	require.Equal(t, int64(60), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
+	requireLog(t, s, "r1", 60)
+
+	appendDeltas(t, s, "r1", 61, 70, 10)
+	require.Equal(t, int64(70), count(t, s, `SELECT count(*) FROM events WHERE run_id = 'r1'`), "a segment of compactAt moves")
+	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
+	require.Equal(t, int64(70), count(t, s, `SELECT last_seq FROM runs WHERE id = 'r1'`))
+
+	appendDeltas(t, s, "r1", 71, 75, 5)
+	requireLog(t, s, "r1", 75) // reads span both tables
+
+	// A batch that finishes the run moves its segment, with no events of
+	// its own.
+	r, err := s.GetRun(t.Context(), "r1")
+	require.NoError(t, err)
+	r.Status = runtime.RunCompleted
+	require.NoError(t, s.WriteBatches(t.Context(), []runtime.WriteBatch{{RunID: "r1", Finish: r}}))
+	require.Equal(t, int64(75), count(t, s, `SELECT count(*) FROM events WHERE run_id = 'r1'`))
+	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
+	require.Empty(t, s.tails.segs)
+	requireLog(t, s, "r1", 75)
+
+	// A seq that does not continue the log is refused, in the tail too.
+	tailRun(t, s, "r2")
+	appendDeltas(t, s, "r2", 1, 3, 3)
+	err = s.AppendEvents(t.Context(), "r2", 0, deltas("r2", 3, 4))
+	require.ErrorIs(t, err, runtime.ErrSeqConflict)
+	require.ErrorContains(t, err, "expects seq 4, got 3")
+	requireLog(t, s, "r2", 3)
+}
+
+// Two stores on one file stand for two processes: each reads and
+// continues the segments the other appended, which it does not remember.
+func TestTailSegmentsOfAnotherStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.db")
+	a, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer b.Close()
+	tailRun(t, a, "r1")
+
+	appendDeltas(t, a, "r1", 1, 10, 5)
+	requireLog(t, b, "r1", 10)
+	appendDeltas(t, b, "r1", 11, 15, 5) // continues a's segment
+	requireLog(t, a, "r1", 15)          // a's memory of it is behind
+	appendDeltas(t, a, "r1", 16, 20, 5) // a continues b's rows, not its memory
+	requireLog(t, b, "r1", 20)
+	appendDeltas(t, a, "r1", 21, 80, 20) // compacts the segment
+	require.Equal(t, int64(80), count(t, b, `SELECT count(*) FROM events WHERE run_id = 'r1'`))
+	requireLog(t, b, "r1", 80)
+
+	// Opening the file moves every segment into events, under a store
+	// that still remembers its own.
+	appendDeltas(t, a, "r1", 81, 90, 10)
+	c, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer c.Close()
+	require.Zero(t, count(t, c, `SELECT count(*) FROM event_tail`))
+	require.Zero(t, count(t, c, `SELECT count(*) FROM run_tails`))
+	require.Equal(t, int64(90), count(t, c, `SELECT count(*) FROM events WHERE run_id = 'r1'`))
+	requireLog(t, a, "r1", 90)
+	appendDeltas(t, a, "r1", 91, 95, 5)
+	requireLog(t, c, "r1", 95)
+}
+
+// A run that stops writing without ending holds back the truncation of
+// the tail until its segment is pinRows behind; then the truncation
+// moves it into events.
+func TestTailTruncation(t *testing.T) {
+	defer func(every int, pin int64) { truncateEvery, pinRows = every, pin }(truncateEvery, pinRows)
+	truncateEvery, pinRows = 16, 128
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	require.NoError(t, err)
+	defer s.Close()
+	tailRun(t, s, "slow")
+	tailRun(t, s, "busy")
+
+	appendDeltas(t, s, "slow", 1, 2, 2)
+	appendDeltas(t, s, "busy", 1, 100, 4)
+	require.Equal(t, int64(1), count(t, s, `SELECT min(id) FROM event_tail`), "slow's segment holds the tail")
+	// slow's 2, busy's first 60 (compacted: the batch that made 64 went
+	// to events directly) and busy's 65..100.
+	require.Equal(t, int64(2+60+36), count(t, s, `SELECT count(*) FROM event_tail`))
+
+	appendDeltas(t, s, "busy", 101, 300, 4)
+	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails WHERE run_id = 'slow'`), "the pinning segment moved")
+	require.Equal(t, int64(2), count(t, s, `SELECT count(*) FROM events WHERE run_id = 'slow'`))
+	require.Less(t, count(t, s, `SELECT count(*) FROM event_tail`), int64(64+16), "rows below the oldest segment are gone")
+	require.Greater(t, count(t, s, `SELECT min(id) FROM event_tail`), int64(2))
+	requireLog(t, s, "slow", 2)
+	requireLog(t, s, "busy", 300)
+
+	appendDeltas(t, s, "slow", 3, 4, 2)
+	requireLog(t, s, "slow", 4)
+
+	// Deleting a run forgets its segment.
+	require.NoError(t, s.DeleteRun(t.Context(), "slow"))
+	require.NotContains(t, s.tails.segs, "slow")
+	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails WHERE run_id = 'slow'`))
+}
