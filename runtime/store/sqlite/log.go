@@ -416,19 +416,10 @@ func (s *Store) events(ctx context.Context, runID string, after int64, limit int
 	}
 	var out []runtime.Event
 	for rows.Next() {
-		e := runtime.Event{RunID: runID}
-		var (
-			typ  string
-			at   int64
-			data []byte
-		)
-		if err := rows.Scan(&e.Seq, &typ, &e.ChatID, &e.NodeID, &e.Attempt, &at, &data); err != nil {
+		e, err := scanEvent(rows, runID, nil)
+		if err != nil {
 			rows.Close()
 			return nil, err
-		}
-		e.Type, e.Time = runtime.EventType(typ), fromMicros(at)
-		if data != nil {
-			e.Data = json.RawMessage(data)
 		}
 		out = append(out, e)
 	}

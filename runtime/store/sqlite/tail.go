@@ -475,22 +475,41 @@ func scanSegment(rows *sql.Rows, runID string) ([]eventRow, error) {
 	defer rows.Close()
 	var out []eventRow
 	for rows.Next() {
-		r := eventRow{runID: runID, ev: &runtime.Event{RunID: runID}}
-		var (
-			typ  string
-			at   int64
-			data []byte
-		)
-		if err := rows.Scan(&r.id, &r.ev.Seq, &typ, &r.ev.ChatID, &r.ev.NodeID, &r.ev.Attempt, &at, &data); err != nil {
+		var id int64
+		e, err := scanEvent(rows, runID, &id)
+		if err != nil {
 			return nil, err
 		}
-		r.ev.Type, r.ev.Time = runtime.EventType(typ), fromMicros(at)
-		if data != nil {
-			r.ev.Data, r.data = json.RawMessage(data), string(data)
+		r := eventRow{runID: runID, id: id, ev: &e}
+		if e.Data != nil {
+			r.data = string(e.Data.(json.RawMessage))
 		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// scanEvent scans a row of eventsQuery, or of segmentQuery when id is not
+// nil (its first column goes there).
+func scanEvent(rows *sql.Rows, runID string, id *int64) (runtime.Event, error) {
+	e := runtime.Event{RunID: runID}
+	var (
+		typ  string
+		at   int64
+		data []byte
+	)
+	dest := []any{&e.Seq, &typ, &e.ChatID, &e.NodeID, &e.Attempt, &at, &data}
+	if id != nil {
+		dest = append([]any{id}, dest...)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return e, err
+	}
+	e.Type, e.Time = runtime.EventType(typ), fromMicros(at)
+	if data != nil {
+		e.Data = json.RawMessage(data)
+	}
+	return e, nil
 }
 
 // compactAll moves every segment into events, in tx.
