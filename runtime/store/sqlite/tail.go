@@ -267,12 +267,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 // segment's last seq; grown says it did. Otherwise append checks and
 // writes step by step.
 func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bool) (seg segment, grown bool, err error) {
-	known, ok := l.segs[runID]
-	if !ok {
-		l.s.tails.mu.Lock()
-		known = l.s.tails.segs[runID]
-		l.s.tails.mu.Unlock()
-	}
+	known := l.known(runID)
 	if end || known == nil || len(known.rows)+len(evs) >= compactAt {
 		return segment{}, false, nil
 	}
@@ -318,6 +313,17 @@ func (l *logTx) ids(rows []eventRow) error {
 	return nil
 }
 
+// known is runID's segment as this transaction left it or, if the
+// transaction did not touch it, as the store remembers it (nil: none).
+func (l *logTx) known(runID string) *segment {
+	if seg, ok := l.segs[runID]; ok {
+		return seg
+	}
+	l.s.tails.mu.Lock()
+	defer l.s.tails.mu.Unlock()
+	return l.s.tails.segs[runID]
+}
+
 // segment returns runID's segment starting at row from and ending at seq
 // last (an empty one when from is 0): as this transaction left it, as the
 // store remembers it, or read from the tail when neither is that segment
@@ -326,13 +332,7 @@ func (l *logTx) segment(runID string, from, last int64) (segment, error) {
 	if from == 0 {
 		return segment{}, nil
 	}
-	seg, ok := l.segs[runID]
-	if !ok {
-		l.s.tails.mu.Lock()
-		seg = l.s.tails.segs[runID]
-		l.s.tails.mu.Unlock()
-	}
-	if seg != nil && seg.from == from && seg.last() == last {
+	if seg := l.known(runID); seg != nil && seg.from == from && seg.last() == last {
 		return *seg, nil
 	}
 	rows, err := l.s.ws.queryIn(l.ctx, l.tx, segmentQuery, from, runID)
