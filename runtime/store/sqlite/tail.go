@@ -227,10 +227,12 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 			return err
 		}
 	}
-	// The caller keeps its events: the store remembers copies.
+	// The caller keeps its events: the store remembers copies, as the file
+	// keeps them (times in UTC microseconds, data as JSON).
 	own := append([]runtime.Event(nil), evs...)
 	rows := make([]eventRow, len(own))
 	for i := range own {
+		own[i].Time = fromMicros(micros(own[i].Time))
 		data, err := own[i].DataJSON()
 		if err != nil {
 			return fmt.Errorf("event %d data: %w", own[i].Seq, err)

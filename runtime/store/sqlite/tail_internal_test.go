@@ -80,6 +80,13 @@ func TestTailSegmentsMoveIntoEvents(t *testing.T) {
 
 	appendDeltas(t, s, "r1", 1, 60, 20)
 	require.Zero(t, count(t, s, `SELECT count(*) FROM events WHERE run_id = 'r1'`), "a short segment stays in the tail")
+	// What the store remembers reads back as what the file holds.
+	fromMemory, err := s.Events(t.Context(), "r1", 0, 0)
+	require.NoError(t, err)
+	s.tails.forget([]string{"r1"})
+	fromFile, err := s.Events(t.Context(), "r1", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, fromFile, fromMemory)
 	require.Equal(t, int64(60), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
 	requireLog(t, s, "r1", 60)
 
