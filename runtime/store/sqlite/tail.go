@@ -229,14 +229,16 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	}
 	// The caller keeps its events: the store remembers copies, as the file
 	// keeps them (times in UTC microseconds, data as JSON).
-	own := append([]runtime.Event(nil), evs...)
-	rows := make([]eventRow, len(own))
-	for i := range own {
-		own[i].Time = fromMicros(micros(own[i].Time))
-		data, err := own[i].DataJSON()
+	own := make([]runtime.Event, len(evs))
+	rows := make([]eventRow, len(evs))
+	for i := range evs {
+		e := &evs[i]
+		data, err := e.DataJSON()
 		if err != nil {
-			return fmt.Errorf("event %d data: %w", own[i].Seq, err)
+			return fmt.Errorf("event %d data: %w", e.Seq, err)
 		}
+		own[i] = runtime.Event{Seq: e.Seq, RunID: runID, ChatID: e.ChatID, Type: e.Type, NodeID: e.NodeID,
+			Attempt: e.Attempt, Time: fromMicros(micros(e.Time))}
 		if data != nil {
 			own[i].Data = json.RawMessage(data)
 		}
