@@ -376,7 +376,8 @@ func (r *run) beforeExecute(pn *pnode) {
 // Its goroutine runs while runs are listed and exits when none are.
 type committer struct {
 	st      *storeView
-	every   time.Duration // 0: commit at once
+	group   *atomic.Pointer[func(publish func())] // the engine's SetPublishGroup
+	every   time.Duration                         // 0: commit at once
 	maxSize int64
 
 	mu      sync.Mutex
@@ -394,6 +395,22 @@ type committer struct {
 	wg    sync.WaitGroup
 }
 
+// SetPublishGroup makes fn wrap the publishing of every group commit:
+// fn must call publish once, which hands the commit's events, of all its
+// runs, to the runs' sinks. A sink shared by many runs can then deliver
+// the events of one commit together (the transport writes a WebSocket
+// connection's frames of a commit with one system call, not one per
+// frame). Events published outside a group commit (exit mode, a run
+// without a store) are not wrapped. Safe for concurrent use; nil removes
+// it.
+func (e *Engine) SetPublishGroup(fn func(publish func())) {
+	if fn == nil {
+		e.publishGroup.Store(nil)
+		return
+	}
+	e.publishGroup.Store(&fn)
+}
+
 // committerFor returns the engine's committer for a durability mode (nil
 // for exit mode: the run writes at its own flush points).
 func (e *Engine) committerFor(d Durability) *committer {
@@ -404,7 +421,7 @@ func (e *Engine) committerFor(d Durability) *committer {
 	defer e.cmu.Unlock()
 	c := e.commits[d]
 	if c == nil {
-		c = &committer{st: e.store, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1), quit: e.quit}
+		c = &committer{st: e.store, group: &e.publishGroup, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1), quit: e.quit}
 		if d == DurabilityBatched {
 			c.every = e.batchEvery
 		}
@@ -530,10 +547,17 @@ func (c *committer) commit() {
 				}
 			}
 		}
-		for i, b := range batches {
-			if !refused[i] {
-				owners[i].publish(b.Events)
+		publish := func() {
+			for i, b := range batches {
+				if !refused[i] {
+					owners[i].publish(b.Events)
+				}
 			}
+		}
+		if group := c.group.Load(); group != nil {
+			(*group)(publish)
+		} else {
+			publish()
 		}
 		for i, r := range runs {
 			r.committed(gens[i])

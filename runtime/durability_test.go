@@ -741,3 +741,55 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 		require.Equal(t, stored[i].Type, ev.Type)
 	}
 }
+
+// With a publish group set, every event of a sync or batched run reaches
+// its sink inside a group call (a group commit's publishing), and the
+// groups carry the events of many runs; exit mode publishes without one.
+func TestPublishGroupWrapsEveryGroupCommit(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			k := newKit(t)
+			e := k.engine(t, newMem(), func(c *runtime.Config) { c.Durability = mode })
+			var inGroup, groups, outside, inside atomic.Int64
+			var gmu sync.Mutex // one group at a time, as one committer per mode publishes
+			e.SetPublishGroup(func(publish func()) {
+				gmu.Lock()
+				defer gmu.Unlock()
+				groups.Add(1)
+				inGroup.Store(1)
+				publish()
+				inGroup.Store(0)
+			})
+			sink := runtime.SinkFunc(func(runtime.Event) {
+				if inGroup.Load() == 1 {
+					inside.Add(1)
+				} else {
+					outside.Add(1)
+				}
+			})
+			g := newGraph("pg").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
+			var wg sync.WaitGroup
+			for i := range 10 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: fmt.Sprintf("pg-%s-%d", mode, i), Sink: sink})
+					require.NoError(t, err)
+					require.Equal(t, runtime.RunCompleted, res.Status)
+				}()
+			}
+			wg.Wait()
+			if mode == runtime.DurabilityExit {
+				require.Zero(t, groups.Load())
+				require.Zero(t, inside.Load())
+				require.Positive(t, outside.Load())
+				return
+			}
+			require.Zero(t, outside.Load(), "events published outside a group")
+			require.Positive(t, inside.Load())
+			require.Positive(t, groups.Load())
+		})
+	}
+}

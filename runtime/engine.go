@@ -84,8 +84,11 @@ type Engine struct {
 	batchSize  int
 	cmu        sync.Mutex
 	commits    map[Durability]*committer
-	quit       chan struct{} // closed by Close
-	closeOnce  sync.Once
+	// publishGroup wraps each group commit's publishing
+	// (SetPublishGroup; nil: none).
+	publishGroup atomic.Pointer[func(publish func())]
+	quit         chan struct{} // closed by Close
+	closeOnce    sync.Once
 
 	// held counts, per run id, the reasons this engine holds the run
 	// (starting, executing, claimed by a recovery pass): recovery never
