@@ -187,14 +187,27 @@ func (nopPublisher) RunOpened(*LiveRun, int64)        {}
 func (nopPublisher) RunEvent(*LiveRun, runtime.Event) {}
 func (nopPublisher) RunClosed(*LiveRun)               {}
 
+// GroupPublisher is a Publisher that delivers the events of one group
+// commit together: the engine publishes each group commit inside one
+// call of PublishGroup (see runtime.Engine.SetPublishGroup).
+type GroupPublisher interface {
+	Publisher
+	PublishGroup(publish func())
+}
+
 // SetPublisher replaces the publisher. Call it before Start and before
 // the first chat call (the transport does, when it is built on the
-// service).
+// service). A GroupPublisher also wraps the engine's group commits.
 func (s *Service) SetPublisher(p Publisher) {
 	if p == nil {
 		p = nopPublisher{}
 	}
 	s.pub = p
+	if g, ok := p.(GroupPublisher); ok {
+		s.engine.SetPublishGroup(g.PublishGroup)
+	} else {
+		s.engine.SetPublishGroup(nil)
+	}
 }
 
 // Store returns the chat store.
