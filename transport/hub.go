@@ -92,6 +92,13 @@ const maxBacklog = 16384
 type hub struct {
 	queue  int
 	shards [hubShards]hubShard
+
+	// While a group commit is published (group), subscriptions that get
+	// frames are woken once it has been, all together, so that each
+	// WebSocket connection writes its frames of the commit at once.
+	gmu    sync.Mutex
+	groups int             // groups being published
+	asleep []*subscription // to wake when groups is back at 0
 }
 
 // hubShards spreads the topics over locks, so runs publish in parallel.
@@ -227,15 +234,52 @@ func (h *hub) publish(runID string, f frame) {
 			// Too slow: it catches up from the kept frames and the log.
 			delete(t.subs, sub)
 			sub.closed = true
+			sub.wake()
 		} else {
 			sub.q = append(sub.q, f)
+			h.wake(sub)
 		}
-		sub.wake()
 	}
 }
 
-// wake tells the subscription's taker that something changed (under
-// sh.mu).
+// wake wakes sub, or, while a group is published, once it has been.
+// (under sub's shard lock)
+func (h *hub) wake(sub *subscription) {
+	h.gmu.Lock()
+	if h.groups > 0 {
+		h.asleep = append(h.asleep, sub)
+		h.gmu.Unlock()
+		return
+	}
+	h.gmu.Unlock()
+	sub.wake()
+}
+
+// group runs publish, a group commit's publishing, and wakes the
+// subscriptions that got frames meanwhile when it returns. Events
+// published meanwhile by others (a run in exit mode) wait with them, for
+// at most the group's publishing: the last group to end wakes them all.
+func (h *hub) group(publish func()) {
+	h.gmu.Lock()
+	h.groups++
+	h.gmu.Unlock()
+	defer func() {
+		h.gmu.Lock()
+		h.groups--
+		var subs []*subscription
+		if h.groups == 0 {
+			subs, h.asleep = h.asleep, nil
+		}
+		h.gmu.Unlock()
+		for _, sub := range subs {
+			sub.wake()
+		}
+	}()
+	publish()
+}
+
+// wake tells the subscription's taker that something changed. Safe for
+// concurrent use.
 func (s *subscription) wake() {
 	select {
 	case s.notify <- struct{}{}:

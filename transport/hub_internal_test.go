@@ -65,3 +65,53 @@ func TestEncodeEventIsJSONMarshal(t *testing.T) {
 		require.Error(t, err)
 	}
 }
+
+// While a group commit is published, its subscribers are not woken; they
+// are all woken when the group ends, with every frame queued, and so is a
+// subscriber that got a frame from outside the group meanwhile.
+func TestHubWakesAGroupsSubscribersWhenItEnds(t *testing.T) {
+	t.Parallel()
+	h := newHub(0)
+	ids := []string{"r1", "r2", "r3"}
+	subs := map[string]*subscription{}
+	for _, id := range ids {
+		h.open(id, 0)
+		sub, _, _ := h.subscribe(id, 0)
+		subs[id] = sub
+	}
+	woken := func(sub *subscription) bool {
+		select {
+		case <-sub.Ready():
+			return true
+		default:
+			return false
+		}
+	}
+	h.group(func() {
+		for seq := int64(1); seq <= 2; seq++ {
+			for _, id := range ids[:2] {
+				h.publish(id, frame{Seq: seq, Type: "node_delta"})
+			}
+		}
+		// Another goroutine's publish (a run in exit mode) waits with them.
+		done := make(chan struct{})
+		go func() { defer close(done); h.publish("r3", frame{Seq: 1, Type: "node_delta"}) }()
+		<-done
+		for _, id := range ids {
+			require.False(t, woken(subs[id]), "%s woken inside the group", id)
+		}
+	})
+	for _, id := range ids {
+		require.True(t, woken(subs[id]), "%s not woken after the group", id)
+		frames, open := subs[id].Take(nil)
+		require.True(t, open)
+		want := 2
+		if id == "r3" {
+			want = 1
+		}
+		require.Len(t, frames, want, id)
+	}
+	// Outside a group a publish wakes at once.
+	h.publish("r1", frame{Seq: 3, Type: "node_delta"})
+	require.True(t, woken(subs["r1"]))
+}

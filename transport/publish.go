@@ -8,7 +8,12 @@ import (
 	"chatgraph/runtime"
 )
 
-var _ chat.Publisher = (*Server)(nil)
+var _ chat.GroupPublisher = (*Server)(nil)
+
+// PublishGroup implements chat.GroupPublisher: the subscriptions that get
+// events of a group commit are woken once all its events are published,
+// so each WebSocket connection writes its frames of the commit together.
+func (s *Server) PublishGroup(publish func()) { s.hub.group(publish) }
 
 // RunOpened implements chat.Publisher: the run's events after afterSeq
 // will come through the hub.

@@ -110,8 +110,9 @@ type wsConn struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
-	wmu   sync.Mutex  // one write at a time
-	stall *time.Timer // fires when a write takes too long (under wmu; made at the first write)
+	wire  *wireWriter // what coder/websocket's writer flushes into
+	q     sendQueue   // frames waiting for the connection's sender (wswrite.go)
+	stall *time.Timer // fires when a write takes too long (the sender's; made at its first write)
 
 	mu       sync.Mutex
 	working  bool // a worker goroutine runs the queued commands
@@ -130,9 +131,11 @@ const (
 // wsUpgrade hands coder/websocket a hijacked connection with buffers of
 // wsReadBuffer and wsWriteBuffer bytes instead of net/http's pair of 4 KiB
 // ones, which an idle connection would otherwise hold for its whole life.
+// Its writer flushes into wire, which Hijack points at the connection.
 type wsUpgrade struct {
 	http.ResponseWriter
-	hj http.Hijacker
+	hj   http.Hijacker
+	wire *wireWriter
 }
 
 func (w wsUpgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -157,7 +160,8 @@ func (w wsUpgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(conn, wsWriteBuffer)), nil
+	w.wire.conn = conn
+	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(w.wire, wsWriteBuffer)), nil
 }
 
 func isUpgrade(r *http.Request) bool {
@@ -194,7 +198,8 @@ func (s *Server) websocket(c echo.Context) error {
 			Message: "too many WebSocket connections from this client"}
 	}
 	w := c.Response()
-	conn, err := websocket.Accept(wsUpgrade{ResponseWriter: w, hj: w}, r, &websocket.AcceptOptions{
+	wire := &wireWriter{}
+	conn, err := websocket.Accept(wsUpgrade{ResponseWriter: w, hj: w, wire: wire}, r, &websocket.AcceptOptions{
 		Subprotocols: []string{Subprotocol}, OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {
 		s.wsSlots.release(ip)
@@ -207,7 +212,7 @@ func (s *Server) websocket(c echo.Context) error {
 		return nil
 	}
 	conn.SetReadLimit(s.cfg.WSReadLimit)
-	wc := &wsConn{s: s, conn: conn, cmds: make(chan *clientFrame, 64),
+	wc := &wsConn{s: s, conn: conn, wire: wire, cmds: make(chan *clientFrame, 64),
 		subs: map[string]context.CancelFunc{}, onCancel: map[string]bool{}}
 	// The connection's commands count against the client's run limit.
 	wc.ctx, wc.stop = context.WithCancel(chat.WithClient(s.base, ip))
@@ -320,32 +325,6 @@ func (wc *wsConn) close(code websocket.StatusCode, reason string) {
 		wc.stop()
 		go func() { _ = wc.conn.Close(code, reason) }()
 	})
-}
-
-// send writes one frame, after the frames other goroutines of the
-// connection are writing. A write that the client has not taken within
-// half the write timeout closes the connection with 1008 (the client
-// resumes with subscribe afterSeq): the close frame follows the write if
-// the client takes it within coder/websocket's close timeout (5s), else
-// the connection is cut. Only the connection's own goroutines wait here,
-// never a run.
-func (wc *wsConn) send(b []byte) error {
-	wc.wmu.Lock()
-	defer wc.wmu.Unlock()
-	if err := wc.ctx.Err(); err != nil {
-		return err // closing: leave the line free for the close frame
-	}
-	if wc.stall == nil {
-		wc.stall = time.AfterFunc(wc.s.cfg.WriteTimeout/2, wc.stalled)
-	} else {
-		wc.stall.Reset(wc.s.cfg.WriteTimeout / 2)
-	}
-	err := wc.conn.Write(context.Background(), websocket.MessageText, b)
-	wc.stall.Stop()
-	if err != nil {
-		wc.close(websocket.StatusNormalClosure, "")
-	}
-	return err
 }
 
 // stalled closes a connection whose write has waited half the write
@@ -490,9 +469,7 @@ func (wc *wsConn) follow(id, runID string, after int64) {
 	go func() {
 		defer wc.wg.Done()
 		defer stop()
-		var b []byte // reused: a write is done with its bytes when it returns
-		// One frame, one message: coder/websocket flushes every message
-		// it writes and has no call that writes several with one flush.
+		var b []byte // reused: send is done with its bytes when it returns
 		err := wc.s.follow(ctx, runID, after, sendEach(func(f frame) error {
 			b = append(b[:0], `{"type":"event","event":`...)
 			b = append(b, f.JSON...)

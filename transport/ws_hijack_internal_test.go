@@ -37,7 +37,7 @@ func TestHijackKeepsBytesReadBeforeIt(t *testing.T) {
 	for _, early := range []string{"\x81\x85", strings.Repeat("x", 3*wsReadBuffer)} {
 		server, client := net.Pipe()
 		h := hijacker{conn: server, early: early}
-		conn, brw, err := wsUpgrade{hj: h}.Hijack()
+		conn, brw, err := wsUpgrade{hj: h, wire: &wireWriter{}}.Hijack()
 		require.NoError(t, err)
 		require.Equal(t, len(early), brw.Reader.Buffered(), "the early bytes are buffered")
 		// What coder/websocket does with the reader after the hijack.

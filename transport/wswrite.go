@@ -1,0 +1,190 @@
+package transport
+
+import (
+	"context"
+	"net"
+	goruntime "runtime"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// A WebSocket connection's frames are written in batches. Many goroutines
+// send on one connection (a forwarder per followed run, the command
+// worker), and the runs' events come in group commits, so the frames of
+// one commit for one connection arrive together. Whichever goroutine
+// finds the connection idle becomes its sender: it writes the frames
+// queued so far and then those queued while it wrote, until none is
+// left; the others queue theirs and return. The engine publishes a group
+// commit's events before it wakes their subscribers (hub.group), and a new
+// sender yields once before its first write, so the frames of one commit
+// for one connection go out together. coder/websocket flushes every
+// message it writes, so the sender gathers those flushes (wireWriter)
+// and writes each batch with one system call, which the client also
+// reads with one.
+
+// maxQueuedBytes bounds the frames queued behind a sender that is
+// writing; a goroutine that would queue more waits for the queue to
+// drain (or for the connection to close, which a stalled write causes).
+const maxQueuedBytes = 1 << 20
+
+// keptBufferBytes: a queue or gathering buffer larger than this is let
+// go once its batch is written, so an idle connection holds no large
+// buffer.
+const keptBufferBytes = 8 << 10
+
+// wireWriter is what a WebSocket connection's buffered writer flushes
+// into: the connection itself, except while the connection's sender
+// gathers a batch, when it keeps the bytes and writes them with release.
+// Control frames written meanwhile (a ping, a pong, a close) join the
+// batch; each flush is whole frames, so frames never interleave. Safe
+// for concurrent use.
+type wireWriter struct {
+	conn net.Conn
+
+	mu      sync.Mutex // held across every write to conn
+	gather  bool
+	pending []byte
+}
+
+func (w *wireWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gather {
+		w.pending = append(w.pending, p...)
+		return len(p), nil
+	}
+	return w.conn.Write(p)
+}
+
+// hold starts gathering.
+func (w *wireWriter) hold() {
+	w.mu.Lock()
+	w.gather = true
+	w.mu.Unlock()
+}
+
+// release stops gathering and writes what was gathered, in one write.
+func (w *wireWriter) release() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.gather = false
+	if len(w.pending) == 0 {
+		return nil
+	}
+	_, err := w.conn.Write(w.pending)
+	if cap(w.pending) > keptBufferBytes {
+		w.pending = nil
+	} else {
+		w.pending = w.pending[:0]
+	}
+	return err
+}
+
+// sendQueue is a connection's frames waiting for its sender, in the
+// order they were sent.
+type sendQueue struct {
+	mu      sync.Mutex
+	drained sync.Cond // signalled when the sender takes the queue or stops
+	sending bool      // a goroutine is the sender
+	err     error     // the write that failed; every later send returns it
+	bytes   []byte    // the frames, end to end
+	ends    []int     // where each frame ends in bytes
+	spare   []byte    // the last batch's buffers, for the next one
+	spareE  []int
+}
+
+// send writes one frame, after the frames queued before it. It returns
+// once the frame is written, or queued behind the goroutine writing
+// (which then writes it); an error means the connection failed and is
+// closing. A write that the client has not taken within half the write
+// timeout closes the connection with 1008 (the client resumes with
+// subscribe afterSeq): the close frame follows the write if the client
+// takes it within coder/websocket's close timeout (5s), else the
+// connection is cut. Only the connection's own goroutines wait here,
+// never a run. b is the caller's again when send returns.
+func (wc *wsConn) send(b []byte) error {
+	q := &wc.q
+	q.mu.Lock()
+	if q.err == nil {
+		if err := wc.ctx.Err(); err != nil {
+			q.err = err // closing: leave the line free for the close frame
+		}
+	}
+	if q.err != nil {
+		err := q.err
+		q.mu.Unlock()
+		return err
+	}
+	if q.drained.L == nil {
+		q.drained.L = &q.mu
+	}
+	for q.sending && len(q.bytes) >= maxQueuedBytes && q.err == nil {
+		q.drained.Wait()
+	}
+	if q.err != nil {
+		err := q.err
+		q.mu.Unlock()
+		return err
+	}
+	q.bytes = append(q.bytes, b...)
+	q.ends = append(q.ends, len(q.bytes))
+	if q.sending {
+		q.mu.Unlock()
+		return nil
+	}
+	q.sending = true
+	// The other goroutines woken by the same group commit are runnable
+	// now: let them queue their frames before the first write.
+	q.mu.Unlock()
+	goruntime.Gosched()
+	q.mu.Lock()
+	var err error
+	for len(q.ends) > 0 && err == nil {
+		batch, ends := q.bytes, q.ends
+		q.bytes, q.ends = q.spare[:0], q.spareE[:0]
+		q.drained.Broadcast()
+		q.mu.Unlock()
+		err = wc.write(batch, ends)
+		q.mu.Lock()
+		q.spare, q.spareE = batch[:0], ends[:0]
+	}
+	if err != nil {
+		q.err = err
+	}
+	q.sending = false
+	if cap(q.spare) > keptBufferBytes || len(q.ends) == 0 && cap(q.bytes) > keptBufferBytes {
+		q.spare, q.spareE, q.bytes, q.ends = nil, nil, nil, nil
+	}
+	q.drained.Broadcast()
+	q.mu.Unlock()
+	if err != nil {
+		wc.close(websocket.StatusNormalClosure, "")
+	}
+	return err
+}
+
+// write writes a batch of frames (frame i ends at ends[i]) with one write
+// to the connection, under the stall timer.
+func (wc *wsConn) write(batch []byte, ends []int) error {
+	if err := wc.ctx.Err(); err != nil {
+		return err
+	}
+	if wc.stall == nil {
+		wc.stall = time.AfterFunc(wc.s.cfg.WriteTimeout/2, wc.stalled)
+	} else {
+		wc.stall.Reset(wc.s.cfg.WriteTimeout / 2)
+	}
+	defer wc.stall.Stop()
+	wc.wire.hold()
+	from := 0
+	for _, end := range ends {
+		if err := wc.conn.Write(context.Background(), websocket.MessageText, batch[from:end]); err != nil {
+			_ = wc.wire.release()
+			return err
+		}
+		from = end
+	}
+	return wc.wire.release()
+}
