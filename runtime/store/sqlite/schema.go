@@ -142,6 +142,21 @@ CREATE TABLE run_tails (
 	last_seq  INTEGER NOT NULL
 ) WITHOUT ROWID;
 `,
+}, {
+	// The run's token beside its segment, kept equal to runs.token by a
+	// trigger, so that the write that grows a segment checks its token
+	// in the run_tails row it updates, not with a second lookup in runs
+	// (tail.go: growKnownQuery).
+	Version: 5,
+	Name:    "run_tails.token",
+	SQL: `
+ALTER TABLE run_tails ADD COLUMN token INTEGER NOT NULL DEFAULT 0;
+UPDATE run_tails SET token = coalesce((SELECT token FROM runs WHERE id = run_tails.run_id), 0);
+CREATE TRIGGER run_tails_token AFTER UPDATE OF token ON runs WHEN NEW.token != OLD.token
+BEGIN
+	UPDATE run_tails SET token = NEW.token WHERE run_id = NEW.id;
+END;
+`,
 }}
 
 // SchemaVersion is the schema version this package writes.

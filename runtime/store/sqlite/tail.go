@@ -55,12 +55,14 @@ const (
 	logStateQuery = `SELECT r.token, coalesce(t.last_seq, r.last_seq), coalesce(t.tail_from, 0)
 FROM runs r LEFT JOIN run_tails t ON t.run_id = r.id WHERE r.id = ?`
 	tailEndQuery      = `SELECT coalesce(max(id), 0) + 1 FROM event_tail`
-	startSegmentQuery = `INSERT INTO run_tails (run_id, tail_from, last_seq) VALUES (?, ?, ?)`
-	growSegmentQuery  = `UPDATE run_tails SET last_seq = ? WHERE run_id = ?`
+	startSegmentQuery = `INSERT INTO run_tails (run_id, tail_from, last_seq, token)
+VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
+	growSegmentQuery = `UPDATE run_tails SET last_seq = ? WHERE run_id = ?`
 	// growKnownQuery grows a segment the store remembers, checking in the
-	// same statement that the file has it as remembered and the token.
-	growKnownQuery = `UPDATE run_tails SET last_seq = ? WHERE run_id = ? AND last_seq = ? AND tail_from = ?
-AND (SELECT token FROM runs WHERE id = ?) <= ?`
+	// same statement that the file has it as remembered and the token
+	// (run_tails.token is runs.token: the trigger run_tails_token keeps it
+	// so, schema.go).
+	growKnownQuery     = `UPDATE run_tails SET last_seq = ? WHERE run_id = ? AND last_seq = ? AND tail_from = ? AND token <= ?`
 	endSegmentQuery    = `DELETE FROM run_tails WHERE run_id = ?`
 	compactedQuery     = `UPDATE runs SET last_seq = ? WHERE id = ?`
 	oldestSegmentQuery = `SELECT min(tail_from) FROM run_tails`
@@ -253,7 +255,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	switch {
 	case from == 0:
 		from = rows[0].id
-		_, err = l.s.ws.execIn(l.ctx, l.tx, startSegmentQuery, runID, from, lastSeq)
+		_, err = l.s.ws.execIn(l.ctx, l.tx, startSegmentQuery, runID, from, lastSeq, runID)
 	case !grown:
 		_, err = l.s.ws.execIn(l.ctx, l.tx, growSegmentQuery, lastSeq, runID)
 	}
@@ -279,7 +281,7 @@ func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bo
 	if evs[0].Seq != last+1 {
 		return segment{}, false, nil
 	}
-	res, err := l.s.ws.execIn(l.ctx, l.tx, growKnownQuery, evs[len(evs)-1].Seq, runID, last, known.from, runID, token)
+	res, err := l.s.ws.execIn(l.ctx, l.tx, growKnownQuery, evs[len(evs)-1].Seq, runID, last, known.from, token)
 	if err != nil {
 		return segment{}, false, err
 	}

@@ -189,3 +189,46 @@ func TestTailTruncation(t *testing.T) {
 	require.NotContains(t, s.tails.segs, "slow")
 	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails WHERE run_id = 'slow'`))
 }
+
+// A claim by another store on the file fences the next append of a
+// segment this store remembers: the segment's grow checks the run's
+// token in run_tails, which the claim moved (the trigger run_tails_token),
+// and the log stays as it was.
+func TestTailSegmentGrowIsFencedByAClaimElsewhere(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "t.db")
+	a, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer b.Close()
+	tailRun(t, a, "r1")
+	lease, err := a.ClaimRun(t.Context(), "r1", "a", time.Minute)
+	require.NoError(t, err)
+	for seq := int64(1); seq <= 3; seq++ {
+		require.NoError(t, a.AppendEvents(t.Context(), "r1", lease.Token, deltas("r1", seq, seq)))
+	}
+	require.NotNil(t, a.tails.get("r1").rows, "a remembers the segment")
+	_, err = b.ClaimRun(t.Context(), "r1", "b", time.Minute)
+	require.ErrorIs(t, err, runtime.ErrLeaseHeld)
+	require.NoError(t, a.ReleaseLease(t.Context(), lease))
+	// Releasing moved the segment into events; start another.
+	lease, err = a.ClaimRun(t.Context(), "r1", "a", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, a.AppendEvents(t.Context(), "r1", lease.Token, deltas("r1", 4, 4)))
+	require.NoError(t, a.AppendEvents(t.Context(), "r1", lease.Token, deltas("r1", 5, 5)))
+	require.NotNil(t, a.tails.get("r1").rows)
+	// b takes the run over once a's lease is gone (a crashed, say).
+	_, err = b.w.Exec(`UPDATE runs SET lease_expires_at = 0 WHERE id = 'r1'`)
+	require.NoError(t, err)
+	taken, err := b.ClaimRun(t.Context(), "r1", "b", time.Minute)
+	require.NoError(t, err)
+	require.Greater(t, taken.Token, lease.Token)
+	require.Equal(t, taken.Token, count(t, a, `SELECT token FROM run_tails WHERE run_id = 'r1'`))
+	err = a.WriteBatches(t.Context(), []runtime.WriteBatch{{RunID: "r1", Token: lease.Token, Events: deltas("r1", 6, 6)}})
+	require.ErrorIs(t, err, runtime.ErrFenced)
+	requireLog(t, b, "r1", 5)
+	require.NoError(t, b.AppendEvents(t.Context(), "r1", taken.Token, deltas("r1", 6, 6)))
+	requireLog(t, b, "r1", 6)
+}
