@@ -41,6 +41,20 @@ func appendDeltas(t *testing.T, s *Store, id string, from, to, n int64) {
 	}
 }
 
+// twoStores opens two stores on one new file, as two processes would;
+// they close when the test ends.
+func twoStores(t *testing.T) (path string, a, b *Store) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "t.db")
+	for _, s := range []**Store{&a, &b} {
+		st, err := Open(t.Context(), Config{Path: path})
+		require.NoError(t, err)
+		t.Cleanup(func() { st.Close() })
+		*s = st
+	}
+	return path, a, b
+}
+
 // count is the first column of q's one row, read from s's file.
 func count(t *testing.T, s *Store, q string, args ...any) int64 {
 	t.Helper()
@@ -121,13 +135,7 @@ func TestTailSegmentsMoveIntoEvents(t *testing.T) {
 // Two stores on one file stand for two processes: each reads and
 // continues the segments the other appended, which it does not remember.
 func TestTailSegmentsOfAnotherStore(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "t.db")
-	a, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	defer b.Close()
+	path, a, b := twoStores(t)
 	tailRun(t, a, "r1")
 
 	appendDeltas(t, a, "r1", 1, 10, 5)
@@ -196,13 +204,7 @@ func TestTailTruncation(t *testing.T) {
 // and the log stays as it was.
 func TestTailSegmentGrowIsFencedByAClaimElsewhere(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "t.db")
-	a, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	defer b.Close()
+	_, a, b := twoStores(t)
 	tailRun(t, a, "r1")
 	lease, err := a.ClaimRun(t.Context(), "r1", "a", time.Minute)
 	require.NoError(t, err)
