@@ -236,8 +236,10 @@ func (h *hub) publish(runID string, f frame) {
 			sub.closed = true
 			sub.wake()
 		} else {
-			sub.q = append(sub.q, f)
-			h.wake(sub)
+			// A queue that was not empty has its wake coming already.
+			if sub.q = append(sub.q, f); len(sub.q) == 1 {
+				h.wake(sub)
+			}
 		}
 	}
 }

@@ -100,6 +100,9 @@ func TestHubWakesAGroupsSubscribersWhenItEnds(t *testing.T) {
 		for _, id := range ids {
 			require.False(t, woken(subs[id]), "%s woken inside the group", id)
 		}
+		h.gmu.Lock()
+		require.Len(t, h.asleep, len(ids), "each subscription waits for its wake once")
+		h.gmu.Unlock()
 	})
 	for _, id := range ids {
 		require.True(t, woken(subs[id]), "%s not woken after the group", id)
