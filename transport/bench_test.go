@@ -77,8 +77,8 @@ func quantile(xs []float64, q float64) float64 {
 // WebSocket connections, each answering 100 words 20 ms apart (50,000
 // deltas/s offered once all stream); the latency of each node_delta from
 // the runtime emitting it (its envelope time) to the client reading it,
-// and the process's CPU time per event read (server and in-process
-// clients). The 1,000 turns start at once, and starting a turn costs far
+// the process's CPU time per event read (server and in-process clients),
+// and the frames the server wrote per write to a connection. The 1,000 turns start at once, and starting a turn costs far
 // more than streaming a delta, so the deltas emitted while runs still
 // start wait behind that burst: steady-p50 and steady-p99 take only the
 // deltas emitted while all 1,000 runs stream (after the last run's first
@@ -144,6 +144,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		var steadyFrom, steadyTo time.Time
 		var events atomic.Int64
 		var wg sync.WaitGroup
+		frames0, wsWrites0 := wsWriteCounts(b, e)
 		start, cpu0 := time.Now(), cpuTime()
 		writes0, commits0, commitNs0, syncs0 := writes.n.Load(), writes.commits.Load(), writes.commitNs.Load(), syncs(e)
 		for c := range conns {
@@ -235,6 +236,10 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		}
 		wg.Wait()
 		took, cpu := time.Since(start), cpuTime()-cpu0
+		frames, wsWrites := wsWriteCounts(b, e)
+		if wsWrites > wsWrites0 {
+			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
+		}
 		lat := make([]float64, 0, len(all))
 		var steady []float64
 		for _, x := range all {
@@ -273,6 +278,28 @@ func peakRate(all []delta, from, to time.Time) float64 {
 		}
 	}
 	return quantile(per, 0.99) * float64(time.Second/slot)
+}
+
+// wsWriteCounts reads the server's WebSocket frames and writes so far
+// from /metrics.
+func wsWriteCounts(b *testing.B, e *env) (frames, writes float64) {
+	resp := e.do("GET", "/metrics", nil, nil)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, _ := strings.Cut(line, " ")
+		n, _ := strconv.ParseFloat(value, 64)
+		switch name {
+		case "chatgraph_websocket_frames_total":
+			frames = n
+		case "chatgraph_websocket_writes_total":
+			writes = n
+		}
+	}
+	return frames, writes
 }
 
 // syncs is how many WAL fsyncs the env's SQLite store has run.

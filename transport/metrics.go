@@ -19,6 +19,8 @@ type metrics struct {
 	activeStreams *prometheus.GaugeVec     // SSE responses and WebSocket connections
 	cancelLatency prometheus.Histogram     // cancel call -> run_cancelled
 	droppedSubs   *prometheus.CounterVec   // slow subscribers dropped
+	wsFrames      prometheus.Counter       // WebSocket frames sent
+	wsWrites      prometheus.Counter       // writes to WebSocket connections that carried them
 	httpRequests  *prometheus.CounterVec
 }
 
@@ -52,10 +54,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Time from a cancel request to the run's run_cancelled event.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
 		droppedSubs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chatgraph_stream_dropped_total",
 			Help: "Subscribers dropped or closed for being too slow, by transport."}, []string{"transport"}),
+		wsFrames: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatgraph_websocket_frames_total",
+			Help: "Frames (events, acks, errors) sent on WebSocket connections."}),
+		wsWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatgraph_websocket_writes_total",
+			Help: "Writes to WebSocket connections that carried those frames: a connection writes the frames queued together with one write."}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chatgraph_http_requests_total",
 			Help: "HTTP requests by route and status code."}, []string{"route", "code"}),
 	}
-	reg.MustRegister(m.runs, m.activeRuns, m.nodeDuration, m.activeStreams, m.cancelLatency, m.droppedSubs, m.httpRequests)
+	reg.MustRegister(m.runs, m.activeRuns, m.nodeDuration, m.activeStreams, m.cancelLatency, m.droppedSubs, m.wsFrames, m.wsWrites, m.httpRequests)
 	return m
 }
 

@@ -177,6 +177,8 @@ func (wc *wsConn) write(batch []byte, ends []int) error {
 		wc.stall.Reset(wc.s.cfg.WriteTimeout / 2)
 	}
 	defer wc.stall.Stop()
+	wc.s.metrics.wsWrites.Inc()
+	wc.s.metrics.wsFrames.Add(float64(len(ends)))
 	wc.wire.hold()
 	from := 0
 	for _, end := range ends {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,7 +67,7 @@ func wsPair(t *testing.T, hijacker func(http.ResponseWriter) http.Hijacker) (*ws
 			return
 		}
 		ctx, stop := context.WithCancel(context.Background())
-		accepted <- &wsConn{s: &Server{cfg: Config{WriteTimeout: time.Minute}}, conn: conn, wire: wire, ctx: ctx, stop: stop}
+		accepted <- &wsConn{s: &Server{cfg: Config{WriteTimeout: time.Minute}, metrics: newMetrics(nil)}, conn: conn, wire: wire, ctx: ctx, stop: stop}
 	}))
 	t.Cleanup(srv.Close)
 	client, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
@@ -106,6 +107,8 @@ func TestWebSocketFramesQueuedBehindAWriteGoOutInOneWrite(t *testing.T) {
 	defer gate.mu.Unlock()
 	require.Len(t, gate.writes, 2, "the first frame, then the queued ones together")
 	require.Equal(t, queued*(2+len("frame 1")), gate.writes[1], "every queued frame in the second write")
+	require.Equal(t, float64(queued+1), testutil.ToFloat64(wc.s.metrics.wsFrames))
+	require.Equal(t, float64(2), testutil.ToFloat64(wc.s.metrics.wsWrites))
 }
 
 // After a write fails, every send returns an error, the connection is
