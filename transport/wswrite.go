@@ -150,12 +150,14 @@ func (wc *wsConn) send(b []byte) error {
 		q.mu.Lock()
 		q.spare, q.spareE = batch[:0], ends[:0]
 	}
-	if err != nil {
-		q.err = err
-	}
 	q.sending = false
-	if cap(q.spare) > keptBufferBytes || len(q.ends) == 0 && cap(q.bytes) > keptBufferBytes {
-		q.spare, q.spareE, q.bytes, q.ends = nil, nil, nil, nil
+	switch {
+	case err != nil:
+		// The connection is closing: what is queued can no longer go.
+		q.err = err
+		q.bytes, q.ends, q.spare, q.spareE = nil, nil, nil, nil
+	case cap(q.spare) > keptBufferBytes || cap(q.bytes) > keptBufferBytes:
+		q.bytes, q.ends, q.spare, q.spareE = nil, nil, nil, nil // the queue is empty
 	}
 	q.drained.Broadcast()
 	q.mu.Unlock()
