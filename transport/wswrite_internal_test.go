@@ -122,3 +122,33 @@ func TestWebSocketSendAfterAFailedWrite(t *testing.T) {
 	require.Error(t, wc.send([]byte("three")))
 	require.Error(t, wc.ctx.Err(), "the connection is closing")
 }
+
+// Frames queue behind a stalled write up to maxQueuedBytes; a send past
+// that waits, and returns an error once the stalled connection closes.
+func TestWebSocketQueueIsBoundedBehindAStalledWrite(t *testing.T) {
+	t.Parallel()
+	gate := &gateConn{started: make(chan struct{}), release: make(chan struct{})}
+	wc, _ := wsPair(t, func(w http.ResponseWriter) http.Hijacker { return gateHijacker{w, gate} })
+	gate.mu.Lock()
+	gate.hold = true
+	gate.mu.Unlock()
+	first := make(chan error, 1)
+	go func() { first <- wc.send([]byte("stalled")) }()
+	<-gate.started
+	frame := make([]byte, 64<<10)
+	for range maxQueuedBytes / len(frame) {
+		require.NoError(t, wc.send(frame), "queued while under the bound")
+	}
+	over := make(chan error, 1)
+	go func() { over <- wc.send(frame) }()
+	select {
+	case err := <-over:
+		t.Fatalf("a send past the bound returned (%v) while the write stalled", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	_ = gate.Conn.Close() // what the stall timer's close comes to
+	close(gate.release)
+	require.Error(t, <-first)
+	require.Error(t, <-over)
+	require.Error(t, wc.send([]byte("after")))
+}
