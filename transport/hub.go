@@ -98,7 +98,7 @@ type hub struct {
 	// WebSocket connection writes its frames of the commit at once.
 	gmu    sync.Mutex
 	groups int             // groups being published
-	asleep []*subscription // to wake when groups is back at 0
+	asleep []*subscription // to wake when a group ends
 }
 
 // hubShards spreads the topics over locks, so runs publish in parallel.
@@ -259,8 +259,10 @@ func (h *hub) wake(sub *subscription) {
 
 // group runs publish, a group commit's publishing, and wakes the
 // subscriptions that got frames meanwhile when it returns. Events
-// published meanwhile by others (a run in exit mode) wait with them, for
-// at most the group's publishing: the last group to end wakes them all.
+// published meanwhile by others (a run in exit mode, the other durability
+// mode's committer) wait with them, for at most this group's publishing:
+// whichever group ends first wakes every subscription waiting, so no
+// wake waits for groups that keep overlapping.
 func (h *hub) group(publish func()) {
 	h.gmu.Lock()
 	h.groups++
@@ -268,10 +270,8 @@ func (h *hub) group(publish func()) {
 	defer func() {
 		h.gmu.Lock()
 		h.groups--
-		var subs []*subscription
-		if h.groups == 0 {
-			subs, h.asleep = h.asleep, nil
-		}
+		subs := h.asleep
+		h.asleep = nil
 		h.gmu.Unlock()
 		for _, sub := range subs {
 			sub.wake()

@@ -117,4 +117,20 @@ func TestHubWakesAGroupsSubscribersWhenItEnds(t *testing.T) {
 	// Outside a group a publish wakes at once.
 	h.publish("r1", frame{Seq: 3, Type: "node_delta"})
 	require.True(t, woken(subs["r1"]))
+	_, _ = subs["r1"].Take(nil)
+
+	// Of two overlapping groups, the first to end wakes what waits: a
+	// wake never waits for groups that keep overlapping.
+	inner := make(chan struct{})
+	outerDone := make(chan struct{})
+	go h.group(func() {
+		h.publish("r2", frame{Seq: 3, Type: "node_delta"})
+		close(inner)
+		<-outerDone
+	})
+	<-inner
+	h.group(func() { h.publish("r1", frame{Seq: 4, Type: "node_delta"}) })
+	require.True(t, woken(subs["r1"]), "r1 waits for the group still publishing")
+	require.True(t, woken(subs["r2"]), "r2 waits for the group still publishing")
+	close(outerDone)
 }
