@@ -312,7 +312,13 @@ func requireGapFree(t *testing.T, evs []*sseEvent, after int64) {
 // waitFor polls cond until it holds or the bound passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitForWithin(t, what, 10*time.Second, cond)
+}
+
+// waitForWithin is waitFor with a bound of its own.
+func waitForWithin(t testing.TB, what string, bound time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

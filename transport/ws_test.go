@@ -244,7 +244,12 @@ func TestWebSocketCloseCodes(t *testing.T) {
 func TestWebSocketSlowClientClosed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *transportConfig) {
-		c.WriteTimeout = 20 * time.Second // a write stalled for 10 s drops its client
+		// A write stalled for 30 s drops its client: longer than the big
+		// run takes under -race on a loaded 2-core machine (4-6 s alone,
+		// more than 10 s beside other packages' tests), so that the run
+		// is seen to finish while the stalled client still holds on.
+		c.WriteTimeout = time.Minute
+		c.WSPing = time.Hour // no ping timeout before the stall's
 		c.Nodes.DeltaEventsPerRun = -1    // one frame per word: a flood
 	})
 	_, chatID := e.newChat(basicGraph(""))
@@ -262,7 +267,7 @@ func TestWebSocketSlowClientClosed(t *testing.T) {
 	require.NoError(t, err)
 	defer slow.CloseNow()
 	slow.SetReadLimit(1 << 20)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	frame, _ := json.Marshal(map[string]any{"id": "big", "type": "stream_chat", "chatId": chatID, "content": strings.Repeat("w ", 30000)})
 	require.NoError(t, slow.Write(ctx, websocket.MessageText, frame))
@@ -280,7 +285,7 @@ func TestWebSocketSlowClientClosed(t *testing.T) {
 	// The run is not slowed by the client that stopped reading: it
 	// completes while the client still holds its connection, and so does
 	// another client's turn.
-	waitFor(t, "the big run to finish", func() bool {
+	waitForWithin(t, "the big run to finish", 25*time.Second, func() bool {
 		ms := messages(e.chat(chatID))
 		return len(ms) == 2 && ms[1]["status"] == "completed"
 	})
@@ -294,7 +299,7 @@ func TestWebSocketSlowClientClosed(t *testing.T) {
 	require.Equal(t, "0", dropped(), "the fast turn waited for the stalled client to be dropped")
 
 	// The stalled client is dropped with 1008 (it resumes with afterSeq).
-	waitFor(t, "the slow client to be dropped", func() bool { return dropped() == "1" })
+	waitForWithin(t, "the slow client to be dropped", 40*time.Second, func() bool { return dropped() == "1" })
 	for {
 		_, _, err := slow.Read(ctx)
 		if err != nil {
