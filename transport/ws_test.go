@@ -249,8 +249,8 @@ func TestWebSocketSlowClientClosed(t *testing.T) {
 		// more than 10 s beside other packages' tests), so that the run
 		// is seen to finish while the stalled client still holds on.
 		c.WriteTimeout = time.Minute
-		c.WSPing = time.Hour // no ping timeout before the stall's
-		c.Nodes.DeltaEventsPerRun = -1    // one frame per word: a flood
+		c.WSPing = time.Hour           // no ping timeout before the stall's
+		c.Nodes.DeltaEventsPerRun = -1 // one frame per word: a flood
 	})
 	_, chatID := e.newChat(basicGraph(""))
 	// A client with a tiny receive buffer that stops reading.
