@@ -107,18 +107,11 @@ type sendQueue struct {
 func (wc *wsConn) send(b []byte) error {
 	q := &wc.q
 	q.mu.Lock()
-	if q.err == nil {
-		if err := wc.ctx.Err(); err != nil {
-			q.err = err // closing: leave the line free for the close frame
-		}
-	}
-	if q.err != nil {
-		err := q.err
-		q.mu.Unlock()
-		return err
-	}
 	if q.drained.L == nil {
 		q.drained.L = &q.mu
+	}
+	if q.err == nil {
+		q.err = wc.ctx.Err() // closing: leave the line free for the close frame
 	}
 	for q.sending && len(q.bytes) >= maxQueuedBytes && q.err == nil {
 		q.drained.Wait()
