@@ -99,6 +99,7 @@ type hub struct {
 	gmu    sync.Mutex
 	groups int             // groups being published
 	asleep []*subscription // to wake when a group ends
+	spare  []*subscription // the last woken list, emptied, for the next
 }
 
 // hubShards spreads the topics over locks, so runs publish in parallel.
@@ -271,11 +272,17 @@ func (h *hub) group(publish func()) {
 		h.gmu.Lock()
 		h.groups--
 		subs := h.asleep
-		h.asleep = nil
+		h.asleep, h.spare = h.spare, nil
 		h.gmu.Unlock()
 		for _, sub := range subs {
 			sub.wake()
 		}
+		clear(subs)
+		h.gmu.Lock()
+		if h.spare == nil {
+			h.spare = subs[:0]
+		}
+		h.gmu.Unlock()
 	}()
 	publish()
 }
