@@ -50,15 +50,27 @@ func (s *Store) ListRuns(ctx context.Context, f runtime.RunFilter) ([]*runtime.R
 		return nil, fmt.Errorf("sqlite store: list runs: %w", err)
 	}
 	defer rows.Close()
-	var out []*runtime.RunRecord
+	var (
+		out   []*runtime.RunRecord
+		froms []int64
+	)
 	for rows.Next() {
-		r, err := scanRun(rows)
+		r, from, err := scanRun(rows)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite store: list runs: %w", err)
 		}
-		out = append(out, r)
+		out, froms = append(out, r), append(froms, from)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: list runs: %w", err)
+	}
+	rows.Close() // lastSeq's reads need a reader connection too
+	for i, r := range out {
+		if err := s.lastSeq(ctx, r, froms[i]); err != nil {
+			return nil, fmt.Errorf("sqlite store: list runs: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // DeleteRun implements runtime.Inspector.

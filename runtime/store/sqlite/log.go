@@ -79,7 +79,7 @@ var txQueries = func() []string {
 		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
 		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery, tailEndQuery,
 		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
-		truncateQuery, segmentQuery}
+		truncateQuery, segmentQuery, epochQuery}
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		qs = append(qs, insertEventsQueries.q[n], insertTailQueries.q[n])
 	}
@@ -366,8 +366,9 @@ var readLogQueries = []string{tailStateQuery, eventsQuery, segmentQuery}
 // Events implements runtime.Store. Data comes back as json.RawMessage.
 // The events table and the run's segment in the tail (tail.go) are read
 // in one read transaction; the segment comes from the store's memory when
-// the file has it as the store remembers it (the same first row and last
-// seq: another store on the file may have appended to it).
+// the file has it as the store remembers it (the same first row, and the
+// last seq the store last wrote to run_tails: another store on the file
+// may have appended to it, and would have written that).
 func (s *Store) Events(ctx context.Context, runID string, after int64, limit int) ([]runtime.Event, error) {
 	out, err := s.events(ctx, runID, after, limit)
 	if err != nil {
@@ -430,7 +431,7 @@ func (s *Store) events(ctx context.Context, runID string, after int64, limit int
 		return out, nil
 	}
 	seg := mem.rows
-	if mem.from != from || mem.last() != last {
+	if mem.from != from || mem.fileLast != last {
 		rows, err := s.rs.queryIn(ctx, tx, segmentQuery, from, runID)
 		if err != nil {
 			return nil, err

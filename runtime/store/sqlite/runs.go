@@ -12,10 +12,13 @@ import (
 )
 
 // runCols are the columns scanRun reads. The log's last seq is run_tails'
-// while the run has a segment in the tail (tail.go).
+// while the run has a segment in the tail (tail.go), where fast grows
+// leave it behind: the last column is the segment's first row (0: none),
+// and Store.lastSeq finds the segment's last seq.
 const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, attrs, entry_node_ids,
 	input, options, status, error, interrupts, answers,
-	coalesce((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id), runs.last_seq), token, created_at, updated_at`
+	coalesce((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id), runs.last_seq), token, created_at, updated_at,
+	coalesce((SELECT t.tail_from FROM run_tails t WHERE t.run_id = runs.id), 0)`
 
 // runArgs returns the record's column values in runCols order, without
 // id, last_seq and token.
@@ -39,23 +42,25 @@ func text(b []byte) any {
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanRun(row scanner) (*runtime.RunRecord, error) {
+// scanRun scans a row of runCols; tailFrom is the first row of the run's
+// segment in the tail (0: none).
+func scanRun(row scanner) (r *runtime.RunRecord, tailFrom int64, err error) {
+	r = new(runtime.RunRecord)
 	var (
-		r                runtime.RunRecord
 		j                rowjson.Run
 		status           string
 		created, updated int64
 	)
 	if err := row.Scan(&r.ID, &r.ParentID, &r.RootID, &r.ChatID, &r.GraphID, &r.PlanVersion, &r.Kind, &j.Attrs, &j.EntryNodeIDs,
-		&j.Input, &j.Options, &status, &r.Error, &j.Interrupts, &j.Answers, &r.LastSeq, &r.Token, &created, &updated); err != nil {
-		return nil, err
+		&j.Input, &j.Options, &status, &r.Error, &j.Interrupts, &j.Answers, &r.LastSeq, &r.Token, &created, &updated, &tailFrom); err != nil {
+		return nil, 0, err
 	}
 	r.Status = runtime.RunStatus(status)
 	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
-	if err := j.DecodeInto(&r); err != nil {
-		return nil, err
+	if err := j.DecodeInto(r); err != nil {
+		return nil, 0, err
 	}
-	return &r, nil
+	return r, tailFrom, nil
 }
 
 // overReservation ends the inserts that create a run: a pending record
@@ -115,7 +120,10 @@ func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, op, q, id string, arg
 
 // GetRun implements runtime.Store.
 func (s *Store) GetRun(ctx context.Context, id string) (*runtime.RunRecord, error) {
-	r, err := scanRun(s.rs.queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	r, from, err := scanRun(s.rs.queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	if err == nil {
+		err = s.lastSeq(ctx, r, from)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, id)
 	}

@@ -157,6 +157,34 @@ BEGIN
 	UPDATE run_tails SET token = NEW.token WHERE run_id = NEW.id;
 END;
 `,
+}, {
+	// The tail's epoch: a counter that every change to an open segment
+	// (its run_tails row updated or deleted) and every claim (a run's
+	// token moved) advances, whoever makes it. A store that finds it
+	// where its last write transaction left it knows that nobody else
+	// touched the segments it remembers, and grows them without
+	// statements of their own (tail.go: the fast grow).
+	Version: 6,
+	Name:    "tail_epoch",
+	SQL: `
+CREATE TABLE tail_epoch (
+	id INTEGER PRIMARY KEY CHECK (id = 1),
+	n  INTEGER NOT NULL
+);
+INSERT INTO tail_epoch (id, n) VALUES (1, 0);
+CREATE TRIGGER tail_epoch_claim AFTER UPDATE OF token ON runs WHEN NEW.token != OLD.token
+BEGIN
+	UPDATE tail_epoch SET n = n + 1 WHERE id = 1;
+END;
+CREATE TRIGGER tail_epoch_grow AFTER UPDATE ON run_tails
+BEGIN
+	UPDATE tail_epoch SET n = n + 1 WHERE id = 1;
+END;
+CREATE TRIGGER tail_epoch_end AFTER DELETE ON run_tails
+BEGIN
+	UPDATE tail_epoch SET n = n + 1 WHERE id = 1;
+END;
+`,
 }}
 
 // SchemaVersion is the schema version this package writes.

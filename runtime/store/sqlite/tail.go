@@ -21,8 +21,8 @@ import (
 // So a streaming run's events go to event_tail first: a table in commit
 // order, whose new rows fill its last pages. A run's events there since
 // its log was last compacted are its segment; run_tails holds the
-// segment's first row (tail_from) and the log's last seq, one small row
-// per run with a segment. A segment moves into events in one write — when
+// segment's first row (tail_from), the run's token and a last seq, one
+// small row per run with a segment. A segment moves into events in one write — when
 // it reaches compactAt events, when the run ends or lets go of its lease
 // (the batch has Finish or Release), or when it is so old that it holds
 // back the truncation of the tail — so each run dirties its events page
@@ -33,11 +33,29 @@ import (
 // The store remembers the segments it appended (tails): compacting a
 // segment writes the remembered events, and reading a log takes them from
 // memory, without a scan of the tail. What the file says decides: a
-// remembered segment is used only if run_tails names the same first row.
-// A segment the store does not remember (another process's on the same
-// file, or one from before a restart) is read from event_tail by a scan
-// from its first row. Open moves every segment into events, so a
-// restarted server starts with an empty tail.
+// remembered segment is used only if run_tails names the same first row
+// and the last seq the store last wrote there. A segment the store does
+// not remember (another process's on the same file, or one from before a
+// restart) is read from event_tail by a scan from its first row. Open
+// moves every segment into events, so a restarted server starts with an
+// empty tail.
+//
+// The fast grow. A streaming run's commit appends its rows to event_tail
+// and nothing else: run_tails.last_seq is written when a segment starts
+// and when a store writes a segment it did not verify, not at every
+// commit, so a segment's last seq is the larger of run_tails.last_seq and
+// its last row's. What makes that safe is the tail's epoch (the
+// tail_epoch row, schema version 6): triggers advance it at every claim
+// (a run's token moves) and at every update or delete of a run_tails row,
+// whichever store makes it. A write transaction reads the epoch first and
+// last; when it finds the epoch where the store's last write transaction
+// left it, no other store changed a token or a segment since, and a
+// segment the store verified then is still as it remembers it: its token
+// and its rows, because another store can only write a segment after a
+// write to its run_tails row (it does not remember it as verified), which
+// advanced the epoch. Otherwise the store verifies each segment it grows
+// once more, with the conditional UPDATE of run_tails that the fast grow
+// saves (its last seq, first row and token as remembered).
 var (
 	// compactAt is the length at which a segment moves into events.
 	compactAt = 64
@@ -58,10 +76,10 @@ FROM runs r LEFT JOIN run_tails t ON t.run_id = r.id WHERE r.id = ?`
 	startSegmentQuery = `INSERT INTO run_tails (run_id, tail_from, last_seq, token)
 VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
 	growSegmentQuery = `UPDATE run_tails SET last_seq = ? WHERE run_id = ?`
-	// growKnownQuery grows a segment the store remembers, checking in the
-	// same statement that the file has it as remembered and the token
-	// (run_tails.token is runs.token: the trigger run_tails_token keeps it
-	// so, schema.go).
+	// growKnownQuery grows a segment the store remembers but has not
+	// verified since the epoch moved, checking in the same statement that
+	// the file has it as remembered and the token (run_tails.token is
+	// runs.token: the trigger run_tails_token keeps it so, schema.go).
 	growKnownQuery     = `UPDATE run_tails SET last_seq = ? WHERE run_id = ? AND last_seq = ? AND tail_from = ? AND token <= ?`
 	endSegmentQuery    = `DELETE FROM run_tails WHERE run_id = ?`
 	compactedQuery     = `UPDATE runs SET last_seq = ? WHERE id = ?`
@@ -70,7 +88,9 @@ VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
 	truncateQuery      = `DELETE FROM event_tail WHERE id < ?`
 	segmentQuery       = `SELECT id, seq, type, chat_id, node_id, attempt, at, data FROM event_tail
 WHERE id >= ? AND run_id = ? ORDER BY id`
-	tailStateQuery = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
+	tailStateQuery   = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
+	segmentLastQuery = `SELECT coalesce(max(seq), 0) FROM event_tail WHERE id >= ? AND run_id = ?`
+	epochQuery       = `SELECT n FROM tail_epoch WHERE id = 1`
 )
 
 // compactAllQueries move every segment into events (Open).
@@ -78,7 +98,10 @@ var compactAllQueries = []string{
 	`INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
 SELECT e.run_id, e.seq, e.type, e.chat_id, e.node_id, e.attempt, e.at, e.data
 FROM event_tail e JOIN run_tails t ON t.run_id = e.run_id AND e.id >= t.tail_from ORDER BY e.run_id, e.seq`,
-	`UPDATE runs SET last_seq = (SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id)
+	// A segment's last seq is its last row's when fast grows passed
+	// run_tails.last_seq; the rows are in events now.
+	`UPDATE runs SET last_seq = max((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id),
+	coalesce((SELECT max(e.seq) FROM events e WHERE e.run_id = runs.id), 0))
 WHERE id IN (SELECT run_id FROM run_tails)`,
 	`DELETE FROM run_tails`,
 	`DELETE FROM event_tail`,
@@ -94,10 +117,17 @@ type eventRow struct {
 }
 
 // segment is a run's events in event_tail since its log was last
-// compacted: from is the first row's id (run_tails.tail_from).
+// compacted: from is the first row's id (run_tails.tail_from). fileLast is
+// the last seq the store wrote to run_tails.last_seq, token the token it
+// was verified with, and gen the store's generation (tails.gen) in which
+// that happened: the store may grow the segment without a statement while
+// its generation is gen.
 type segment struct {
-	from int64
-	rows []eventRow
+	from     int64
+	rows     []eventRow
+	fileLast int64
+	token    int64
+	gen      uint64
 }
 
 // tails is what the store remembers of the segments it appended. A
@@ -109,6 +139,12 @@ type tails struct {
 	// appended counts the rows appended since the last truncation (the
 	// writer's, under the writer gate).
 	appended int
+	// gen is the store's generation: it moves on when a write transaction
+	// finds the tail's epoch anywhere but at epoch, where the store's last
+	// write transaction left it (epochKnown: there was one).
+	gen        uint64
+	epoch      int64
+	epochKnown bool
 }
 
 // get returns run's remembered segment, if any.
@@ -119,6 +155,27 @@ func (t *tails) get(runID string) segment {
 		return *seg
 	}
 	return segment{}
+}
+
+// lastSeq completes r.LastSeq, read from the file with the first row of
+// the run's segment (from, 0: none): fast grows do not write
+// run_tails.last_seq, so the log's last seq is its segment's last row's.
+// A segment the store remembers as the file has it gives it from memory;
+// any other is read from the tail.
+func (s *Store) lastSeq(ctx context.Context, r *runtime.RunRecord, from int64) error {
+	if from == 0 {
+		return nil
+	}
+	if seg := s.tails.get(r.ID); seg.from == from && seg.fileLast == r.LastSeq {
+		r.LastSeq = max(r.LastSeq, seg.last())
+		return nil
+	}
+	var last int64
+	if err := s.rs.queryRow(ctx, segmentLastQuery, from, r.ID).Scan(&last); err != nil {
+		return err
+	}
+	r.LastSeq = max(r.LastSeq, last)
+	return nil
 }
 
 // last is the seq of the segment's last event (0 when empty).
@@ -146,6 +203,11 @@ type logTx struct {
 	s   *Store
 	ctx context.Context
 	tx  *sql.Tx
+	// gen is the store's generation in this transaction (a new one when
+	// the epoch moved since the store's last write transaction); epoch
+	// is the tail's epoch as the transaction leaves it.
+	gen   uint64
+	epoch int64
 	// next is the next event_tail id (0: not read yet).
 	next int64
 	// segs are the segments as the transaction leaves them (nil: none).
@@ -156,8 +218,20 @@ type logTx struct {
 	truncated int64
 }
 
-func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) *logTx {
-	return &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}}
+// newLogTx starts a logTx in tx, reading the tail's epoch.
+func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
+	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}}
+	if err := s.ws.queryRowIn(ctx, tx, epochQuery).Scan(&l.epoch); err != nil {
+		return nil, fmt.Errorf("read the tail's epoch: %w", err)
+	}
+	t := &s.tails
+	t.mu.Lock()
+	l.gen = t.gen
+	if !t.epochKnown || t.epoch != l.epoch {
+		l.gen++ // someone else wrote: verify every segment once more
+	}
+	t.mu.Unlock()
+	return l, nil
 }
 
 // inLogTx runs fn in a write transaction (inTxGated) with a logTx on it,
@@ -166,11 +240,19 @@ func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) *logTx {
 func (s *Store) inLogTx(ctx context.Context, urgent bool, fn func(*logTx) error) error {
 	var lt *logTx
 	return s.inTxGatedThen(ctx, urgent, func(tx *sql.Tx) error {
-		lt = s.newLogTx(ctx, tx)
+		var err error
+		if lt, err = s.newLogTx(ctx, tx); err != nil {
+			return err
+		}
 		if err := fn(lt); err != nil {
 			return err
 		}
-		return lt.insert()
+		if err := lt.insert(); err != nil {
+			return err
+		}
+		// The store holds the writer: what moved the epoch since the
+		// first read is this transaction's own.
+		return s.ws.queryRowIn(ctx, tx, epochQuery).Scan(&lt.epoch)
 	}, func() { lt.committed() })
 }
 
@@ -221,12 +303,14 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		if err != nil {
 			return err
 		}
-		if evs[0].Seq != last+1 {
-			return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
-		}
 		from = f
 		if seg, err = l.segment(runID, from, last); err != nil {
 			return err
+		}
+		// Fast grows leave run_tails.last_seq behind the segment's rows.
+		last = max(last, seg.last())
+		if evs[0].Seq != last+1 {
+			return fmt.Errorf("%w: run %s expects seq %d, got %d", runtime.ErrSeqConflict, runID, last+1, evs[0].Seq)
 		}
 	}
 	// The caller keeps its events: the store remembers copies, as the file
@@ -252,43 +336,53 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	if err := l.ids(rows); err != nil {
 		return err
 	}
+	fileLast := seg.fileLast // a grow leaves run_tails as it was
 	switch {
 	case from == 0:
-		from = rows[0].id
+		from, fileLast = rows[0].id, lastSeq
 		_, err = l.s.ws.execIn(l.ctx, l.tx, startSegmentQuery, runID, from, lastSeq, runID)
 	case !grown:
+		fileLast = lastSeq
 		_, err = l.s.ws.execIn(l.ctx, l.tx, growSegmentQuery, lastSeq, runID)
 	}
 	if err != nil {
 		return err
 	}
 	l.tail = append(l.tail, rows...)
-	l.segs[runID] = &segment{from: from, rows: append(seg.rows, rows...)}
+	l.segs[runID] = &segment{from: from, rows: append(seg.rows, rows...), fileLast: fileLast, token: token, gen: l.gen}
 	return nil
 }
 
-// growKnown is append's one statement for the common case: evs continue
-// the segment the store remembers and stay in the tail. It checks that
-// the file has the segment as remembered and the token, and moves the
-// segment's last seq; grown says it did. Otherwise append checks and
-// writes step by step.
+// growKnown is append's common case: evs continue the segment the store
+// remembers and stay in the tail; grown says it grew it. A segment
+// verified in this generation grows with no statement at all (the fast
+// grow, see the top of this file), provided token is not below the one
+// it was verified with. Any other known segment is verified with one
+// conditional UPDATE, which checks that the file has it as remembered
+// and the token, and moves run_tails.last_seq. Otherwise append checks
+// and writes step by step.
 func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bool) (seg segment, grown bool, err error) {
 	known := l.known(runID)
 	if end || known == nil || len(known.rows)+len(evs) >= compactAt {
 		return segment{}, false, nil
 	}
-	last := known.last()
-	if evs[0].Seq != last+1 {
+	if evs[0].Seq != known.last()+1 {
 		return segment{}, false, nil
 	}
-	res, err := l.s.ws.execIn(l.ctx, l.tx, growKnownQuery, evs[len(evs)-1].Seq, runID, last, known.from, token)
+	if known.gen == l.gen && token >= known.token {
+		return *known, true, nil
+	}
+	newLast := evs[len(evs)-1].Seq
+	res, err := l.s.ws.execIn(l.ctx, l.tx, growKnownQuery, newLast, runID, known.fileLast, known.from, token)
 	if err != nil {
 		return segment{}, false, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return segment{}, false, err
 	}
-	return *known, true, nil
+	seg = *known
+	seg.fileLast = newLast
+	return seg, true, nil
 }
 
 // end moves runID's segment, if it has one, into events: the run stops
@@ -338,7 +432,7 @@ func (l *logTx) segment(runID string, from, last int64) (segment, error) {
 	if from == 0 {
 		return segment{}, nil
 	}
-	if seg := l.known(runID); seg != nil && seg.from == from && seg.last() == last {
+	if seg := l.known(runID); seg != nil && seg.from == from && seg.fileLast == last {
 		return *seg, nil
 	}
 	rows, err := l.s.ws.queryIn(l.ctx, l.tx, segmentQuery, from, runID)
@@ -465,6 +559,7 @@ func (l *logTx) committed() {
 			t.segs[id] = seg
 		}
 	}
+	t.gen, t.epoch, t.epochKnown = l.gen, l.epoch, true
 	t.appended += len(l.tail)
 	if l.truncated != 0 {
 		t.appended = 0

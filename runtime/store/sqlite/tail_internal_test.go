@@ -101,7 +101,10 @@ func TestTailSegmentsMoveIntoEvents(t *testing.T) {
 	fromFile, err := s.Events(t.Context(), "r1", 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, fromFile, fromMemory)
-	require.Equal(t, int64(60), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
+	// The segment's start wrote run_tails.last_seq, the two grows after
+	// it only their rows; the record's LastSeq is the last row's, read
+	// from the tail by a store that does not remember the segment.
+	require.Equal(t, int64(20), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
 	requireLog(t, s, "r1", 60)
 
 	appendDeltas(t, s, "r1", 61, 70, 10)
@@ -149,8 +152,10 @@ func TestTailSegmentsOfAnotherStore(t *testing.T) {
 	requireLog(t, b, "r1", 80)
 
 	// Opening the file moves every segment into events, under a store
-	// that still remembers its own.
-	appendDeltas(t, a, "r1", 81, 90, 10)
+	// that still remembers its own, and ends each log at its segment's
+	// last row, past the last seq run_tails was written with (85).
+	appendDeltas(t, a, "r1", 81, 90, 5)
+	require.Equal(t, int64(85), count(t, a, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
 	c, err := Open(t.Context(), Config{Path: path})
 	require.NoError(t, err)
 	defer c.Close()
@@ -160,6 +165,33 @@ func TestTailSegmentsOfAnotherStore(t *testing.T) {
 	requireLog(t, a, "r1", 90)
 	appendDeltas(t, a, "r1", 91, 95, 5)
 	requireLog(t, c, "r1", 95)
+}
+
+// A store grows a segment it verified without writing run_tails while
+// the tail's epoch stays where it left it; another store's write moves
+// the epoch, and the first store then checks the file before it appends:
+// here its memory (seqs 1..20) would take seqs 21..25, which the other
+// store appended meanwhile.
+func TestTailFastGrowSeesAnotherStoresWrite(t *testing.T) {
+	t.Parallel()
+	_, a, b := twoStores(t)
+	tailRun(t, a, "r1")
+	epoch := func() int64 { return count(t, a, `SELECT n FROM tail_epoch`) }
+
+	appendDeltas(t, a, "r1", 1, 10, 5)
+	before := epoch()
+	appendDeltas(t, a, "r1", 11, 20, 5)
+	require.Equal(t, before, epoch(), "fast grows leave run_tails and the epoch alone")
+	require.Equal(t, int64(5), count(t, a, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
+
+	appendDeltas(t, b, "r1", 21, 25, 5) // b does not remember the segment: it writes run_tails
+	require.Greater(t, epoch(), before)
+	err := a.AppendEvents(t.Context(), "r1", 0, deltas("r1", 21, 25))
+	require.ErrorIs(t, err, runtime.ErrSeqConflict)
+	requireLog(t, a, "r1", 25)
+	requireLog(t, b, "r1", 25)
+	appendDeltas(t, a, "r1", 26, 30, 5)
+	requireLog(t, b, "r1", 30)
 }
 
 // A run that stops writing without ending holds back the truncation of
