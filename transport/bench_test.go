@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,6 +149,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		var events atomic.Int64
 		var wg sync.WaitGroup
 		frames0, wsWrites0 := wsWriteCounts(b, e)
+		sched0 := schedLatencies()
 		start, cpu0 := time.Now(), cpuTime()
 		writes0, commits0, commitNs0, syncs0 := writes.n.Load(), writes.commits.Load(), writes.commitNs.Load(), syncs(e)
 		for c := range conns {
@@ -249,6 +252,8 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		}
 		wg.Wait()
 		took, cpu := time.Since(start), cpuTime()-cpu0
+		b.ReportMetric(sched0.since(0.5)*1e6, "sched-p50-µs")
+		b.ReportMetric(sched0.since(0.99)*1e6, "sched-p99-µs")
 		frames, wsWrites := wsWriteCounts(b, e)
 		if wsWrites > wsWrites0 {
 			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
@@ -277,6 +282,38 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			b.ReportMetric(float64(writes.commitNs.Load()-commitNs0)/float64(n)/1e6, "ms/commit")
 		}
 	}
+}
+
+// schedHist is the Go scheduler's histogram of how long goroutines
+// waited, runnable, before they ran.
+type schedHist struct {
+	counts  []uint64
+	buckets []float64
+}
+
+func schedLatencies() schedHist {
+	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(m)
+	h := m[0].Value.Float64Histogram()
+	return schedHist{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+}
+
+// since is the q quantile (seconds, a bucket's upper bound) of the waits
+// since h was read.
+func (h schedHist) since(q float64) float64 {
+	now := schedLatencies()
+	var total uint64
+	for i := range now.counts {
+		now.counts[i] -= h.counts[i]
+		total += now.counts[i]
+	}
+	want, seen := uint64(q*float64(total)), uint64(0)
+	for i, n := range now.counts {
+		if seen += n; seen > want {
+			return now.buckets[i+1]
+		}
+	}
+	return 0
 }
 
 // peakRate is how densely the deltas emitted from `from` to `to` came:
