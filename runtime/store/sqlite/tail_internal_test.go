@@ -94,6 +94,7 @@ func TestTailSegmentsMoveIntoEvents(t *testing.T) {
 
 	appendDeltas(t, s, "r1", 1, 60, 20)
 	require.Zero(t, count(t, s, `SELECT count(*) FROM events WHERE run_id = 'r1'`), "a short segment stays in the tail")
+	requireLog(t, s, "r1", 60) // from memory
 	// What the store remembers reads back as what the file holds.
 	fromMemory, err := s.Events(t.Context(), "r1", 0, 0)
 	require.NoError(t, err)
@@ -265,4 +266,36 @@ func TestTailSegmentGrowIsFencedByAClaimElsewhere(t *testing.T) {
 	requireLog(t, b, "r1", 5)
 	require.NoError(t, b.AppendEvents(t.Context(), "r1", taken.Token, deltas("r1", 6, 6)))
 	requireLog(t, b, "r1", 6)
+}
+
+// A file of schema version 5 with a segment open in the tail (a server
+// killed while its runs streamed) opens at version 6: Open's move of
+// every segment into events keeps the log whole, and the store grows new
+// segments under the tail's epoch.
+func TestTailUpgradeFromV5WithAnOpenSegment(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "v5.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	tailRun(t, s, "r1")
+	appendDeltas(t, s, "r1", 1, 30, 10)
+	// Back to version 5, as a server of that version left the file.
+	for _, q := range []string{`DROP TRIGGER tail_epoch_claim`, `DROP TRIGGER tail_epoch_grow`,
+		`DROP TRIGGER tail_epoch_end`, `DROP TABLE tail_epoch`, `DELETE FROM schema_migrations WHERE version = 6`,
+		`UPDATE run_tails SET last_seq = 30`} {
+		_, err := s.w.Exec(q)
+		require.NoError(t, err, q)
+	}
+	require.Equal(t, int64(1), count(t, s, `SELECT count(*) FROM run_tails WHERE last_seq = 30`))
+	require.NoError(t, s.Close())
+
+	s, err = Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, int64(SchemaVersion()), count(t, s, `SELECT max(version) FROM schema_migrations`))
+	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
+	requireLog(t, s, "r1", 30)
+	appendDeltas(t, s, "r1", 31, 50, 5)
+	require.Equal(t, int64(35), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
+	requireLog(t, s, "r1", 50)
 }
