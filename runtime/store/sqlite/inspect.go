@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -45,30 +46,37 @@ func (s *Store) ListRuns(ctx context.Context, f runtime.RunFilter) ([]*runtime.R
 	}
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	var out []*runtime.RunRecord
+	// The records and the tail's rows of segments the store does not
+	// remember (Store.GetRun), in one read transaction.
+	err := s.inReadTx(ctx, []string{segmentLastQuery}, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var froms []int64
+		for rows.Next() {
+			r, from, err := scanRun(rows)
+			if err != nil {
+				return err
+			}
+			out, froms = append(out, r), append(froms, from)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		for i, r := range out {
+			if !s.lastSeqFromMemory(r, froms[i]) {
+				if err := s.lastSeqFromTail(ctx, tx, r, froms[i]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: list runs: %w", err)
-	}
-	defer rows.Close()
-	var (
-		out   []*runtime.RunRecord
-		froms []int64
-	)
-	for rows.Next() {
-		r, from, err := scanRun(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite store: list runs: %w", err)
-		}
-		out, froms = append(out, r), append(froms, from)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite store: list runs: %w", err)
-	}
-	rows.Close() // lastSeq's reads need a reader connection too
-	for i, r := range out {
-		if err := s.lastSeq(ctx, r, froms[i]); err != nil {
-			return nil, fmt.Errorf("sqlite store: list runs: %w", err)
-		}
 	}
 	return out, nil
 }

@@ -363,6 +363,28 @@ WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 // readLogQueries are the statements Events runs in its read transaction.
 var readLogQueries = []string{tailStateQuery, eventsQuery, segmentQuery}
 
+// beginRead starts a read transaction on a reader connection, first
+// preparing qs, the statements it will run (preparing one needs a
+// connection of its own).
+func (s *Store) beginRead(ctx context.Context, qs []string) (*sql.Tx, error) {
+	for _, q := range qs {
+		if _, err := s.rs.get(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	return s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+}
+
+// inReadTx runs fn in a read transaction (beginRead).
+func (s *Store) inReadTx(ctx context.Context, qs []string, fn func(*sql.Tx) error) error {
+	tx, err := s.beginRead(ctx, qs)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // read only
+	return fn(tx)
+}
+
 // Events implements runtime.Store. Data comes back as json.RawMessage.
 // The events table and the run's segment in the tail (tail.go) are read
 // in one read transaction; the segment comes from the store's memory when
@@ -393,12 +415,7 @@ func (s *Store) events(ctx context.Context, runID string, after int64, limit int
 	// Read what the store remembers first: a segment compacted after this
 	// is in the events table the transaction reads.
 	mem := s.tails.get(runID)
-	for _, q := range readLogQueries { // prepared before the transaction holds a connection
-		if _, err := s.rs.get(ctx, q); err != nil {
-			return nil, err
-		}
-	}
-	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	tx, err := s.beginRead(ctx, readLogQueries)
 	if err != nil {
 		return nil, err
 	}

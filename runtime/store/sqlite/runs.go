@@ -118,11 +118,21 @@ func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, op, q, id string, arg
 	return nil
 }
 
-// GetRun implements runtime.Store.
+// getRunQuery reads a run record.
+const getRunQuery = `SELECT ` + runCols + ` FROM runs WHERE id = ?`
+
+// GetRun implements runtime.Store. A run whose segment in the tail the
+// store does not remember (another store on the file appends to it) is
+// read again with the segment's last row, in one read transaction.
 func (s *Store) GetRun(ctx context.Context, id string) (*runtime.RunRecord, error) {
-	r, from, err := scanRun(s.rs.queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
-	if err == nil {
-		err = s.lastSeq(ctx, r, from)
+	r, from, err := scanRun(s.rs.queryRow(ctx, getRunQuery, id))
+	if err == nil && !s.lastSeqFromMemory(r, from) {
+		err = s.inReadTx(ctx, []string{getRunQuery, segmentLastQuery}, func(tx *sql.Tx) error {
+			if r, from, err = scanRun(s.rs.queryRowIn(ctx, tx, getRunQuery, id)); err != nil || s.lastSeqFromMemory(r, from) {
+				return err
+			}
+			return s.lastSeqFromTail(ctx, tx, r, from)
+		})
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", runtime.ErrRunNotFound, id)

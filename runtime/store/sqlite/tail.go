@@ -157,21 +157,29 @@ func (t *tails) get(runID string) segment {
 	return segment{}
 }
 
-// lastSeq completes r.LastSeq, read from the file with the first row of
-// the run's segment (from, 0: none): fast grows do not write
-// run_tails.last_seq, so the log's last seq is its segment's last row's.
-// A segment the store remembers as the file has it gives it from memory;
-// any other is read from the tail.
-func (s *Store) lastSeq(ctx context.Context, r *runtime.RunRecord, from int64) error {
+// lastSeqFromMemory completes r.LastSeq, read from the file with the
+// first row of the run's segment (from, 0: none), from the segment the
+// store remembers: fast grows do not write run_tails.last_seq, so the
+// log's last seq is its segment's last row's. It reports false when the
+// store does not remember the segment as the file has it: then
+// lastSeqFromTail reads it, in the read transaction that read r.
+func (s *Store) lastSeqFromMemory(r *runtime.RunRecord, from int64) bool {
 	if from == 0 {
-		return nil
+		return true
 	}
-	if seg := s.tails.get(r.ID); seg.from == from && seg.fileLast == r.LastSeq {
-		r.LastSeq = max(r.LastSeq, seg.last())
-		return nil
+	seg := s.tails.get(r.ID)
+	if seg.from != from || seg.fileLast != r.LastSeq {
+		return false
 	}
+	r.LastSeq = max(r.LastSeq, seg.last())
+	return true
+}
+
+// lastSeqFromTail completes r.LastSeq from the segment's rows in the
+// tail, read in tx.
+func (s *Store) lastSeqFromTail(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, from int64) error {
 	var last int64
-	if err := s.rs.queryRow(ctx, segmentLastQuery, from, r.ID).Scan(&last); err != nil {
+	if err := s.rs.queryRowIn(ctx, tx, segmentLastQuery, from, r.ID).Scan(&last); err != nil {
 		return err
 	}
 	r.LastSeq = max(r.LastSeq, last)

@@ -84,6 +84,13 @@ func requireLog(t *testing.T, s *Store, id string, last int64) {
 	r, err := s.GetRun(t.Context(), id)
 	require.NoError(t, err)
 	require.Equal(t, last, r.LastSeq)
+	runs, err := s.ListRuns(t.Context(), runtime.RunFilter{})
+	require.NoError(t, err)
+	for _, r := range runs {
+		if r.ID == id {
+			require.Equal(t, last, r.LastSeq, "listed")
+		}
+	}
 }
 
 func TestTailSegmentsMoveIntoEvents(t *testing.T) {
