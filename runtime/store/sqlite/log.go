@@ -199,20 +199,20 @@ func (s *Store) AppendEvents(ctx context.Context, runID string, token int64, evs
 // insertRows inserts rows in tx with qs, up to maxInsertRows in one
 // statement.
 func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, qs insertQueries, rows []eventRow) error {
-	cols := 8
-	if qs.tail {
-		cols++
-	}
-	args := make([]any, 0, cols*min(len(rows), maxInsertRows))
+	// The writer's buffer: one write transaction at a time inserts.
+	args := s.insertArgs[:0]
+	defer func() {
+		clear(args) // keep no event alive
+		s.insertArgs = args[:0]
+	}()
 	for len(rows) > 0 {
 		n := insertRows(len(rows))
 		args = args[:0]
 		for _, r := range rows[:n] {
-			e := r.ev
 			if qs.tail {
 				args = append(args, r.id)
 			}
-			args = append(args, r.runID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), r.data)
+			args = append(args, r.args...)
 		}
 		if _, err := s.ws.execIn(ctx, tx, qs.q[n], args...); err != nil {
 			return err

@@ -78,6 +78,8 @@ type Store struct {
 	// tails remembers the segments of run logs the store appended to the
 	// event tail (tail.go).
 	tails tails
+	// insertArgs is insertRows' buffer (the writer's).
+	insertArgs []any
 
 	closeOnce sync.Once
 	closeErr  error

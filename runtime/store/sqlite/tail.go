@@ -108,12 +108,47 @@ WHERE id IN (SELECT run_id FROM run_tails)`,
 }
 
 // eventRow is one row of events or event_tail: id is its event_tail id
-// (0 until it has one).
+// (0 until it has one), args the values of its other columns, in the
+// order of the inserts (insertRows).
 type eventRow struct {
-	runID string
-	id    int64
-	ev    *runtime.Event
-	data  any // the data column
+	id   int64
+	ev   *runtime.Event
+	args []any
+}
+
+// rowArgs makes the insert values of a run's events, boxed once for both
+// tables a row may go to; the run's id, and its events' type, chat and
+// node while they repeat, share one box with the row before (prev, when
+// not nil, is the values of the run's last row).
+type rowArgs struct {
+	all                    []any
+	runID, typ, chat, node any
+}
+
+func newRowArgs(runID string, n int, prev []any) rowArgs {
+	a := rowArgs{all: make([]any, 0, 8*n)}
+	if prev != nil {
+		a.runID, a.typ, a.chat, a.node = prev[0], prev[2], prev[3], prev[4]
+	} else {
+		a.runID = runID
+	}
+	return a
+}
+
+// add returns the values of e, whose data column is data.
+func (a *rowArgs) add(e *runtime.Event, data any) []any {
+	if s, ok := a.typ.(string); !ok || s != string(e.Type) {
+		a.typ = string(e.Type)
+	}
+	if s, ok := a.chat.(string); !ok || s != e.ChatID {
+		a.chat = e.ChatID
+	}
+	if s, ok := a.node.(string); !ok || s != e.NodeID {
+		a.node = e.NodeID
+	}
+	from := len(a.all)
+	a.all = append(a.all, a.runID, e.Seq, a.typ, a.chat, a.node, e.Attempt, micros(e.Time), data)
+	return a.all[from:len(a.all):len(a.all)]
 }
 
 // segment is a run's events in event_tail since its log was last
@@ -325,6 +360,11 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	// keeps them (times in UTC microseconds, data as JSON).
 	own := make([]runtime.Event, len(evs))
 	rows := make([]eventRow, len(evs))
+	var prev []any
+	if len(seg.rows) > 0 {
+		prev = seg.rows[len(seg.rows)-1].args
+	}
+	args := newRowArgs(runID, len(evs), prev)
 	for i := range evs {
 		e := &evs[i]
 		data, err := e.DataJSON()
@@ -336,7 +376,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		if data != nil {
 			own[i].Data = json.RawMessage(data)
 		}
-		rows[i] = eventRow{runID: runID, ev: &own[i], data: text(data)}
+		rows[i] = eventRow{ev: &own[i], args: args.add(&own[i], text(data))}
 	}
 	if end || len(seg.rows)+len(rows) >= compactAt {
 		return l.compact(runID, from, append(seg.rows, rows...))
@@ -583,17 +623,18 @@ func (l *logTx) committed() {
 func scanSegment(rows *sql.Rows, runID string) ([]eventRow, error) {
 	defer rows.Close()
 	var out []eventRow
+	args := newRowArgs(runID, 0, nil)
 	for rows.Next() {
 		var id int64
 		e, err := scanEvent(rows, runID, &id)
 		if err != nil {
 			return nil, err
 		}
-		r := eventRow{runID: runID, id: id, ev: &e}
+		var data any
 		if e.Data != nil {
-			r.data = string(e.Data.(json.RawMessage))
+			data = string(e.Data.(json.RawMessage))
 		}
-		out = append(out, r)
+		out = append(out, eventRow{id: id, ev: &e, args: args.add(&e, data)})
 	}
 	return out, rows.Err()
 }
