@@ -36,7 +36,7 @@ func (s *Store) ListRuns(ctx context.Context, f runtime.RunFilter) ([]*runtime.R
 	if !f.Before.IsZero() {
 		where, args = append(where, `created_at < ?`), append(args, micros(f.Before))
 	}
-	q := `SELECT ` + runCols + ` FROM runs`
+	q := `SELECT ` + runCols + ` FROM ` + runsFrom
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}

@@ -11,14 +11,18 @@ import (
 	"chatgraph/runtime/store/internal/rowjson"
 )
 
-// runCols are the columns scanRun reads. The log's last seq is run_tails'
-// while the run has a segment in the tail (tail.go), where fast grows
-// leave it behind: the last column is the segment's first row (0: none),
-// and Store.lastSeq finds the segment's last seq.
+// runCols are the columns scanRun reads, from runsFrom. The log's last
+// seq is run_tails' while the run has a segment in the tail (tail.go),
+// where fast grows leave it behind: the last column is the segment's
+// first row (0: none), from which the store finds the segment's last seq
+// (lastSeqFromMemory, lastSeqFromTail).
 const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, attrs, entry_node_ids,
 	input, options, status, error, interrupts, answers,
-	coalesce((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id), runs.last_seq), token, created_at, updated_at,
-	coalesce((SELECT t.tail_from FROM run_tails t WHERE t.run_id = runs.id), 0)`
+	coalesce(t.last_seq, runs.last_seq), runs.token, created_at, updated_at, coalesce(t.tail_from, 0)`
+
+// runsFrom is what runCols reads: a run and its segment's run_tails row,
+// found with one lookup.
+const runsFrom = `runs LEFT JOIN run_tails t ON t.run_id = runs.id`
 
 // runArgs returns the record's column values in runCols order, without
 // id, last_seq and token.
@@ -119,7 +123,7 @@ func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, op, q, id string, arg
 }
 
 // getRunQuery reads a run record.
-const getRunQuery = `SELECT ` + runCols + ` FROM runs WHERE id = ?`
+const getRunQuery = `SELECT ` + runCols + ` FROM ` + runsFrom + ` WHERE id = ?`
 
 // GetRun implements runtime.Store. A run whose segment in the tail the
 // store does not remember (another store on the file appends to it) is
