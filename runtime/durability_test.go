@@ -15,10 +15,13 @@ import (
 	"chatgraph/runtime/store/memory"
 )
 
+// allModes are the durability modes the tests run each in turn.
+var allModes = []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit}
+
 // Every mode ends with the same log in the store as the live stream.
 func TestDurabilityModesKeepTheLog(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+	for _, mode := range allModes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			k := newKit(t)
@@ -127,7 +130,7 @@ func (s *committedSink) Emit(ev runtime.Event) {
 // has committed it, and the stream it receives is the stored log.
 func TestSinkGetsOnlyCommittedEvents(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+	for _, mode := range allModes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			k := newKit(t)
@@ -524,7 +527,7 @@ func (s *startCancel) Started(runID string) {
 // in every durability mode.
 func TestStartSinkCancelsBeforeAnyNode(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+	for _, mode := range allModes {
 		t.Run(string(mode), func(t *testing.T) {
 			k := newKit(t)
 			mem := newMem()
@@ -747,7 +750,7 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 // groups carry the events of many runs; exit mode publishes without one.
 func TestPublishGroupWrapsEveryGroupCommit(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+	for _, mode := range allModes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			k := newKit(t)
