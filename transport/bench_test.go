@@ -252,8 +252,9 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		}
 		wg.Wait()
 		took, cpu := time.Since(start), cpuTime()-cpu0
-		b.ReportMetric(sched0.since(0.5)*1e6, "sched-p50-µs")
-		b.ReportMetric(sched0.since(0.99)*1e6, "sched-p99-µs")
+		sched := sched0.since()
+		b.ReportMetric(sched.quantile(0.5)*1e6, "sched-p50-µs")
+		b.ReportMetric(sched.quantile(0.99)*1e6, "sched-p99-µs")
 		frames, wsWrites := wsWriteCounts(b, e)
 		if wsWrites > wsWrites0 {
 			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
@@ -298,19 +299,25 @@ func schedLatencies() schedHist {
 	return schedHist{counts: slices.Clone(h.Counts), buckets: h.Buckets}
 }
 
-// since is the q quantile (seconds, a bucket's upper bound) of the waits
-// since h was read.
-func (h schedHist) since(q float64) float64 {
+// since is the histogram of the waits since h was read.
+func (h schedHist) since() schedHist {
 	now := schedLatencies()
-	var total uint64
 	for i := range now.counts {
 		now.counts[i] -= h.counts[i]
-		total += now.counts[i]
+	}
+	return now
+}
+
+// quantile is h's q quantile, in seconds: the upper bound of its bucket.
+func (h schedHist) quantile(q float64) float64 {
+	var total uint64
+	for _, n := range h.counts {
+		total += n
 	}
 	want, seen := uint64(q*float64(total)), uint64(0)
-	for i, n := range now.counts {
+	for i, n := range h.counts {
 		if seen += n; seen > want {
-			return now.buckets[i+1]
+			return h.buckets[i+1]
 		}
 	}
 	return 0
