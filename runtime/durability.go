@@ -373,7 +373,10 @@ func (r *run) beforeExecute(pn *pnode) {
 // (after). The sync committer commits as soon as something is listed (a
 // commit in progress gathers the next group); the batched one waits one
 // interval (or until maxSize writes) first.
-// Its goroutine runs while runs are listed and exits when none are.
+// Its goroutine runs while runs are listed and waits for the next for
+// up to committerIdle before it exits: a goroutine started afresh for
+// each commit of a lightly loaded server would grow its stack anew in
+// SQLite's deep calls every time.
 type committer struct {
 	st      *storeView
 	group   *atomic.Pointer[func(publish func())] // the engine's SetPublishGroup
@@ -391,6 +394,7 @@ type committer struct {
 	published chan struct{}
 
 	hurry chan struct{} // maxSize writes are waiting (cap 1)
+	wake  chan struct{} // the list is no longer empty (cap 1)
 	quit  chan struct{} // closed by Engine.Close: stop waiting out intervals
 	wg    sync.WaitGroup
 }
@@ -421,7 +425,8 @@ func (e *Engine) committerFor(d Durability) *committer {
 	defer e.cmu.Unlock()
 	c := e.commits[d]
 	if c == nil {
-		c = &committer{st: e.store, group: &e.publishGroup, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1), quit: e.quit}
+		c = &committer{st: e.store, group: &e.publishGroup, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1),
+			wake: make(chan struct{}, 1), quit: e.quit}
 		if d == DurabilityBatched {
 			c.every = e.batchEvery
 		}
@@ -438,13 +443,24 @@ func (e *Engine) committerFor(d Durability) *committer {
 func (c *committer) add(r *run) {
 	c.mu.Lock()
 	c.dirty = append(c.dirty, r)
-	if !c.running {
+	switch {
+	case !c.running:
 		c.running = true
 		c.wg.Add(1)
 		go c.loop()
+	case len(c.dirty) == 1:
+		// The loop may be waiting for the list.
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 	}
 	c.mu.Unlock()
 }
+
+// committerIdle is how long the committer's goroutine waits for a run to
+// be listed before it exits.
+const committerIdle = time.Second
 
 // grow counts one buffered write; at maxSize the batched loop commits
 // without waiting out its interval.
@@ -462,10 +478,16 @@ func (c *committer) hurryUp() {
 	}
 }
 
-// loop commits listed runs until none are left.
+// loop commits listed runs until none has been listed for committerIdle,
+// or none is left once the engine closes.
 func (c *committer) loop() {
 	defer c.wg.Done()
-	var timer *time.Timer
+	var timer, idle *time.Timer
+	defer func() {
+		if idle != nil {
+			idle.Stop()
+		}
+	}()
 	for {
 		if c.every > 0 && c.size.Load() < c.maxSize {
 			if timer == nil {
@@ -482,13 +504,52 @@ func (c *committer) loop() {
 			}
 		}
 		c.commit()
-		c.mu.Lock()
-		if len(c.dirty) == 0 {
-			c.running = false
-			c.mu.Unlock()
+		if !c.waitListed(&idle) {
 			return
 		}
+	}
+}
+
+// waitListed waits until a run is listed, and reports true, or until
+// none has been for committerIdle, or the engine has closed with none
+// listed, when it reports false: the loop has ended (running is false).
+// idle is the loop's idle timer, made at its first wait.
+func (c *committer) waitListed(idle **time.Timer) bool {
+	for {
+		c.mu.Lock()
+		if len(c.dirty) > 0 {
+			c.mu.Unlock()
+			return true
+		}
+		var timeout <-chan time.Time
+		select {
+		case <-c.quit:
+		default:
+			if *idle == nil {
+				*idle = time.NewTimer(committerIdle)
+			} else {
+				(*idle).Reset(committerIdle)
+			}
+			timeout = (*idle).C
+		}
+		if timeout == nil {
+			c.running = false
+			c.mu.Unlock()
+			return false
+		}
 		c.mu.Unlock()
+		select {
+		case <-c.wake:
+		case <-c.quit:
+		case <-timeout:
+			c.mu.Lock()
+			if len(c.dirty) == 0 {
+				c.running = false
+				c.mu.Unlock()
+				return false
+			}
+			c.mu.Unlock()
+		}
 	}
 }
 
