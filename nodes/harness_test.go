@@ -62,6 +62,7 @@ func newHarness(t *testing.T, builtins ...tools.Config) *harness {
 	require.NoError(t, nodes.Register(reg, nodes.Deps{Models: h.models, Tools: h.tools, Ledger: h.ledger}))
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: h.store, CancelGrace: 2 * time.Second})
 	require.NoError(t, err)
+	t.Cleanup(eng.Close)
 	h.eng = eng
 	return h
 }

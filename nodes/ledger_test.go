@@ -102,6 +102,7 @@ func TestApprovalResumeAfterRestart(t *testing.T) {
 				require.NoError(t, nodes.Register(reg, nodes.Deps{Models: models, Tools: treg, Ledger: ledger}))
 				eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st})
 				require.NoError(t, err)
+				t.Cleanup(eng.Close)
 				return eng, st
 			}
 
