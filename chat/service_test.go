@@ -472,6 +472,17 @@ func (s *lostLease) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Du
 	return s.Store.RenewLease(ctx, l, ttl)
 }
 
+func (s *lostLease) RenewLeases(ctx context.Context, leases []runtime.Lease, ttl time.Duration) ([]runtime.Lease, []error, error) {
+	if s.lost.Load() {
+		errs := make([]error, len(leases))
+		for i := range errs {
+			errs[i] = runtime.ErrFenced
+		}
+		return make([]runtime.Lease, len(leases)), errs, nil
+	}
+	return s.Store.RenewLeases(ctx, leases, ttl)
+}
+
 // A run whose lease this process lost is the new owner's: this process
 // writes neither its message nor its terminal event; the new owner does.
 func TestLostLeaseLeavesTheRunToTheNewOwner(t *testing.T) {

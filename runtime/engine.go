@@ -89,6 +89,7 @@ type Engine struct {
 	publishGroup atomic.Pointer[func(publish func())]
 	quit         chan struct{} // closed by Close
 	closeOnce    sync.Once
+	renewals     leaseRenewals // the leases of the engine's runs
 
 	// held counts, per run id, the reasons this engine holds the run
 	// (starting, executing, claimed by a recovery pass): recovery never
@@ -109,6 +110,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{reg: cfg.Registry, raw: cfg.Store, lim: lim, conds: conds,
 		maxPar: cfg.MaxParallel, grace: cfg.CancelGrace, maxRun: cfg.MaxRunDuration, log: cfg.Logger, quit: make(chan struct{}), held: map[string]int{}}
+	e.renewals.e = e
 	// The store's capabilities are probed here, once; the kernel uses
 	// e.store's fields and never type-asserts the store again.
 	e.store = newStoreView(cfg.Store, cfg.StoreObserver)
@@ -162,10 +164,17 @@ func NewEngine(cfg Config) (*Engine, error) {
 // Registry returns the engine's node type registry.
 func (e *Engine) Registry() *Registry { return e.reg }
 
-// Close stops the engine's background work (the group committer of
-// batched runs), flushing what it holds. Call it after every run has ended.
+// Close stops the engine's background work (the group committers,
+// flushing what they hold, and the lease renewals). Call it after every
+// run has ended.
 func (e *Engine) Close() {
 	e.closeOnce.Do(func() { close(e.quit) })
+	e.renewals.mu.Lock()
+	idle := len(e.renewals.runs) == 0
+	e.renewals.mu.Unlock()
+	if idle {
+		e.renewals.wg.Wait() // the last run's leaving ends the loop
+	}
 	e.cmu.Lock()
 	commits := make([]*committer, 0, len(e.commits))
 	for _, c := range e.commits {
@@ -187,8 +196,9 @@ func (e *Engine) Store() Store { return e.raw }
 
 // Capabilities names the optional store interfaces (Leaser, BulkClaimer,
 // Inspector, BatchWriter, BatchFinisher, RunStarter, EffectLedger,
-// OwnerLister) the engine found on its store when it was made: the ones
-// it uses, timed when a StoreObserver is set. Empty without a store.
+// OwnerLister, LeaseRenewer) the engine found on its store when it was
+// made: the ones it uses, timed when a StoreObserver is set. Empty without
+// a store.
 func (e *Engine) Capabilities() []string { return e.store.names() }
 
 // Validate returns every diagnostic of g (errors and warnings) without

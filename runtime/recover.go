@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,86 +218,6 @@ func (l *logged) has(t EventType, node string, attempt int, data any) bool {
 	case EventEdgeTaken:
 		return l.taken[edgeIDOf(data)]
 	}
-	return false
-}
-
-// renewalDelay is how long a run waits before it renews a lease of the
-// given TTL: a random point between a sixth and a third of it, drawn
-// anew for every renewal, so runs started together (a thousand turns at
-// once) do not renew together: each renewal is a write of its own, and a
-// burst of them would hold the store's writer in front of the group
-// commits.
-func renewalDelay(ttl time.Duration) time.Duration {
-	third := ttl / 3
-	return third - rand.N(third/2+1)
-}
-
-// renewLease keeps the run's lease alive until the stop it returns is
-// called: a timer renews it every renewalDelay, and its callback runs
-// only when it fires, so a run holds no goroutine for its lease between
-// renewals. When a renewal fails the run is cancelled with ErrLeaseLost
-// and renewing stops. Renewals never overlap: the next is scheduled once
-// the last has returned.
-func (r *run) renewLease() (stop func()) {
-	if r.store == nil || r.store.leaser == nil || r.lease == nil {
-		return func() {}
-	}
-	var (
-		mu      sync.Mutex
-		t       *time.Timer
-		stopped bool
-	)
-	mu.Lock() // the callback may not reschedule t before it is set
-	defer mu.Unlock()
-	t = time.AfterFunc(renewalDelay(r.e.leaseTTL), func() {
-		if !r.renewOnce() {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(renewalDelay(r.e.leaseTTL))
-		}
-	})
-	return func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		t.Stop()
-	}
-}
-
-// renewOnce renews the run's lease once and reports whether to go on
-// renewing: not once the lease is lost (the run is then failed and
-// cancelled) or the run's end is being written.
-func (r *run) renewOnce() bool {
-	r.emu.Lock()
-	cur := *r.lease
-	// A run created in its first group commit has no record to renew
-	// until that commit is done (it may wait behind others).
-	unborn := r.bornInBatch && r.cgen == 0
-	r.emu.Unlock()
-	if unborn {
-		return true
-	}
-	next, err := r.store.leaser.RenewLease(r.bg, cur, r.e.leaseTTL)
-	r.emu.Lock()
-	ending := r.ending
-	if err == nil {
-		*r.lease = next
-	}
-	r.emu.Unlock()
-	switch {
-	case err == nil:
-		return true
-	case ending:
-		return false // the run's end (with its lease's release) is being written
-	}
-	r.e.log.Warn("run lease lost", "run", r.rec.ID, "err", err)
-	lost := fmt.Errorf("%w: %v", ErrLeaseLost, err)
-	// Write nothing more: the run belongs to whoever recovers it.
-	r.fail(lost)
-	r.cancel(lost)
 	return false
 }
 

@@ -197,6 +197,16 @@ type Leaser interface {
 	ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error)
 }
 
+// LeaseRenewer is implemented by Leaser stores that renew many leases in
+// one write (one transaction, one round trip): the engine renews every
+// lease of its runs that is due in one call, not one write per run.
+// renewed[i] and errs[i] are leases[i]'s outcome, as RenewLease gives it
+// (ErrFenced, ErrRunNotFound), and a refused lease does not stop the
+// others; err fails the call as a whole, and then no lease was renewed.
+type LeaseRenewer interface {
+	RenewLeases(ctx context.Context, leases []Lease, ttl time.Duration) (renewed []Lease, errs []error, err error)
+}
+
 // OwnerLister is implemented by Leaser stores that list the running runs
 // whose lease names owner, expired or not, oldest first, up to limit
 // (<= 0: all). An engine restarted with the same stable Config.Owner uses

@@ -10,7 +10,7 @@ import (
 // returned. op is the method's name in snake_case: create_run, get_run,
 // update_run, save_checkpoint, checkpoints, append_events, events;
 // claim_run, renew_lease, release_lease, expired_runs (Leaser);
-// claim_expired (BulkClaimer); owned_runs (OwnerLister); write_batches (BatchWriter and
+// renew_leases (LeaseRenewer); claim_expired (BulkClaimer); owned_runs (OwnerLister); write_batches (BatchWriter and
 // BatchFinisher); create_claimed (RunStarter); list_runs, delete_run,
 // delete_finished_before (Inspector); put_effect, get_effect,
 // delete_effects (EffectLedger). The engine calls it from many goroutines
@@ -53,6 +53,7 @@ type storeView struct {
 	starter   RunStarter
 	effects   EffectLedger
 	owned     OwnerLister
+	renewer   LeaseRenewer
 	// jsonEvents: the store keeps event data as JSON (JSONEventStore).
 	jsonEvents bool
 }
@@ -75,6 +76,7 @@ func newStoreView(st Store, obs StoreObserver) *storeView {
 	_, v.jsonEvents = st.(JSONEventStore)
 	if v.leaser != nil {
 		v.owned, _ = st.(OwnerLister)
+		v.renewer, _ = st.(LeaseRenewer)
 	}
 	if obs == nil {
 		return v
@@ -104,6 +106,9 @@ func newStoreView(st Store, obs StoreObserver) *storeView {
 	if v.owned != nil {
 		v.owned = timedOwnerLister{v.owned, obs}
 	}
+	if v.renewer != nil {
+		v.renewer = timedLeaseRenewer{v.renewer, obs}
+	}
 	return v
 }
 
@@ -126,6 +131,7 @@ func (v *storeView) names() []string {
 		{"RunStarter", v.starter != nil},
 		{"EffectLedger", v.effects != nil},
 		{"OwnerLister", v.owned != nil},
+		{"LeaseRenewer", v.renewer != nil},
 	} {
 		if c.has {
 			out = append(out, c.name)
@@ -186,6 +192,18 @@ func (t timedLeaser) ReleaseLease(ctx context.Context, l Lease) error {
 
 func (t timedLeaser) ExpiredRuns(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	return timed(t.obs, "expired_runs", func() ([]string, error) { return t.l.ExpiredRuns(ctx, now, limit) })
+}
+
+type timedLeaseRenewer struct {
+	r   LeaseRenewer
+	obs StoreObserver
+}
+
+func (t timedLeaseRenewer) RenewLeases(ctx context.Context, leases []Lease, ttl time.Duration) ([]Lease, []error, error) {
+	start := time.Now()
+	renewed, errs, err := t.r.RenewLeases(ctx, leases, ttl)
+	t.obs.since("renew_leases", start, err)
+	return renewed, errs, err
 }
 
 type timedBulkClaimer struct {

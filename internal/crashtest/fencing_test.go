@@ -145,6 +145,10 @@ func (p paused) RenewLease(_ context.Context, l runtime.Lease, _ time.Duration) 
 	return l, nil
 }
 
+func (p paused) RenewLeases(_ context.Context, leases []runtime.Lease, _ time.Duration) ([]runtime.Lease, []error, error) {
+	return leases, make([]error, len(leases)), nil
+}
+
 // A holder paused past its lease loses the run: another engine takes it
 // over, and when the paused one wakes up its commit is rejected.
 func TestPausedHolderIsFencedOff(t *testing.T) {

@@ -61,7 +61,7 @@ func observer(commits *atomic.Int64) runtime.StoreObserver {
 		lat(op, d, err)
 		switch op {
 		case "create_run", "create_claimed", "update_run", "save_checkpoint", "append_events", "write_batches",
-			"claim_run", "renew_lease", "release_lease", "claim_expired":
+			"claim_run", "renew_lease", "renew_leases", "release_lease", "claim_expired":
 			if commits != nil {
 				commits.Add(1)
 			}
@@ -288,6 +288,10 @@ func (d *dying) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Durati
 	return l, nil // a dead process renews nothing
 }
 
+func (d *dying) RenewLeases(_ context.Context, leases []runtime.Lease, _ time.Duration) ([]runtime.Lease, []error, error) {
+	return leases, make([]error, len(leases)), nil
+}
+
 func (d *dying) ReleaseLease(context.Context, runtime.Lease) error { return nil }
 
 // BenchmarkW4PostgresSync: chain of 100 over Postgres, sync durability.
@@ -328,7 +332,7 @@ func TestBenchEnginesSeeEveryCapability(t *testing.T) {
 		defer e.Close()
 		return e.Capabilities()
 	}
-	want := []string{"Leaser", "BulkClaimer", "Inspector", "BatchWriter", "BatchFinisher", "RunStarter", "EffectLedger", "OwnerLister"}
+	want := []string{"Leaser", "BulkClaimer", "Inspector", "BatchWriter", "BatchFinisher", "RunStarter", "EffectLedger", "OwnerLister", "LeaseRenewer"}
 	if got := caps(st); !slices.Equal(got, want) {
 		t.Fatalf("engine on the SQLite store sees %v, want %v", got, want)
 	}

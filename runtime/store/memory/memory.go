@@ -315,6 +315,25 @@ func (s *Store) RenewLease(_ context.Context, l runtime.Lease, ttl time.Duration
 	return l, nil
 }
 
+// RenewLeases implements runtime.LeaseRenewer.
+func (s *Store) RenewLeases(_ context.Context, leases []runtime.Lease, ttl time.Duration) ([]runtime.Lease, []error, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	renewed, errs := make([]runtime.Lease, len(leases)), make([]error, len(leases))
+	expires := time.Now().Add(ttl)
+	for i, l := range leases {
+		e, err := s.holder(l)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		e.expires = expires
+		l.ExpiresAt = expires
+		renewed[i] = l
+	}
+	return renewed, errs, nil
+}
+
 // ReleaseLease implements runtime.Leaser.
 func (s *Store) ReleaseLease(_ context.Context, l runtime.Lease) error {
 	s.mu.Lock()

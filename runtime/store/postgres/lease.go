@@ -59,6 +59,50 @@ func (s *Store) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Durati
 	return l, nil
 }
 
+// RenewLeases implements runtime.LeaseRenewer in one statement. A lease
+// it did not renew is looked up for its error, as RenewLease's.
+func (s *Store) RenewLeases(ctx context.Context, leases []runtime.Lease, ttl time.Duration) ([]runtime.Lease, []error, error) {
+	expires := s.now().Add(ttl).Truncate(time.Microsecond)
+	ids, tokens, owners := make([]string, len(leases)), make([]int64, len(leases)), make([]string, len(leases))
+	for i, l := range leases {
+		ids[i], tokens[i], owners[i] = l.RunID, l.Token, l.Owner
+	}
+	rows, err := s.pool.Query(ctx, s.q.renewMany, ids, tokens, owners, expires)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres store: renew %d leases: %w", len(leases), err)
+	}
+	type held struct {
+		id, owner string
+		token     int64
+	}
+	done := map[held]bool{}
+	for rows.Next() {
+		var h held
+		if err := rows.Scan(&h.id, &h.token, &h.owner); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("postgres store: renew %d leases: %w", len(leases), err)
+		}
+		done[h] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("postgres store: renew %d leases: %w", len(leases), err)
+	}
+	renewed, errs := make([]runtime.Lease, len(leases)), make([]error, len(leases))
+	for i, l := range leases {
+		if done[held{l.RunID, l.Owner, l.Token}] {
+			l.ExpiresAt = expires.UTC()
+			renewed[i] = l
+			continue
+		}
+		// Not renewed: with no row changed, leaseApplied reads why.
+		errs[i] = s.leaseApplied(ctx, pgconn.CommandTag{}, l)
+		if !errors.Is(errs[i], runtime.ErrFenced) && !errors.Is(errs[i], runtime.ErrRunNotFound) {
+			return nil, nil, errs[i]
+		}
+	}
+	return renewed, errs, nil
+}
+
 // ReleaseLease implements runtime.Leaser. Releasing a lease already
 // released is a no-op.
 func (s *Store) ReleaseLease(ctx context.Context, l runtime.Lease) error {

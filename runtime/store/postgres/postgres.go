@@ -139,7 +139,7 @@ type queries struct {
 	saveCheckpoint, checkpoints, appendEvents, events string
 	lockRuns                                          string
 	claim, leaseState, renew, release, expired        string
-	claimExpired, owned                               string
+	claimExpired, owned, renewMany                    string
 	listRuns, deleteRun, deleteFinished               string
 	putEffect, getEffect, deleteEffects, sweepEffects string
 }
@@ -223,6 +223,13 @@ RETURNING token`),
 		leaseState: r.Replace(`SELECT token, lease_owner, lease_expires_at FROM {s}.runs WHERE id = $1`),
 		renew: r.Replace(`UPDATE {s}.runs SET lease_expires_at = $4
 WHERE id = $1 AND token = $2 AND lease_owner = $3 AND lease_owner <> ''`),
+		// renewMany locks the rows in id order, as lockRuns does, so that
+		// it never deadlocks with a batch write.
+		renewMany: r.Replace(`WITH l AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) AS l (id, token, owner)),
+held AS (SELECT r.id FROM {s}.runs r JOIN l ON r.id = l.id AND r.token = l.token AND r.lease_owner = l.owner
+	WHERE r.lease_owner <> '' ORDER BY r.id FOR UPDATE OF r)
+UPDATE {s}.runs SET lease_expires_at = $4 FROM held WHERE {s}.runs.id = held.id
+RETURNING {s}.runs.id, {s}.runs.token, {s}.runs.lease_owner`),
 		release: r.Replace(`UPDATE {s}.runs SET lease_owner = '', lease_expires_at = NULL
 WHERE id = $1 AND token = $2 AND lease_owner IN ($3, '')`),
 		claimExpired: r.Replace(`UPDATE {s}.runs SET token = token + 1, lease_owner = $1, lease_expires_at = $2

@@ -156,6 +156,8 @@ func BenchmarkWriteBatch(b *testing.B) { storetest.BenchWriteBatch(b, open) }
 
 func BenchmarkGroupCommit(b *testing.B) { storetest.BenchGroupCommit(b, open) }
 
+func BenchmarkRenewLeases(b *testing.B) { storetest.BenchRenewLeases(b, open) }
+
 // TestReserveRun: another store's transaction writes its own rows and a
 // run's reservation together; ReserveRun refuses an id that exists
 // (pending or not) and a record that is not pending, and the refusal

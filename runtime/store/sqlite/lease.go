@@ -67,6 +67,33 @@ func (s *Store) RenewLease(ctx context.Context, l runtime.Lease, ttl time.Durati
 	return l, nil
 }
 
+// RenewLeases implements runtime.LeaseRenewer: one transaction, one
+// conditional UPDATE per lease.
+func (s *Store) RenewLeases(ctx context.Context, leases []runtime.Lease, ttl time.Duration) ([]runtime.Lease, []error, error) {
+	renewed, errs := make([]runtime.Lease, len(leases)), make([]error, len(leases))
+	expires := micros(s.now().Add(ttl))
+	err := s.inTxOp(ctx, func(tx *sql.Tx) error {
+		for i, l := range leases {
+			err := s.leaseWrite(ctx, tx, l, "renew", renewQuery, expires, l.RunID, l.Token, l.Owner)
+			if err != nil && !errors.Is(err, runtime.ErrFenced) && !errors.Is(err, runtime.ErrRunNotFound) {
+				return err
+			}
+			errs[i] = err
+		}
+		return nil
+	}, "renew %d leases", len(leases))
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, l := range leases {
+		if errs[i] == nil {
+			l.ExpiresAt = fromMicros(expires)
+			renewed[i] = l
+		}
+	}
+	return renewed, errs, nil
+}
+
 const releaseQuery = `UPDATE runs SET lease_owner = '', lease_expires_at = NULL
 WHERE id = ? AND token = ? AND lease_owner IN (?, '')`
 

@@ -236,6 +236,16 @@ func BenchmarkGroupCommit(b *testing.B) {
 	}
 }
 
+func BenchmarkRenewLeases(b *testing.B) {
+	for _, sync := range []sqlite.Synchronous{sqlite.SyncFull, sqlite.SyncNormal} {
+		b.Run("sync="+string(sync), func(b *testing.B) {
+			storetest.BenchRenewLeases(b, func(tb testing.TB) runtime.Store {
+				return openAt(tb, filepath.Join(tb.TempDir(), "bench.db"), sync)
+			})
+		})
+	}
+}
+
 // The store's own checkpointer copies the WAL into the database file soon
 // after a transaction commits; the writer does not (its automatic
 // checkpoint waits for 10,000 pages), so no commit carries that copy.
