@@ -384,8 +384,9 @@ type terminalHold struct {
 
 func (h *terminalHold) emit(ev runtime.Event) {
 	if ev.Type.Terminal() {
+		held := ev // only the held event goes to the heap, not every one emitted
 		h.mu.Lock()
-		h.ev = &ev
+		h.ev = &held
 		h.mu.Unlock()
 		return
 	}
