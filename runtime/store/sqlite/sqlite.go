@@ -80,6 +80,9 @@ type Store struct {
 	tails tails
 	// insertArgs is insertRows' buffer (the writer's).
 	insertArgs []any
+	// tailRows and eventRows are the writer's buffers of a logTx's rows
+	// to insert (logTx.tail and logTx.events).
+	tailRows, eventRows []eventRow
 
 	closeOnce sync.Once
 	closeErr  error

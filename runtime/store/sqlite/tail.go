@@ -254,8 +254,11 @@ type logTx struct {
 	// next is the next event_tail id (0: not read yet).
 	next int64
 	// segs are the segments as the transaction leaves them (nil: none).
-	segs         map[string]*segment
+	segs map[string]*segment
+	// tail and events are the rows to insert into event_tail and events
+	// (in the store's buffers); appended counts the tail's once inserted.
 	tail, events []eventRow
+	appended     int
 	// truncated is the first row kept by the transaction's truncation
 	// (0: none).
 	truncated int64
@@ -263,7 +266,7 @@ type logTx struct {
 
 // newLogTx starts a logTx in tx, reading the tail's epoch.
 func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
-	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}}
+	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}, tail: s.tailRows[:0], events: s.eventRows[:0]}
 	if err := s.ws.queryRowIn(ctx, tx, epochQuery).Scan(&l.epoch); err != nil {
 		return nil, fmt.Errorf("read the tail's epoch: %w", err)
 	}
@@ -397,7 +400,12 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		return err
 	}
 	l.tail = append(l.tail, rows...)
-	l.segs[runID] = &segment{from: from, rows: append(seg.rows, rows...), fileLast: fileLast, token: token, gen: l.gen}
+	segRows := seg.rows
+	if segRows == nil {
+		// A segment grows to compactAt rows at most: one array for all.
+		segRows = make([]eventRow, 0, compactAt)
+	}
+	l.segs[runID] = &segment{from: from, rows: append(segRows, rows...), fileLast: fileLast, token: token, gen: l.gen}
 	return nil
 }
 
@@ -526,7 +534,25 @@ func (l *logTx) insert() error {
 	if err := l.s.insertRows(l.ctx, l.tx, insertEventsQueries, l.events); err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
+	// The rows are in the file (and the segments hold their own copies):
+	// the buffers go back to the store, holding no event.
+	l.appended = len(l.tail)
+	l.s.tailRows, l.s.eventRows = keepRows(l.tail), keepRows(l.events)
+	l.tail, l.events = nil, nil
 	return nil
+}
+
+// keepRowsMax bounds a row buffer the store keeps for the next write
+// transaction.
+const keepRowsMax = 4096
+
+// keepRows empties rows for reuse, or drops it when it grew large.
+func keepRows(rows []eventRow) []eventRow {
+	if cap(rows) > keepRowsMax {
+		return nil
+	}
+	clear(rows)
+	return rows[:0]
 }
 
 // truncate deletes the tail's rows below the oldest segment, first
@@ -608,7 +634,7 @@ func (l *logTx) committed() {
 		}
 	}
 	t.gen, t.epoch, t.epochKnown = l.gen, l.epoch, true
-	t.appended += len(l.tail)
+	t.appended += l.appended
 	if l.truncated != 0 {
 		t.appended = 0
 		for id, seg := range t.segs {
