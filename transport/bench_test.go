@@ -88,14 +88,14 @@ func quantile(xs []float64, q float64) float64 {
 // deltas emitted while all 1,000 runs stream (after the last run's first
 // delta and before the first run's last).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false) })
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
 
 // BenchmarkEventLatencyWebSocketPaced: 1,000 runs of 20 words 100 ms
 // apart (10,000 deltas/s offered), a load two cores carry with the
 // start burst included.
 func BenchmarkEventLatencyWebSocketPaced(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20, false) })
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 100, 20, false, false) })
 }
 
 // BenchmarkEventLatencyWebSocketLight: 1,000 runs of 10 words a second
@@ -103,7 +103,7 @@ func BenchmarkEventLatencyWebSocketPaced(b *testing.B) {
 // idle. The runs start together, so their deltas come in waves, about
 // once a second each: peak-deltas/s says how dense a wave is.
 func BenchmarkEventLatencyWebSocketLight(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10, false) })
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10, false, false) })
 }
 
 // BenchmarkEventLatencyWebSocketLightSpread: the runs of
@@ -111,20 +111,260 @@ func BenchmarkEventLatencyWebSocketLight(b *testing.B) {
 // second, so that 1,000 deltas/s come at independent moments instead of
 // in waves.
 func BenchmarkEventLatencyWebSocketLightSpread(b *testing.B) {
-	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10, true) })
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 1000, 10, true, false) })
+}
+
+// BenchmarkEventLatencyWebSocketRemote: the load of
+// BenchmarkEventLatencyWebSocket with its clients in a process of their
+// own, as a server's clients are: they read when the kernel wakes them,
+// not when the server's Go scheduler next polls the network, and
+// cpu-µs/event is the server's alone (client-cpu-µs/event the clients').
+// They share the machine's two cores with the server all the same.
+func BenchmarkEventLatencyWebSocketRemote(b *testing.B) {
+	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, true) })
+}
+
+// BenchmarkEventLatencyWebSocketRates finds the load up to which the
+// latency target (sync: p50 <= 1 ms, p99 <= 5 ms) holds: 1,000 runs in
+// sync mode, started one after another over one word interval (as in
+// LightSpread), their words paced so that together they offer `deltas`
+// deltas a second for about four seconds, read by clients in the
+// benchmark's process (clients=goroutines) or in a process of their own
+// (clients=process, as in BenchmarkEventLatencyWebSocketRemote).
+func BenchmarkEventLatencyWebSocketRates(b *testing.B) {
+	for _, rate := range []int{2500, 5000, 10000, 20000} {
+		for _, remote := range []bool{false, true} {
+			clients := map[bool]string{false: "goroutines", true: "process"}[remote]
+			b.Run(fmt.Sprintf("deltas=%d/clients=%s", rate, clients), func(b *testing.B) {
+				delayMs := 1000 * 1000 / rate // each of the 1,000 runs
+				benchEventLatency(b, rt.DurabilitySync, delayMs, max(10, 4000/delayMs), true, remote)
+			})
+		}
+	}
 }
 
 // delta is one node_delta a benchmark client read: when the run emitted
 // it and how long it took to arrive (µs).
 type delta struct {
-	emitted time.Time
-	latency float64
+	Emitted time.Time
+	Latency float64
+}
+
+// latencyLoad is what the clients of a latency benchmark do: Conns
+// WebSocket connections to URL, each sending its share of Chats a turn of
+// Words words (the graph streams them TokenDelayMs apart) and reading
+// every event to each run's end. With Spread, run k of the turns is sent
+// k/len(Chats) of a word interval after Start, instead of all at once.
+type latencyLoad struct {
+	URL, Token   string
+	Chats        []string
+	Conns        int
+	Words        int
+	TokenDelayMs int
+	Spread       bool
+	Start        time.Time
+}
+
+// latencyResult is what the clients read: every delta, the events in
+// all, and the steady window (from the last run's first delta to the
+// first run's last); Began and Ended bound the clients' work.
+type latencyResult struct {
+	Deltas               []delta
+	Events               int64
+	SteadyFrom, SteadyTo time.Time
+	Began, Ended         time.Time
+	Errors               []string
+}
+
+// runLatencyClients runs load's clients and returns what they read.
+func runLatencyClients(load latencyLoad) latencyResult {
+	var (
+		mu  sync.Mutex
+		res = latencyResult{Began: time.Now()}
+		wg  sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		res.Errors = append(res.Errors, err.Error())
+		mu.Unlock()
+	}
+	content := strings.Repeat("word ", load.Words)
+	mine := len(load.Chats) / load.Conns
+	for c := range load.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			opts := &websocket.DialOptions{Subprotocols: []string{"chatgraph.v1"}}
+			if load.Token != "" {
+				opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + load.Token}}
+			}
+			dialCtx, dialCancel := context.WithTimeout(ctx, 10*time.Second)
+			conn, _, err := websocket.Dial(dialCtx, "ws"+strings.TrimPrefix(load.URL, "http")+"/api/v1/ws", opts)
+			dialCancel()
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer conn.CloseNow()
+			conn.SetReadLimit(1 << 20)
+			send := func() {
+				for i := range mine {
+					if load.Spread {
+						// Run k = i*Conns + c starts k/len(Chats) of a word
+						// interval after the first.
+						k := i*load.Conns + c
+						at := time.Duration(k) * time.Duration(load.TokenDelayMs) * time.Millisecond / time.Duration(len(load.Chats))
+						time.Sleep(time.Until(load.Start.Add(at)))
+					}
+					f, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("b%d-%d", c, i), "type": "stream_chat",
+						"chatId": load.Chats[c*mine+i], "content": content})
+					if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
+						fail(err)
+						return
+					}
+				}
+			}
+			if load.Spread {
+				// Read the runs started so far meanwhile; the sends end
+				// before the connection closes.
+				sent := make(chan struct{})
+				go func() { defer close(sent); send() }()
+				defer func() { <-sent }()
+			} else {
+				send()
+			}
+			done := 0
+			local := make([]delta, 0, mine*load.Words)
+			var events int64
+			first, last := map[string]time.Time{}, map[string]time.Time{}
+			// The clients may share the server's process and its two
+			// cores, so they read lean: frames into one buffer, reads
+			// without a context that can end (coder/websocket would arm a
+			// timer per read; the connection closes at the deadline
+			// instead), and only the four fields they use parsed.
+			stop := context.AfterFunc(ctx, func() { conn.CloseNow() })
+			defer stop()
+			var frame bytes.Buffer
+			for done < mine {
+				_, r, err := conn.Reader(context.Background())
+				if err == nil {
+					frame.Reset()
+					_, err = frame.ReadFrom(r)
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				now := time.Now()
+				f := gjson.GetManyBytes(frame.Bytes(), "type", "event.type", "event.runId", "event.time")
+				if f[0].Str != "event" {
+					continue
+				}
+				events++
+				switch f[1].Str {
+				case "node_delta":
+					at, err := time.Parse(time.RFC3339Nano, f[3].Str)
+					if err != nil {
+						fail(fmt.Errorf("event time %q: %w", f[3].Str, err))
+						return
+					}
+					run := f[2].Str
+					local = append(local, delta{at, float64(now.Sub(at).Microseconds())})
+					if _, ok := first[run]; !ok {
+						first[run] = at
+					}
+					last[run] = at
+				case "run_completed", "run_failed", "run_cancelled":
+					done++
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			res.Deltas = append(res.Deltas, local...)
+			res.Events += events
+			for _, t := range first {
+				if t.After(res.SteadyFrom) {
+					res.SteadyFrom = t
+				}
+			}
+			for _, t := range last {
+				if res.SteadyTo.IsZero() || t.Before(res.SteadyTo) {
+					res.SteadyTo = t
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.Ended = time.Now()
+	return res
+}
+
+// The environment of a latency benchmark's client process: the file
+// with its latencyLoad, and the file to write its latencyResult to.
+const (
+	latencyLoadEnv   = "CHATGRAPH_LATENCY_LOAD"
+	latencyResultEnv = "CHATGRAPH_LATENCY_RESULT"
+)
+
+// TestHelperLatencyClients is the client process of the latency
+// benchmarks whose clients run apart from the server.
+func TestHelperLatencyClients(t *testing.T) {
+	path := os.Getenv(latencyLoadEnv)
+	if path == "" {
+		t.Skip("a helper process of the event latency benchmarks")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var load latencyLoad
+	if err := json.Unmarshal(raw, &load); err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(runLatencyClients(load))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(os.Getenv(latencyResultEnv), out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// remoteLatencyClients runs load's clients in a process of their own and
+// returns what they read and the CPU time they took.
+func remoteLatencyClients(b *testing.B, load latencyLoad) (latencyResult, time.Duration) {
+	dir := b.TempDir()
+	raw, err := json.Marshal(load)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loadPath, resultPath := dir+"/load.json", dir+"/result.json"
+	if err := os.WriteFile(loadPath, raw, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperLatencyClients$")
+	cmd.Env = append(os.Environ(), latencyLoadEnv+"="+loadPath, latencyResultEnv+"="+resultPath)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("latency clients: %v\n%s", err, out)
+	}
+	raw, err = os.ReadFile(resultPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var res latencyResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		b.Fatal(err)
+	}
+	return res, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
 // benchEventLatency streams 1,000 runs of `words` words tokenDelayMs
-// apart; spread starts run k of the 1,000 k/1,000 of a word interval
-// after the first, instead of all at once.
-func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, spread bool) {
+// apart over 50 WebSocket connections; spread starts run k of the 1,000
+// k/1,000 of a word interval after the first, instead of all at once;
+// remote runs the clients in a process of their own.
+func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, spread, remote bool) {
 	const runs, conns = 1000, 50
 	var writes writeCounter
 	e := newEnvTB(b, func(c *transportConfig) {
@@ -139,119 +379,28 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		e.mustStatus(e.do("POST", "/api/v1/chats", map[string]any{"graphId": graphID}, &ch), http.StatusCreated)
 		chats[i] = ch["id"].(string)
 	}
-	content := strings.Repeat("word ", words)
 	for b.Loop() {
-		var mu sync.Mutex
-		var all []delta
-		// The steady window: from the last run's first delta to the
-		// first run's last.
-		var steadyFrom, steadyTo time.Time
-		var events atomic.Int64
-		var wg sync.WaitGroup
 		frames0, wsWrites0 := wsWriteCounts(b, e)
 		sched0 := schedLatencies()
-		start, cpu0 := time.Now(), cpuTime()
 		writes0, commits0, commitNs0, syncs0 := writes.n.Load(), writes.commits.Load(), writes.commitNs.Load(), syncs(e)
-		for c := range conns {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				conn, _, err := e.dialWS(nil, "")
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				defer conn.CloseNow()
-				conn.SetReadLimit(1 << 20)
-				mine := runs / conns
-				send := func() {
-					for i := range mine {
-						if spread {
-							// Run k = i*conns + c of the 1,000 starts k/1,000
-							// of a word interval after the first.
-							at := time.Duration(i*conns+c) * time.Duration(tokenDelayMs) * time.Millisecond / runs
-							time.Sleep(time.Until(start.Add(at)))
-						}
-						f, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("b%d-%d", c, i), "type": "stream_chat",
-							"chatId": chats[c*mine+i], "content": content})
-						if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}
-				if spread {
-					// Read the runs started so far meanwhile; the sends
-					// end before the connection closes.
-					sent := make(chan struct{})
-					go func() { defer close(sent); send() }()
-					defer func() { <-sent }()
-				} else {
-					send()
-				}
-				done := 0
-				var local []delta
-				first, last := map[string]time.Time{}, map[string]time.Time{}
-				// The clients share the server's two cores, so they read
-				// lean: frames into one buffer, reads without a context
-				// that can end (coder/websocket would arm a timer per read;
-				// the connection closes at the deadline instead), and only
-				// the four fields they use parsed.
-				stop := context.AfterFunc(ctx, func() { conn.CloseNow() })
-				defer stop()
-				var frame bytes.Buffer
-				for done < mine {
-					_, r, err := conn.Reader(context.Background())
-					if err == nil {
-						frame.Reset()
-						_, err = frame.ReadFrom(r)
-					}
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					now := time.Now()
-					f := gjson.GetManyBytes(frame.Bytes(), "type", "event.type", "event.runId", "event.time")
-					if f[0].Str != "event" {
-						continue
-					}
-					events.Add(1)
-					switch f[1].Str {
-					case "node_delta":
-						at, err := time.Parse(time.RFC3339Nano, f[3].Str)
-						if err != nil {
-							b.Errorf("event time %q: %v", f[3].Str, err)
-							return
-						}
-						run := f[2].Str
-						local = append(local, delta{at, float64(now.Sub(at).Microseconds())})
-						if _, ok := first[run]; !ok {
-							first[run] = at
-						}
-						last[run] = at
-					case "run_completed", "run_failed", "run_cancelled":
-						done++
-					}
-				}
-				mu.Lock()
-				all = append(all, local...)
-				for _, t := range first {
-					if t.After(steadyFrom) {
-						steadyFrom = t
-					}
-				}
-				for _, t := range last {
-					if steadyTo.IsZero() || t.Before(steadyTo) {
-						steadyTo = t
-					}
-				}
-				mu.Unlock()
-			}()
+		load := latencyLoad{URL: e.url, Token: e.token, Chats: chats, Conns: conns, Words: words,
+			TokenDelayMs: tokenDelayMs, Spread: spread}
+		var res latencyResult
+		var clientCPU time.Duration
+		start, cpu0 := time.Now(), cpuTime()
+		if remote {
+			// The helper starts in a few milliseconds; its spread starts
+			// count from a moment it is surely up.
+			load.Start = start.Add(200 * time.Millisecond)
+			res, clientCPU = remoteLatencyClients(b, load)
+		} else {
+			load.Start = start
+			res = runLatencyClients(load)
 		}
-		wg.Wait()
-		took, cpu := time.Since(start), cpuTime()-cpu0
+		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
+		for _, msg := range res.Errors {
+			b.Error(msg)
+		}
 		sched := sched0.since()
 		b.ReportMetric(sched.quantile(0.5)*1e6, "sched-p50-µs")
 		b.ReportMetric(sched.quantile(0.99)*1e6, "sched-p99-µs")
@@ -259,24 +408,27 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		if wsWrites > wsWrites0 {
 			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
 		}
-		lat := make([]float64, 0, len(all))
+		lat := make([]float64, 0, len(res.Deltas))
 		var steady []float64
-		for _, x := range all {
-			lat = append(lat, x.latency)
-			if !x.emitted.Before(steadyFrom) && !x.emitted.After(steadyTo) {
-				steady = append(steady, x.latency)
+		for _, x := range res.Deltas {
+			lat = append(lat, x.Latency)
+			if !x.Emitted.Before(res.SteadyFrom) && !x.Emitted.After(res.SteadyTo) {
+				steady = append(steady, x.Latency)
 			}
 		}
 		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
-		b.ReportMetric(float64(cpu.Microseconds())/float64(events.Load()), "cpu-µs/event")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
+		if remote {
+			b.ReportMetric(float64(clientCPU.Microseconds())/float64(res.Events), "client-cpu-µs/event")
+		}
 		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
 		b.ReportMetric(quantile(steady, 0.5), "steady-p50-µs")
 		b.ReportMetric(quantile(steady, 0.99), "steady-p99-µs")
-		if w := steadyTo.Sub(steadyFrom).Seconds(); w > 0 {
+		if w := res.SteadyTo.Sub(res.SteadyFrom).Seconds(); w > 0 {
 			b.ReportMetric(float64(len(steady))/w, "steady-deltas/s")
-			b.ReportMetric(peakRate(all, steadyFrom, steadyTo), "peak-deltas/s")
+			b.ReportMetric(peakRate(res.Deltas, res.SteadyFrom, res.SteadyTo), "peak-deltas/s")
 		}
-		b.ReportMetric(float64(events.Load())/took.Seconds(), "events/s")
+		b.ReportMetric(float64(res.Events)/took.Seconds(), "events/s")
 		b.ReportMetric(float64(writes.n.Load()-writes0)/took.Seconds(), "writes/s")
 		b.ReportMetric(float64(syncs(e)-syncs0)/took.Seconds(), "fsyncs/s")
 		if n := writes.commits.Load() - commits0; n > 0 {
@@ -330,8 +482,8 @@ func peakRate(all []delta, from, to time.Time) float64 {
 	const slot = 10 * time.Millisecond
 	per := make([]float64, to.Sub(from)/slot+1)
 	for _, x := range all {
-		if !x.emitted.Before(from) && !x.emitted.After(to) {
-			per[x.emitted.Sub(from)/slot]++
+		if !x.Emitted.Before(from) && !x.Emitted.After(to) {
+			per[x.Emitted.Sub(from)/slot]++
 		}
 	}
 	return quantile(per, 0.99) * float64(time.Second/slot)
