@@ -1,6 +1,9 @@
 package runtime
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,4 +61,63 @@ func TestCommitterLoopWaitsForTheNextRun(t *testing.T) {
 	}
 	require.False(t, running())
 	commitOne() // a run listed after the close is still committed
+}
+
+// chunkRenewer records the leases of each RenewLeases call and renews
+// them all.
+type chunkRenewer struct{ calls [][]Lease }
+
+func (c *chunkRenewer) RenewLeases(_ context.Context, leases []Lease, ttl time.Duration) ([]Lease, []error, error) {
+	c.calls = append(c.calls, slices.Clone(leases))
+	out := make([]Lease, len(leases))
+	for i, l := range leases {
+		l.ExpiresAt = time.Now().Add(ttl)
+		out[i] = l
+	}
+	return out, make([]error, len(leases)), nil
+}
+
+// A renewal round renews at most renewChunk leases a store call (a call
+// is one transaction in front of the group commits), every due lease
+// once, and each run gets its renewed lease.
+func TestLeaseRenewalsGoOutInChunks(t *testing.T) {
+	const runs = 2*renewChunk + 88
+	st := &chunkRenewer{}
+	e := &Engine{leaseTTL: time.Minute}
+	lr := &leaseRenewals{e: e}
+	view := &storeView{renewer: st}
+	due := make([]dueLease, runs)
+	for i := range due {
+		l := Lease{RunID: fmt.Sprintf("run-%d", i), Owner: "me", Token: int64(i + 1)}
+		r := &run{e: e, store: view, lease: &l}
+		lr.add(r) // registered, so that its outcome is applied
+		due[i] = dueLease{r, l}
+	}
+	defer func() {
+		for _, d := range due {
+			lr.mu.Lock()
+			delete(lr.runs, d.r)
+			lr.mu.Unlock()
+		}
+		lr.empty <- struct{}{}
+		lr.wg.Wait()
+	}()
+	lr.renew(due)
+
+	sizes := make([]int, len(st.calls))
+	seen := map[string]int{}
+	for i, call := range st.calls {
+		sizes[i] = len(call)
+		for _, l := range call {
+			seen[l.RunID]++
+		}
+	}
+	require.Equal(t, []int{renewChunk, renewChunk, 88}, sizes)
+	require.Len(t, seen, runs)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "%s renewed once", id)
+	}
+	for _, d := range due {
+		require.False(t, d.r.lease.ExpiresAt.IsZero(), "%s has its renewed lease", d.lease.RunID)
+	}
 }
