@@ -58,7 +58,7 @@ func (lr *leaseRenewals) add(r *run) (stop func()) {
 // loop renews the due leases every sixth of the TTL until no run is left.
 func (lr *leaseRenewals) loop() {
 	defer lr.wg.Done()
-	every := lr.e.leaseTTL / 6
+	every := max(lr.e.leaseTTL/6, time.Millisecond)
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
