@@ -11,8 +11,8 @@ import (
 // renews, every sixth of the TTL, every lease renewed more than a sixth
 // of the TTL ago, in one store call when the store is a LeaseRenewer: a
 // server with a thousand runs writes one renewal every few seconds, not a
-// thousand every third of the TTL, each a transaction of its own in front
-// of the group commits. A lease is so renewed between a sixth and a third
+// thousand every sixth to third of the TTL, each a transaction of its own
+// in front of the group commits. A lease is so renewed between a sixth and a third
 // of the TTL after it was taken or last renewed. The goroutine runs while
 // the engine has runs with a lease and exits when it has none. A failed
 // renewal cancels its run with ErrLeaseLost (unless the run's end is
