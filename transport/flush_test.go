@@ -2,12 +2,14 @@ package transport_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/nodes/llm"
+	"chatgraph/transport"
 )
 
 // gated is a model that streams "first" and then waits until open is
@@ -79,4 +81,69 @@ func TestStreamsFlushABatchBeforeWaiting(t *testing.T) {
 		cancel()
 	}
 	close(open)
+}
+
+// chatter is a model that streams a word every few hundred microseconds
+// until open is closed (or its run is cancelled), then answers.
+type chatter struct{ open chan struct{} }
+
+func (c chatter) Stream(ctx context.Context, _ llm.Request, onText func(string)) (llm.Response, error) {
+	for {
+		select {
+		case <-c.open:
+			return llm.Response{Content: "done", FinishReason: "stop"}, nil
+		case <-ctx.Done():
+			return llm.Response{}, ctx.Err()
+		case <-time.After(300 * time.Microsecond):
+			if onText != nil {
+				onText("w ")
+			}
+		}
+	}
+}
+
+// A subscriber that joins a live run from its start, after the run has
+// published more frames than the hub keeps, gets the ones the hub no
+// longer keeps from the store and the rest live: the whole log, gap-free,
+// as a replay after the run's end gives it.
+func TestLateSubscriberGetsTheFramesTheHubNoLongerKeeps(t *testing.T) {
+	t.Parallel()
+	open := make(chan struct{})
+	models := llm.NewModels()
+	require.NoError(t, models.Register("chatter", chatter{open: open}))
+	e := newEnv(t, func(c *transportConfig) { c.Models = models })
+	_, chatID := e.newChat(basicGraph(`{"name":"Chatter","model":"chatter/x"}`))
+	var tk map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "go"}, &tk), http.StatusAccepted)
+	runID := tk["runId"].(string)
+	defer func() {
+		select {
+		case <-open:
+		default:
+			close(open)
+		}
+	}()
+	waitForWithin(t, "the run to log more frames than the hub keeps", time.Minute, func() bool {
+		var run map[string]any
+		e.mustStatus(e.do("GET", "/api/v1/runs/"+runID, nil, &run), http.StatusOK)
+		return run["lastSeq"].(float64) > transport.MaxBacklog+100
+	})
+
+	s := e.openSSE(sseCtx(t), "GET", "/api/v1/runs/"+runID+"/events", nil, nil)
+	var got []*sseEvent
+	for len(got) < transport.MaxBacklog+100 {
+		ev, err := s.next(false)
+		require.NoError(t, err)
+		got = append(got, ev)
+	}
+	close(open)
+	got = append(got, s.all(t)...)
+	requireGapFree(t, got, 0)
+	require.Equal(t, "run_completed", got[len(got)-1].Type)
+
+	replay := e.openSSE(sseCtx(t), "GET", "/api/v1/runs/"+runID+"/events", nil, nil).all(t)
+	require.Len(t, got, len(replay))
+	for i := range replay {
+		require.Equal(t, replay[i].Raw, got[i].Raw, "event %d", i+1)
+	}
 }

@@ -76,9 +76,12 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// maxBacklog bounds the frames a live topic keeps; older ones are read
-// from the store (the engine has flushed them long before).
-const maxBacklog = 16384
+// maxBacklog bounds the frames a live topic keeps: it keeps between half
+// of it and all of it, the run's latest (a few hundred KiB of token
+// deltas at most, for however long the run streams). A subscriber that
+// wants older ones reads them from the store, which holds every frame
+// the hub ever had (commit-then-publish).
+const maxBacklog = 1024
 
 // hub fans the events of the runs this process executes out to their
 // subscribers. The engine hands it each event once its store holds it

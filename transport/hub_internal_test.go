@@ -134,3 +134,29 @@ func TestHubWakesAGroupsSubscribersWhenItEnds(t *testing.T) {
 	require.True(t, woken(subs["r2"]), "r2 waits for the group still publishing")
 	close(outerDone)
 }
+
+// A live topic keeps at most maxBacklog of its run's latest frames, and
+// a subscriber from the start gets the kept ones with the seq below which
+// the store has the rest.
+func TestHubKeepsABoundedBacklog(t *testing.T) {
+	t.Parallel()
+	h := newHub(0)
+	h.open("r1", 0)
+	const n = 5*maxBacklog + 7
+	for seq := int64(1); seq <= n; seq++ {
+		h.publish("r1", frame{Seq: seq, Type: "node_delta", JSON: []byte(`{}`)})
+		sh := h.shard("r1")
+		sh.mu.Lock()
+		kept := len(sh.topics["r1"].frames)
+		sh.mu.Unlock()
+		require.LessOrEqual(t, kept, maxBacklog)
+	}
+	sub, backlog, base := h.subscribe("r1", 0)
+	defer sub.Close()
+	require.Positive(t, base)
+	require.GreaterOrEqual(t, len(backlog), maxBacklog/2)
+	require.Len(t, backlog, int(n-base))
+	for i, f := range backlog {
+		require.Equal(t, base+1+int64(i), f.Seq)
+	}
+}
