@@ -402,8 +402,10 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	l.tail = append(l.tail, rows...)
 	segRows := seg.rows
 	if segRows == nil {
-		// A segment grows to compactAt rows at most: one array for all.
-		segRows = make([]eventRow, 0, compactAt)
+		// A segment grows to compactAt rows at most: it starts with room
+		// for a quarter of them (two growths at most, and a short run's
+		// segment holds no room it never uses).
+		segRows = make([]eventRow, 0, max(len(rows), compactAt/4))
 	}
 	l.segs[runID] = &segment{from: from, rows: append(segRows, rows...), fileLast: fileLast, token: token, gen: l.gen}
 	return nil
