@@ -12,11 +12,12 @@ import (
 // of the TTL ago, in one store call when the store is a LeaseRenewer: a
 // server with a thousand runs writes one renewal every few seconds, not a
 // thousand every sixth to third of the TTL, each a transaction of its own
-// in front of the group commits. A lease is so renewed between a sixth and a third
-// of the TTL after it was taken or last renewed. The goroutine runs while
-// the engine has runs with a lease and exits when it has none. A failed
-// renewal cancels its run with ErrLeaseLost (unless the run's end is
-// being written, which releases the lease); the others go on.
+// in front of the group commits. A lease is so renewed between a sixth
+// and a third of the TTL after it was taken or last renewed. The
+// goroutine runs while the engine has runs with a lease and exits when it
+// has none. A failed renewal cancels its run with ErrLeaseLost (unless
+// the run's end is being written, which releases the lease); the others
+// go on.
 type leaseRenewals struct {
 	e *Engine
 
