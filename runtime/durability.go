@@ -482,12 +482,9 @@ func (c *committer) hurryUp() {
 // or none is left once the engine closes.
 func (c *committer) loop() {
 	defer c.wg.Done()
-	var timer, idle *time.Timer
-	defer func() {
-		if idle != nil {
-			idle.Stop()
-		}
-	}()
+	var timer *time.Timer
+	idle := time.NewTimer(committerIdle)
+	defer idle.Stop()
 	for {
 		if c.every > 0 && c.size.Load() < c.maxSize {
 			if timer == nil {
@@ -504,51 +501,36 @@ func (c *committer) loop() {
 			}
 		}
 		c.commit()
-		if !c.waitListed(&idle) {
+		if !c.waitListed(idle) {
 			return
 		}
 	}
 }
 
 // waitListed waits until a run is listed, and reports true, or until
-// none has been for committerIdle, or the engine has closed with none
-// listed, when it reports false: the loop has ended (running is false).
-// idle is the loop's idle timer, made at its first wait.
-func (c *committer) waitListed(idle **time.Timer) bool {
+// none has been for committerIdle (on the loop's timer idle), or the
+// engine has closed with none listed, when it reports false: the loop
+// has ended (running is false).
+func (c *committer) waitListed(idle *time.Timer) bool {
+	timedOut := false
 	for {
 		c.mu.Lock()
-		if len(c.dirty) > 0 {
+		switch {
+		case len(c.dirty) > 0:
 			c.mu.Unlock()
 			return true
-		}
-		var timeout <-chan time.Time
-		select {
-		case <-c.quit:
-		default:
-			if *idle == nil {
-				*idle = time.NewTimer(committerIdle)
-			} else {
-				(*idle).Reset(committerIdle)
-			}
-			timeout = (*idle).C
-		}
-		if timeout == nil {
+		case timedOut || closed(c.quit):
 			c.running = false
 			c.mu.Unlock()
 			return false
 		}
 		c.mu.Unlock()
+		idle.Reset(committerIdle)
 		select {
 		case <-c.wake:
 		case <-c.quit:
-		case <-timeout:
-			c.mu.Lock()
-			if len(c.dirty) == 0 {
-				c.running = false
-				c.mu.Unlock()
-				return false
-			}
-			c.mu.Unlock()
+		case <-idle.C:
+			timedOut = true
 		}
 	}
 }

@@ -169,12 +169,7 @@ func (e *Engine) Registry() *Registry { return e.reg }
 // run has ended.
 func (e *Engine) Close() {
 	e.closeOnce.Do(func() { close(e.quit) })
-	e.renewals.mu.Lock()
-	idle := len(e.renewals.runs) == 0
-	e.renewals.mu.Unlock()
-	if idle {
-		e.renewals.wg.Wait() // the last run's leaving ends the loop
-	}
+	e.renewals.wait()
 	e.cmu.Lock()
 	commits := make([]*committer, 0, len(e.commits))
 	for _, c := range e.commits {

@@ -56,6 +56,18 @@ func (lr *leaseRenewals) add(r *run) (stop func()) {
 	}
 }
 
+// wait waits for the loop to end when the engine has no run with a lease
+// left (the last one's leaving ends it); with runs left it returns at
+// once (Engine.Close, which its callers call after every run ended).
+func (lr *leaseRenewals) wait() {
+	lr.mu.Lock()
+	idle := len(lr.runs) == 0
+	lr.mu.Unlock()
+	if idle {
+		lr.wg.Wait()
+	}
+}
+
 // loop renews the due leases every sixth of the TTL until no run is left.
 func (lr *leaseRenewals) loop() {
 	defer lr.wg.Done()
