@@ -67,10 +67,8 @@ func (s *Store) ListRuns(ctx context.Context, f runtime.RunFilter) ([]*runtime.R
 			return err
 		}
 		for i, r := range out {
-			if !s.lastSeqFromMemory(r, froms[i]) {
-				if err := s.lastSeqFromTail(ctx, tx, r, froms[i]); err != nil {
-					return err
-				}
+			if err := s.completeLastSeq(ctx, tx, r, froms[i]); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -15,7 +15,7 @@ import (
 // seq is run_tails' while the run has a segment in the tail (tail.go),
 // where fast grows leave it behind: the last column is the segment's
 // first row (0: none), from which the store finds the segment's last seq
-// (lastSeqFromMemory, lastSeqFromTail).
+// (lastSeqFromMemory, completeLastSeq).
 const runCols = `id, parent_id, root_id, chat_id, graph_id, plan_version, kind, attrs, entry_node_ids,
 	input, options, status, error, interrupts, answers,
 	coalesce(t.last_seq, runs.last_seq), runs.token, created_at, updated_at, coalesce(t.tail_from, 0)`
@@ -132,10 +132,10 @@ func (s *Store) GetRun(ctx context.Context, id string) (*runtime.RunRecord, erro
 	r, from, err := scanRun(s.rs.queryRow(ctx, getRunQuery, id))
 	if err == nil && !s.lastSeqFromMemory(r, from) {
 		err = s.inReadTx(ctx, []string{getRunQuery, segmentLastQuery}, func(tx *sql.Tx) error {
-			if r, from, err = scanRun(s.rs.queryRowIn(ctx, tx, getRunQuery, id)); err != nil || s.lastSeqFromMemory(r, from) {
+			if r, from, err = scanRun(s.rs.queryRowIn(ctx, tx, getRunQuery, id)); err != nil {
 				return err
 			}
-			return s.lastSeqFromTail(ctx, tx, r, from)
+			return s.completeLastSeq(ctx, tx, r, from)
 		})
 	}
 	if errors.Is(err, sql.ErrNoRows) {

@@ -22,11 +22,11 @@ import (
 // order, whose new rows fill its last pages. A run's events there since
 // its log was last compacted are its segment; run_tails holds the
 // segment's first row (tail_from), the run's token and a last seq, one
-// small row per run with a segment. A segment moves into events in one write — when
-// it reaches compactAt events, when the run ends or lets go of its lease
-// (the batch has Finish or Release), or when it is so old that it holds
-// back the truncation of the tail — so each run dirties its events page
-// once per segment, not once per commit. Rows of compacted segments stay
+// small row per run with a segment. A segment moves into events in one
+// write — when it reaches compactAt events, when the run ends or lets go
+// of its lease (the batch has Finish or Release), or when it is so old
+// that it holds back the truncation of the tail — so each run dirties its
+// events page once per segment, not once per commit. Rows of compacted segments stay
 // in event_tail until a truncation deletes every row below the oldest
 // segment's first.
 //
@@ -197,7 +197,7 @@ func (t *tails) get(runID string) segment {
 // store remembers: fast grows do not write run_tails.last_seq, so the
 // log's last seq is its segment's last row's. It reports false when the
 // store does not remember the segment as the file has it: then
-// lastSeqFromTail reads it, in the read transaction that read r.
+// completeLastSeq reads the tail, in the read transaction that read r.
 func (s *Store) lastSeqFromMemory(r *runtime.RunRecord, from int64) bool {
 	if from == 0 {
 		return true
@@ -210,9 +210,14 @@ func (s *Store) lastSeqFromMemory(r *runtime.RunRecord, from int64) bool {
 	return true
 }
 
-// lastSeqFromTail completes r.LastSeq from the segment's rows in the
-// tail, read in tx.
-func (s *Store) lastSeqFromTail(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, from int64) error {
+// completeLastSeq completes r.LastSeq, read in tx with the first row of
+// the run's segment (from, 0: none): from the store's memory when it
+// remembers the segment as the file has it (lastSeqFromMemory), else from
+// the segment's rows in the tail, read in tx.
+func (s *Store) completeLastSeq(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, from int64) error {
+	if s.lastSeqFromMemory(r, from) {
+		return nil
+	}
 	var last int64
 	if err := s.rs.queryRowIn(ctx, tx, segmentLastQuery, from, r.ID).Scan(&last); err != nil {
 		return err
