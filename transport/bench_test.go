@@ -380,7 +380,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		chats[i] = ch["id"].(string)
 	}
 	for b.Loop() {
-		frames0, wsWrites0 := wsWriteCounts(b, e)
+		frames0, wsWrites0 := wsWriteCounts(e)
 		sched0 := schedLatencies()
 		writes0, commits0, commitNs0, syncs0 := writes.n.Load(), writes.commits.Load(), writes.commitNs.Load(), syncs(e)
 		load := latencyLoad{URL: e.url, Token: e.token, Chats: chats, Conns: conns, Words: words,
@@ -404,7 +404,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		sched := sched0.since()
 		b.ReportMetric(sched.quantile(0.5)*1e6, "sched-p50-µs")
 		b.ReportMetric(sched.quantile(0.99)*1e6, "sched-p99-µs")
-		frames, wsWrites := wsWriteCounts(b, e)
+		frames, wsWrites := wsWriteCounts(e)
 		if wsWrites > wsWrites0 {
 			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
 		}
@@ -491,24 +491,8 @@ func peakRate(all []delta, from, to time.Time) float64 {
 
 // wsWriteCounts reads the server's WebSocket frames and writes so far
 // from /metrics.
-func wsWriteCounts(b *testing.B, e *env) (frames, writes float64) {
-	resp := e.do("GET", "/metrics", nil, nil)
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		name, value, _ := strings.Cut(line, " ")
-		n, _ := strconv.ParseFloat(value, 64)
-		switch name {
-		case "chatgraph_websocket_frames_total":
-			frames = n
-		case "chatgraph_websocket_writes_total":
-			writes = n
-		}
-	}
-	return frames, writes
+func wsWriteCounts(e *env) (frames, writes float64) {
+	return e.metric("chatgraph_websocket_frames_total"), e.metric("chatgraph_websocket_writes_total")
 }
 
 // syncs is how many WAL fsyncs the env's SQLite store has run.
@@ -541,9 +525,7 @@ func BenchmarkIdleWebSockets(b *testing.B) {
 			b.Fatalf("client helper: %q %v", line, err)
 		}
 		waitFor(b, "the server to hold every connection", func() bool {
-			resp := e.do("GET", "/metrics", nil, nil)
-			body, _ := io.ReadAll(resp.Body)
-			return strings.Contains(string(body), `chatgraph_active_streams{transport="websocket"} `+strconv.Itoa(n))
+			return e.metric(`chatgraph_active_streams{transport="websocket"}`) == n
 		})
 		runtime.GC()
 		runtime.ReadMemStats(&after)

@@ -309,6 +309,25 @@ func requireGapFree(t *testing.T, evs []*sseEvent, after int64) {
 	}
 }
 
+// metric reads one sample of the server's /metrics: the value of the
+// series (a name with its labels, as the text format writes it), 0 when
+// the server has none yet.
+func (e *env) metric(series string) float64 {
+	e.t.Helper()
+	resp := e.do("GET", "/metrics", nil, nil)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(e.t, err)
+	for _, line := range strings.Split(string(body), "\n") {
+		if name, value, ok := strings.Cut(line, " "); ok && name == series {
+			n, err := strconv.ParseFloat(value, 64)
+			require.NoError(e.t, err, line)
+			return n
+		}
+	}
+	return 0
+}
+
 // waitFor polls cond until it holds or the bound passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
