@@ -10,8 +10,9 @@ import (
 // returned. op is the method's name in snake_case: create_run, get_run,
 // update_run, save_checkpoint, checkpoints, append_events, events;
 // claim_run, renew_lease, release_lease, expired_runs (Leaser);
-// renew_leases (LeaseRenewer); claim_expired (BulkClaimer); owned_runs (OwnerLister); write_batches (BatchWriter and
-// BatchFinisher); create_claimed (RunStarter); list_runs, delete_run,
+// renew_leases (LeaseRenewer); claim_expired (BulkClaimer); owned_runs
+// (OwnerLister); write_batches (BatchWriter and BatchFinisher);
+// create_claimed (RunStarter); list_runs, delete_run,
 // delete_finished_before (Inspector); put_effect, get_effect,
 // delete_effects (EffectLedger). The engine calls it from many goroutines
 // at once and on the path of every write: it must be safe for concurrent

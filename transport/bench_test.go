@@ -34,11 +34,13 @@ import (
 //
 // and see docs/api.md for results.
 
-func benchEnv(b *testing.B, d rt.Durability) *env {
-	return newEnvTB(b, func(c *transportConfig) {
+// benchEnv is a server for benchmarks in durability mode d: no run or
+// connection limits, no pings; opts change the rest.
+func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
+	return newEnvTB(b, append([]option{func(c *transportConfig) {
 		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
 		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
-	})
+	}}, opts...)...)
 }
 
 // writeCounter counts the run store's write transactions and sums the
@@ -82,11 +84,12 @@ func quantile(xs []float64, q float64) float64 {
 // deltas/s offered once all stream); the latency of each node_delta from
 // the runtime emitting it (its envelope time) to the client reading it,
 // the process's CPU time per event read (server and in-process clients),
-// and the frames the server wrote per write to a connection. The 1,000 turns start at once, and starting a turn costs far
-// more than streaming a delta, so the deltas emitted while runs still
-// start wait behind that burst: steady-p50 and steady-p99 take only the
-// deltas emitted while all 1,000 runs stream (after the last run's first
-// delta and before the first run's last).
+// and the frames the server wrote per write to a connection. The 1,000
+// turns start at once, and starting a turn costs far more than streaming
+// a delta, so the deltas emitted while runs still start wait behind that
+// burst: steady-p50 and steady-p99 take only the deltas emitted while all
+// 1,000 runs stream (after the last run's first delta and before the
+// first run's last).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
@@ -367,11 +370,7 @@ func remoteLatencyClients(b *testing.B, load latencyLoad) (latencyResult, time.D
 func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, spread, remote bool) {
 	const runs, conns = 1000, 50
 	var writes writeCounter
-	e := newEnvTB(b, func(c *transportConfig) {
-		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
-		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
-		c.Engine.StoreObserver = writes.observe
-	})
+	e := benchEnv(b, d, func(c *transportConfig) { c.Engine.StoreObserver = writes.observe })
 	graphID, _ := e.newChat(basicGraph(fmt.Sprintf(`{"tokenDelayMs": %d}`, tokenDelayMs)))
 	chats := make([]string, runs)
 	for i := range chats {
