@@ -137,7 +137,21 @@ type subscription struct {
 	notify chan struct{} // cap 1: frames are queued or the subscription ended
 	q      []frame       // under sh.mu
 	closed bool          // under sh.mu: ended (the run's events are all stored, or dropped, or Close)
+
+	// The publisher of a group commit may deliver the frames itself
+	// (push) instead of waking the goroutine that takes them, while that
+	// goroutine waits (parked): one goroutine hand-off fewer per event,
+	// and a WebSocket connection's frames of the commit are all queued
+	// before its sender starts. dmu is held by whoever delivers.
+	dmu    sync.Mutex
+	parked bool               // under dmu
+	push   func(*pushed) bool // under dmu; false: the goroutine must go on (woken)
 }
+
+// pushed is what the pushes of one group leave to do once every
+// subscription woken by the group was served: the senders of the
+// connections they queued frames on, to start.
+type pushed []queuer
 
 func newHub(queue int) *hub {
 	if queue <= 0 {
@@ -277,8 +291,12 @@ func (h *hub) group(publish func()) {
 		subs := h.asleep
 		h.asleep, h.spare = h.spare, nil
 		h.gmu.Unlock()
+		var senders pushed
 		for _, sub := range subs {
-			sub.wake()
+			sub.wakeGroup(&senders)
+		}
+		for _, q := range senders {
+			q.startSender()
 		}
 		clear(subs)
 		h.gmu.Lock()
@@ -297,6 +315,22 @@ func (s *subscription) wake() {
 	case s.notify <- struct{}{}:
 	default:
 	}
+}
+
+// wakeGroup delivers sub's frames with its push, or, when the goroutine
+// taking them is not waiting (or its push hands back), wakes it.
+func (s *subscription) wakeGroup(p *pushed) {
+	if s.dmu.TryLock() {
+		if s.parked && s.push != nil {
+			if s.push(p) {
+				s.dmu.Unlock()
+				return
+			}
+			s.parked = false // the goroutine goes on from here
+		}
+		s.dmu.Unlock()
+	}
+	s.wake()
 }
 
 // Ready is signalled when frames are queued or the subscription ended;

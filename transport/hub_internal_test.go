@@ -1,9 +1,12 @@
 package transport
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,4 +162,111 @@ func TestHubKeepsABoundedBacklog(t *testing.T) {
 	for i, f := range backlog {
 		require.Equal(t, base+1+int64(i), f.Seq)
 	}
+}
+
+// pushSender is a queuer that records how each frame came: queued by the
+// publisher of a group (queue) or sent by the forwarder (send). queue
+// refuses the seqs in full, as a connection with a full queue does.
+type pushSender struct {
+	mu      sync.Mutex
+	queued  []int64
+	sent    []int64
+	started int
+	full    map[int64]bool
+}
+
+func (p *pushSender) send(f frame) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent = append(p.sent, f.Seq)
+	return nil
+}
+
+func (*pushSender) flush() error { return nil }
+
+func (p *pushSender) queue(f frame) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.full[f.Seq] {
+		return false, errQueueFull
+	}
+	p.queued = append(p.queued, f.Seq)
+	return len(p.queued) == 1, nil
+}
+
+func (p *pushSender) startSender() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.started++
+}
+
+func (p *pushSender) seen() (queued, sent []int64, started int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.queued), slices.Clone(p.sent), p.started
+}
+
+// While a WebSocket forwarder waits, the publisher of a group commit
+// queues the frames on the connection itself and starts the connection's
+// sender once the group ends; a frame the connection cannot queue, and
+// the terminal event, go back to the forwarder, which sends them in
+// order and ends the follow.
+func TestGroupPublisherQueuesTheFramesOfAWaitingForwarder(t *testing.T) {
+	t.Parallel()
+	s := &Server{hub: newHub(0)}
+	h := s.hub
+	h.open("r1", 0)
+	sub, backlog, _ := h.subscribe("r1", 0)
+	require.Empty(t, backlog)
+	out := &pushSender{full: map[int64]bool{4: true}}
+	after := int64(0)
+	type result struct {
+		ended bool
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ended, err := s.forward(context.Background(), sub, nil, &after, out, nil, nil)
+		done <- result{ended, err}
+	}()
+	parked := func() bool {
+		if !sub.dmu.TryLock() {
+			return false
+		}
+		defer sub.dmu.Unlock()
+		return sub.parked
+	}
+	require.Eventually(t, parked, 5*time.Second, time.Millisecond, "the forwarder never waited")
+
+	h.group(func() {
+		h.publish("r1", frame{Seq: 1, Type: "node_delta"})
+		h.publish("r1", frame{Seq: 2, Type: "node_delta"})
+		_, _, started := out.seen()
+		require.Zero(t, started, "the sender started inside the group")
+	})
+	queued, sent, started := out.seen()
+	require.Equal(t, []int64{1, 2}, queued, "the publisher queues the frames")
+	require.Empty(t, sent)
+	require.Equal(t, 1, started, "one sender, started when the group ends")
+	require.Empty(t, sub.notify, "the forwarder was woken")
+
+	// seq 4 does not fit the queue: it and what follows go back to the
+	// forwarder, in order, and the terminal event ends the follow.
+	h.group(func() {
+		for seq := int64(3); seq <= 5; seq++ {
+			h.publish("r1", frame{Seq: seq, Type: "node_delta"})
+		}
+		h.publish("r1", frame{Seq: 6, Type: runtime.EventRunCompleted})
+	})
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		require.True(t, r.ended, "the terminal event ends the follow")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the forwarder did not end")
+	}
+	queued, sent, _ = out.seen()
+	require.Equal(t, []int64{1, 2, 3}, queued)
+	require.Equal(t, []int64{4, 5, 6}, sent)
+	require.Equal(t, int64(6), after)
 }

@@ -230,6 +230,12 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, o
 // out after each batch it takes; ended reports the terminal event. It
 // returns (false, nil) when the caller must resubscribe (dropped, topic
 // closed, or a gap).
+//
+// When out is a queuer (a WebSocket connection), the publisher of a group
+// commit delivers the frames itself while forward waits (subscription.push):
+// it queues the frames that follow the last one sent on the connection
+// and leaves the rest — a gap, the terminal event, a full queue, a
+// closing connection — to forward, which it then wakes.
 func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame, after *int64, out sender,
 	tick <-chan time.Time, idle func() error) (ended bool, err error) {
 	defer sub.Close()
@@ -254,8 +260,44 @@ func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame
 			return end, err
 		}
 	}
-	var buf []frame
+	var buf, rest []frame // rest: frames a push took and left to forward
+	if q, ok := out.(queuer); ok {
+		sub.dmu.Lock()
+		defer func() {
+			sub.push, sub.parked = nil, false
+			sub.dmu.Unlock()
+		}()
+		sub.push = func(p *pushed) bool {
+			frames, open := sub.Take(buf)
+			buf = frames
+			for i, f := range frames {
+				if f.Seq <= *after {
+					continue
+				}
+				if f.Seq == *after+1 && !f.Type.Terminal() {
+					start, err := q.queue(f)
+					if err == nil {
+						if start {
+							*p = append(*p, q)
+						}
+						*after = f.Seq
+						continue
+					}
+				}
+				rest = append(rest[:0], frames[i:]...)
+				return false
+			}
+			return open
+		}
+	}
 	for {
+		for len(rest) > 0 {
+			f := rest[0]
+			rest = rest[1:]
+			if stop, end, err := deliver(f); stop {
+				return end, err
+			}
+		}
 		// The backlog and the first batch go out with one flush.
 		frames, open := sub.Take(buf)
 		for _, f := range frames {
@@ -270,16 +312,45 @@ func (s *Server) forward(ctx context.Context, sub *subscription, backlog []frame
 			return false, nil
 		}
 		buf = frames
+		if sub.push != nil {
+			sub.parked = true
+			sub.dmu.Unlock()
+		}
+		var woke error
 		select {
 		case <-sub.Ready():
 		case <-tick:
+			woke = errIdle
+		case <-ctx.Done():
+			woke = ctx.Err()
+		}
+		if sub.push != nil {
+			sub.dmu.Lock()
+			sub.parked = false
+		}
+		switch {
+		case woke == errIdle:
 			if err := idle(); err != nil {
 				return false, err
 			}
-		case <-ctx.Done():
-			return false, ctx.Err()
+		case woke != nil:
+			return false, woke
 		}
 	}
+}
+
+// errIdle: forward's wait ended with a heartbeat tick.
+var errIdle = errors.New("idle")
+
+// queuer is a sender whose frames the publisher of a group commit may
+// queue itself, without waiting (forward): queue fails with the frame not
+// queued when it would have to wait (or the stream failed), and reports
+// start when the caller must start the stream's sender (startSender)
+// once every frame of the commit is queued.
+type queuer interface {
+	sender
+	queue(frame) (start bool, err error)
+	startSender()
 }
 
 // replay sends the logged events after *after (up to seq `until` when it

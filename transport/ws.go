@@ -452,6 +452,25 @@ func (wc *wsConn) command(f *clientFrame) {
 	}
 }
 
+// wsEvents is a WebSocket follower's sender: each frame goes out wrapped
+// in the protocol's event frame. A group commit's publisher may queue the
+// frames itself (queuer) while the follower waits.
+type wsEvents struct {
+	wc *wsConn
+	b  []byte // reused: send is done with its bytes when it returns
+}
+
+func (w *wsEvents) send(f frame) error {
+	w.b = append(w.b[:0], eventFramePrefix...)
+	w.b = append(w.b, f.JSON...)
+	w.b = append(w.b, '}')
+	return w.wc.send(w.b)
+}
+
+func (*wsEvents) flush() error                            { return nil }
+func (w *wsEvents) queue(f frame) (start bool, err error) { return w.wc.queueEvent(f) }
+func (w *wsEvents) startSender()                          { w.wc.startSender() }
+
 // follow starts (or restarts) forwarding runID's events after seq.
 func (wc *wsConn) follow(id, runID string, after int64) {
 	wc.mu.Lock()
@@ -469,13 +488,7 @@ func (wc *wsConn) follow(id, runID string, after int64) {
 	go func() {
 		defer wc.wg.Done()
 		defer stop()
-		var b []byte // reused: send is done with its bytes when it returns
-		err := wc.s.follow(ctx, runID, after, sendEach(func(f frame) error {
-			b = append(b[:0], `{"type":"event","event":`...)
-			b = append(b, f.JSON...)
-			b = append(b, '}')
-			return wc.send(b)
-		}), nil)
+		err := wc.s.follow(ctx, runID, after, &wsEvents{wc: wc}, nil)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, runtime.ErrRunNotFound) {
 			wc.sendError(id, err)
 		}

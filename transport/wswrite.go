@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"net"
 	goruntime "runtime"
 	"sync"
@@ -16,10 +17,13 @@ import (
 // one commit for one connection arrive together. Whichever goroutine
 // finds the connection idle becomes its sender: it writes the frames
 // queued so far and then those queued while it wrote, until none is
-// left; the others queue theirs and return. The engine publishes a group
-// commit's events before it wakes their subscribers (hub.group), and a new
-// sender yields once before its first write, so the frames of one commit
-// for one connection go out together. coder/websocket flushes every
+// left; the others queue theirs and return. A group commit's publisher
+// queues the live frames of waiting forwarders itself (queueEvent,
+// subscription.push) and starts a sender for each connection once the
+// whole commit is queued (startSender). A forwarder woken otherwise sends
+// after the group is published (hub.group), and a new sender yields once
+// before its first write, so the frames of one commit for one connection
+// go out together. coder/websocket flushes every
 // message it writes, so the sender gathers those flushes (wireWriter)
 // and writes each batch with one system call, which the client also
 // reads with one.
@@ -132,6 +136,69 @@ func (wc *wsConn) send(b []byte) error {
 	// now: let them queue their frames before the first write.
 	q.mu.Unlock()
 	goruntime.Gosched()
+	return wc.drain()
+}
+
+// errQueueFull: the connection's queue holds maxQueuedBytes; the frame
+// was not queued.
+var errQueueFull = errors.New("websocket send queue full")
+
+// queueEvent queues an event frame (the envelope f.JSON wrapped in the
+// protocol's event frame) without waiting: a group commit's publisher
+// calls it for a subscription whose forwarder waits (subscription.push).
+// start reports that no goroutine is the connection's sender and the
+// caller must start one (startSender) once it has queued the rest of the
+// commit; an error (errQueueFull, or the connection's failure) means the
+// frame was not queued, and the forwarder must send it.
+func (wc *wsConn) queueEvent(f frame) (start bool, err error) {
+	q := &wc.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.drained.L == nil {
+		q.drained.L = &q.mu
+	}
+	if q.err == nil {
+		q.err = wc.ctx.Err()
+	}
+	switch {
+	case q.err != nil:
+		return false, q.err
+	case len(q.bytes) >= maxQueuedBytes:
+		return false, errQueueFull
+	}
+	q.bytes = append(q.bytes, eventFramePrefix...)
+	q.bytes = append(q.bytes, f.JSON...)
+	q.bytes = append(q.bytes, '}')
+	q.ends = append(q.ends, len(q.bytes))
+	if q.sending {
+		return false, nil
+	}
+	q.sending = true
+	// Counted while the forwarder that pushed holds the connection's
+	// WaitGroup: serve waits for the sender too.
+	wc.wg.Add(1)
+	return true, nil
+}
+
+// eventFramePrefix starts the frame of an event; the envelope and a '}'
+// follow.
+const eventFramePrefix = `{"type":"event","event":`
+
+// startSender starts the sender queueEvent asked for, on a goroutine of
+// its own: the frames of the commit are all queued, so it writes them
+// at once, without the yield of send.
+func (wc *wsConn) startSender() {
+	go func() {
+		defer wc.wg.Done()
+		_ = wc.drain()
+	}()
+}
+
+// drain is the connection's sender: it writes what is queued, and what
+// is queued meanwhile, until nothing is left, and then is the sender no
+// longer. Only the goroutine that set q.sending calls it.
+func (wc *wsConn) drain() error {
+	q := &wc.q
 	q.mu.Lock()
 	var err error
 	for len(q.ends) > 0 && err == nil {
