@@ -35,6 +35,7 @@ bench-server: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeValidate -fuzztime 60s ./runtime
 	$(GO) test -run '^$$' -fuzz FuzzStreamDecoder -fuzztime 60s ./nodes/llm
+	$(GO) test -run '^$$' -fuzz FuzzDecodeChunk -fuzztime 60s ./runtime/store/sqlite
 
 # The MCP servers the Go tests run for real (pinned in
 # internal/mcptest/package-lock.json; see internal/mcptest).

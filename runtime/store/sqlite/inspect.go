@@ -147,7 +147,7 @@ func (s *Store) deleteRuns(ctx context.Context, pick func(*sql.Tx) ([]string, er
 			args[i] = id
 		}
 		deleted = ids
-		for _, table := range []string{"events", "checkpoints", "run_tails"} {
+		for _, table := range []string{"events", "event_chunks", "checkpoints", "run_tails"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE run_id IN `+in, args...); err != nil {
 				return err
 			}

@@ -33,34 +33,23 @@ ON CONFLICT (run_id, node_id) DO UPDATE SET
 // (binding, stepping, resetting) is paid per statement, not per row.
 const maxInsertRows = 64
 
-// insertQueries are the INSERTs of n rows into a table of events (n a
-// power of two up to maxInsertRows); tail says the rows carry their
-// event_tail id.
-type insertQueries struct {
-	tail bool
-	q    map[int]string
-}
-
-var (
-	insertEventsQueries = newInsertQueries("events", false)
-	insertTailQueries   = newInsertQueries("event_tail", true)
-)
-
-func newInsertQueries(table string, tail bool) insertQueries {
-	cols, row := `run_id, seq, type, chat_id, node_id, attempt, at, data`, `(?, ?, ?, ?, ?, ?, ?, ?)`
-	if tail {
-		cols, row = `id, `+cols, `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	}
+// insertTailQueries are the INSERTs of n rows into event_tail (n a
+// power of two up to maxInsertRows).
+var insertTailQueries = func() map[int]string {
+	row := `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	m := map[int]string{}
 	for n := 1; n <= maxInsertRows; n *= 2 {
-		q := `INSERT INTO ` + table + ` (` + cols + `) VALUES ` + row
+		q := `INSERT INTO event_tail (id, run_id, seq, type, chat_id, node_id, attempt, at, data) VALUES ` + row
 		for range n - 1 {
 			q += ", " + row
 		}
 		m[n] = q
 	}
-	return insertQueries{tail: tail, q: m}
-}
+	return m
+}()
+
+// insertChunkQuery inserts a compacted segment (chunk.go).
+const insertChunkQuery = `INSERT INTO event_chunks (run_id, first_seq, last_seq, data) VALUES (?, ?, ?, ?)`
 
 // insertRows is the row count of the next INSERT for left rows: the
 // largest power of two not above left, capped at maxInsertRows.
@@ -79,9 +68,9 @@ var txQueries = func() []string {
 		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
 		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery, tailEndQuery,
 		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
-		truncateQuery, segmentQuery, epochQuery}
+		truncateQuery, segmentQuery, epochQuery, insertChunkQuery}
 	for n := 1; n <= maxInsertRows; n *= 2 {
-		qs = append(qs, insertEventsQueries.q[n], insertTailQueries.q[n])
+		qs = append(qs, insertTailQueries[n])
 	}
 	return qs
 }()
@@ -196,9 +185,9 @@ func (s *Store) AppendEvents(ctx context.Context, runID string, token int64, evs
 	return wrap(err, "append events to %s", runID)
 }
 
-// insertRows inserts rows in tx with qs, up to maxInsertRows in one
-// statement.
-func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, qs insertQueries, rows []eventRow) error {
+// insertTail inserts rows into event_tail in tx, up to maxInsertRows in
+// one statement.
+func (s *Store) insertTail(ctx context.Context, tx *sql.Tx, rows []eventRow) error {
 	// The writer's buffer: one write transaction at a time inserts.
 	args := s.insertArgs[:0]
 	defer func() {
@@ -209,12 +198,10 @@ func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, qs insertQueries, ro
 		n := insertRows(len(rows))
 		args = args[:0]
 		for _, r := range rows[:n] {
-			if qs.tail {
-				args = append(args, r.id)
-			}
+			args = append(args, r.id)
 			args = append(args, r.args...)
 		}
-		if _, err := s.ws.execIn(ctx, tx, qs.q[n], args...); err != nil {
+		if _, err := s.ws.execIn(ctx, tx, insertTailQueries[n], args...); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -234,7 +221,7 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 		tx := lt.tx
 		for _, b := range batches {
 			// A run that ends or lets go of its lease moves its log's
-			// segment into events.
+			// segment into event_chunks.
 			end := b.Finish != nil || b.Release != nil
 			if b.Create != nil {
 				if b.Lease == nil {
@@ -360,8 +347,12 @@ func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) e
 const eventsQuery = `SELECT seq, type, chat_id, node_id, attempt, at, data FROM events
 WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 
+// chunksQuery reads a run's compacted segments (chunk.go) that hold
+// events after a seq.
+const chunksQuery = `SELECT data FROM event_chunks WHERE run_id = ? AND last_seq > ? ORDER BY last_seq`
+
 // readLogQueries are the statements Events runs in its read transaction.
-var readLogQueries = []string{tailStateQuery, eventsQuery, segmentQuery}
+var readLogQueries = []string{tailStateQuery, eventsQuery, chunksQuery, segmentQuery}
 
 // beginRead starts a read transaction on a reader connection, first
 // preparing qs, the statements it will run (preparing one needs a
@@ -386,7 +377,8 @@ func (s *Store) inReadTx(ctx context.Context, qs []string, fn func(*sql.Tx) erro
 }
 
 // Events implements runtime.Store. Data comes back as json.RawMessage.
-// The events table and the run's segment in the tail (tail.go) are read
+// The compacted log (events and event_chunks) and the run's segment in
+// the tail (tail.go) are read
 // in one read transaction; the segment comes from the store's memory when
 // the file has it as the store remembers it (the same first row, and the
 // last seq the store last wrote to run_tails: another store on the file
@@ -413,7 +405,7 @@ func (s *Store) Events(ctx context.Context, runID string, after int64, limit int
 
 func (s *Store) events(ctx context.Context, runID string, after int64, limit int) ([]runtime.Event, error) {
 	// Read what the store remembers first: a segment compacted after this
-	// is in the events table the transaction reads.
+	// is in the compacted log the transaction reads.
 	mem := s.tails.get(runID)
 	tx, err := s.beginRead(ctx, readLogQueries)
 	if err != nil {
@@ -444,6 +436,9 @@ func (s *Store) events(ctx context.Context, runID string, after int64, limit int
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, err
 	}
+	if out, err = s.readChunks(ctx, tx, runID, after, limit, out); err != nil {
+		return nil, err
+	}
 	if from == 0 || (limit > 0 && len(out) >= limit) {
 		return out, nil
 	}
@@ -457,7 +452,7 @@ func (s *Store) events(ctx context.Context, runID string, after int64, limit int
 			return nil, err
 		}
 	}
-	// The segment continues the events table's rows.
+	// The segment continues the compacted log.
 	next := after + 1
 	if len(out) > 0 {
 		next = out[len(out)-1].Seq + 1

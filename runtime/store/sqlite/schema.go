@@ -185,6 +185,21 @@ BEGIN
 	UPDATE tail_epoch SET n = n + 1 WHERE id = 1;
 END;
 `,
+}, {
+	// Compacted segments as chunks (chunk.go): a row per segment, its
+	// events encoded together, instead of a row per event in events.
+	// Reading a log after a seq is one range scan of the key.
+	Version: 7,
+	Name:    "event_chunks",
+	SQL: `
+CREATE TABLE event_chunks (
+	run_id    TEXT NOT NULL,
+	first_seq INTEGER NOT NULL,
+	last_seq  INTEGER NOT NULL,
+	data      BLOB NOT NULL,
+	PRIMARY KEY (run_id, last_seq)
+);
+`,
 }}
 
 // SchemaVersion is the schema version this package writes.

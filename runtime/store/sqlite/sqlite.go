@@ -78,11 +78,11 @@ type Store struct {
 	// tails remembers the segments of run logs the store appended to the
 	// event tail (tail.go).
 	tails tails
-	// insertArgs is insertRows' buffer (the writer's).
+	// insertArgs is insertTail's buffer (the writer's).
 	insertArgs []any
-	// tailRows and eventRows are the writer's buffers of a logTx's rows
-	// to insert (logTx.tail and logTx.events).
-	tailRows, eventRows []eventRow
+	// tailRows is the writer's buffer of a logTx's rows to insert into
+	// the tail (logTx.tail).
+	tailRows []eventRow
 
 	closeOnce sync.Once
 	closeErr  error

@@ -11,8 +11,10 @@ import (
 	"chatgraph/runtime"
 )
 
-// The events table keeps each run's log together (its key is run id and
-// seq), which is what reading a log wants and what a group commit of
+// A run's compacted log is kept together, keyed by run id and seq (a
+// chunk of events a row in event_chunks, chunk.go; one event a row in
+// events in files written before chunks, and by Open's move of the tail),
+// which is what reading a log wants and what a group commit of
 // streaming runs does not: every run in the commit dirties a page of its
 // own, and the commit writes every one of those pages to the WAL. A
 // thousand runs streaming a delta each is a thousand pages, 4 MiB of WAL
@@ -22,11 +24,11 @@ import (
 // order, whose new rows fill its last pages. A run's events there since
 // its log was last compacted are its segment; run_tails holds the
 // segment's first row (tail_from), the run's token and a last seq, one
-// small row per run with a segment. A segment moves into events in one
-// write — when it reaches compactAt events, when the run ends or lets go
-// of its lease (the batch has Finish or Release), or when it is so old
-// that it holds back the truncation of the tail — so each run dirties its
-// events page once per segment, not once per commit. Rows of compacted segments stay
+// small row per run with a segment. A segment moves into event_chunks in
+// one write — when it reaches compactAt events, when the run ends or lets
+// go of its lease (the batch has Finish or Release), or when it is so old
+// that it holds back the truncation of the tail — so each run writes its
+// compacted log once per segment, not once per commit. Rows of compacted segments stay
 // in event_tail until a truncation deletes every row below the oldest
 // segment's first.
 //
@@ -57,7 +59,7 @@ import (
 // once more, with the conditional UPDATE of run_tails that the fast grow
 // saves (its last seq, first row and token as remembered).
 var (
-	// compactAt is the length at which a segment moves into events.
+	// compactAt is the length at which a segment moves into event_chunks.
 	compactAt = 64
 	// truncateEvery is how many rows the store appends to the tail
 	// between two truncations.
@@ -107,17 +109,17 @@ WHERE id IN (SELECT run_id FROM run_tails)`,
 	`DELETE FROM event_tail`,
 }
 
-// eventRow is one row of events or event_tail: id is its event_tail id
-// (0 until it has one), args the values of its other columns, in the
-// order of the inserts (insertRows).
+// eventRow is one event of a segment: id is its event_tail id (0 until
+// it has one), args the values of its other columns, in the order of the
+// inserts (insertTail).
 type eventRow struct {
 	id   int64
 	ev   *runtime.Event
 	args []any
 }
 
-// rowArgs makes the insert values of a run's events, boxed once for both
-// tables a row may go to; the run's id, and its events' type, chat and
+// rowArgs makes the insert values of a run's events into event_tail,
+// boxed once; the run's id, and its events' type, chat and
 // node while they repeat, share one box with the row before (prev, when
 // not nil, is the values of the run's last row).
 type rowArgs struct {
@@ -260,10 +262,12 @@ type logTx struct {
 	next int64
 	// segs are the segments as the transaction leaves them (nil: none).
 	segs map[string]*segment
-	// tail and events are the rows to insert into event_tail and events
-	// (in the store's buffers); appended counts the tail's once inserted.
-	tail, events []eventRow
-	appended     int
+	// tail is the rows to insert into event_tail (in the store's
+	// buffer), chunks the compacted segments to insert into event_chunks;
+	// appended counts the tail's rows once inserted.
+	tail     []eventRow
+	chunks   []chunkRow
+	appended int
 	// truncated is the first row kept by the transaction's truncation
 	// (0: none).
 	truncated int64
@@ -271,7 +275,7 @@ type logTx struct {
 
 // newLogTx starts a logTx in tx, reading the tail's epoch.
 func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
-	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}, tail: s.tailRows[:0], events: s.eventRows[:0]}
+	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}, tail: s.tailRows[:0]}
 	if err := s.ws.queryRowIn(ctx, tx, epochQuery).Scan(&l.epoch); err != nil {
 		return nil, fmt.Errorf("read the tail's epoch: %w", err)
 	}
@@ -332,7 +336,7 @@ func (s *Store) logState(ctx context.Context, tx *sql.Tx, runID string, token in
 
 // append appends evs (not empty) to runID's log, checking the token and
 // that evs continue the log; end says the run stops writing (its segment
-// moves into events now).
+// moves into event_chunks now).
 func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool) error {
 	for i := range evs {
 		if evs[i].Seq != evs[0].Seq+int64(i) {
@@ -448,7 +452,7 @@ func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bo
 	return seg, true, nil
 }
 
-// end moves runID's segment, if it has one, into events: the run stops
+// end moves runID's segment, if it has one, into event_chunks: the run stops
 // writing its log.
 func (l *logTx) end(runID string, token int64) error {
 	last, from, err := l.s.logState(l.ctx, l.tx, runID, token)
@@ -510,9 +514,9 @@ func (l *logTx) segment(runID string, from, last int64) (segment, error) {
 }
 
 // compact writes rows, runID's whole segment from row from (0: none) and
-// any events after it, to events, and ends the segment.
+// any events after it, to event_chunks, and ends the segment.
 func (l *logTx) compact(runID string, from int64, rows []eventRow) error {
-	l.events = append(l.events, rows...)
+	l.chunks = append(l.chunks, chunks(runID, rows)...)
 	if len(rows) > 0 {
 		if _, err := l.s.ws.execIn(l.ctx, l.tx, compactedQuery, rows[len(rows)-1].ev.Seq, runID); err != nil {
 			return err
@@ -535,17 +539,19 @@ func (l *logTx) insert() error {
 			return fmt.Errorf("truncate the event tail: %w", err)
 		}
 	}
-	if err := l.s.insertRows(l.ctx, l.tx, insertTailQueries, l.tail); err != nil {
+	if err := l.s.insertTail(l.ctx, l.tx, l.tail); err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
-	if err := l.s.insertRows(l.ctx, l.tx, insertEventsQueries, l.events); err != nil {
-		return fmt.Errorf("insert events: %w", err)
+	for _, c := range l.chunks {
+		if _, err := l.s.ws.execIn(l.ctx, l.tx, insertChunkQuery, c.runID, c.first, c.last, c.data); err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
 	}
 	// The rows are in the file (and the segments hold their own copies):
-	// the buffers go back to the store, holding no event.
+	// the buffer goes back to the store, holding no event.
 	l.appended = len(l.tail)
-	l.s.tailRows, l.s.eventRows = keepRows(l.tail), keepRows(l.events)
-	l.tail, l.events = nil, nil
+	l.s.tailRows = keepRows(l.tail)
+	l.tail, l.chunks = nil, nil
 	return nil
 }
 

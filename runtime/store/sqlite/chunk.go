@@ -1,0 +1,282 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"chatgraph/runtime"
+)
+
+// A compacted segment is one row of event_chunks (schema version 7): the
+// run's id, the first and last seq of its events, and the events encoded
+// together in data. A row per event in events cost a B-tree insert, eight
+// bound values and the index's page split for each event; a chunk costs
+// one insert for up to chunkEvents events, and its pages are new pages at
+// the table's end. Older files keep their rows in events, and Open still
+// compacts the tail of a file left behind by a crash into events (one SQL
+// statement): a run's compacted log is its rows in events and in
+// event_chunks, their seqs disjoint.
+//
+// The encoding, after a version byte (1), is for each event in seq order:
+//
+//	flags    byte: 1 type, 2 chat, 4 node follow (else the event's are the
+//	         previous event's, "" for the first), 8 data follows (else null)
+//	seq      uvarint
+//	type     uvarint length, bytes (flag 1)
+//	chat id  uvarint length, bytes (flag 2)
+//	node id  uvarint length, bytes (flag 4)
+//	attempt  varint
+//	at       varint, microseconds since the Unix epoch (UTC)
+//	data     uvarint length, JSON bytes (flag 8)
+const chunkVersion = 1
+
+// A chunk holds at most chunkEvents events and, past its first event,
+// about chunkBytes: a read of a few events from a long log decodes a
+// bounded chunk.
+const (
+	chunkEvents = 64
+	chunkBytes  = 256 << 10
+)
+
+const (
+	chunkType = 1 << iota
+	chunkChat
+	chunkNode
+	chunkData
+)
+
+// chunkRow is one event_chunks row to insert.
+type chunkRow struct {
+	runID       string
+	first, last int64
+	data        []byte
+}
+
+// chunks encodes rows (a run's consecutive events) as event_chunks rows
+// of runID.
+func chunks(runID string, rows []eventRow) []chunkRow {
+	var out []chunkRow
+	for len(rows) > 0 {
+		b := []byte{chunkVersion}
+		var prev *runtime.Event
+		n := 0
+		for n < len(rows) && n < chunkEvents && (n == 0 || len(b) < chunkBytes) {
+			e := rows[n].ev
+			b = appendChunkEvent(b, e, prev)
+			prev = e
+			n++
+		}
+		out = append(out, chunkRow{runID: runID, first: rows[0].ev.Seq, last: rows[n-1].ev.Seq, data: b})
+		rows = rows[n:]
+	}
+	return out
+}
+
+// appendChunkEvent appends e's encoding, after prev (nil: e is first).
+func appendChunkEvent(b []byte, e, prev *runtime.Event) []byte {
+	var typ, chat, node string
+	if prev != nil {
+		typ, chat, node = string(prev.Type), prev.ChatID, prev.NodeID
+	}
+	var data []byte
+	if raw, ok := e.Data.(json.RawMessage); ok && raw != nil {
+		data = raw
+	}
+	var flags byte
+	if string(e.Type) != typ {
+		flags |= chunkType
+	}
+	if e.ChatID != chat {
+		flags |= chunkChat
+	}
+	if e.NodeID != node {
+		flags |= chunkNode
+	}
+	if data != nil {
+		flags |= chunkData
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(e.Seq))
+	if flags&chunkType != 0 {
+		b = appendChunkBytes(b, string(e.Type))
+	}
+	if flags&chunkChat != 0 {
+		b = appendChunkBytes(b, e.ChatID)
+	}
+	if flags&chunkNode != 0 {
+		b = appendChunkBytes(b, e.NodeID)
+	}
+	b = binary.AppendVarint(b, int64(e.Attempt))
+	b = binary.AppendVarint(b, micros(e.Time))
+	if data != nil {
+		b = binary.AppendUvarint(b, uint64(len(data)))
+		b = append(b, data...)
+	}
+	return b
+}
+
+func appendChunkBytes(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// errBadChunk: an event_chunks row's data is not a chunk this store
+// wrote.
+var errBadChunk = errors.New("bad event chunk")
+
+// decodeChunk appends the events of runID encoded in b, in seq order, to
+// out. Each event's data aliases b (the caller hands over b). An
+// encoding that is cut short, or whose seqs do not increase, is
+// errBadChunk.
+func decodeChunk(out []runtime.Event, runID string, b []byte) ([]runtime.Event, error) {
+	if len(b) == 0 || b[0] != chunkVersion {
+		return out, fmt.Errorf("%w: version", errBadChunk)
+	}
+	d := chunkDecoder{b: b[1:]}
+	var typ, chat, node string
+	var last int64
+	for len(d.b) > 0 {
+		flags := d.b[0]
+		d.b = d.b[1:]
+		if flags&^(chunkType|chunkChat|chunkNode|chunkData) != 0 {
+			return out, fmt.Errorf("%w: flags %#x", errBadChunk, flags)
+		}
+		seq := d.uvarint()
+		if flags&chunkType != 0 {
+			typ = string(d.bytes())
+		}
+		if flags&chunkChat != 0 {
+			chat = string(d.bytes())
+		}
+		if flags&chunkNode != 0 {
+			node = string(d.bytes())
+		}
+		attempt, at := d.varint(), d.varint()
+		var data []byte
+		if flags&chunkData != 0 {
+			data = d.bytes()
+		}
+		switch {
+		case d.err != nil:
+			return out, d.err
+		case seq > 1<<62 || int64(seq) <= last || attempt < 0 || attempt > 1<<31:
+			return out, fmt.Errorf("%w: event %d after %d", errBadChunk, seq, last)
+		}
+		last = int64(seq)
+		e := runtime.Event{Seq: last, RunID: runID, ChatID: chat, Type: runtime.EventType(typ), NodeID: node,
+			Attempt: int(attempt), Time: fromMicros(at)}
+		if data != nil {
+			e.Data = json.RawMessage(data)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// chunkDecoder reads a chunk's fields; the first failure sticks in err.
+type chunkDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *chunkDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: cut short", errBadChunk)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *chunkDecoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: cut short", errBadChunk)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes reads a length and that many bytes (a full slice of the chunk).
+func (d *chunkDecoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: cut short", errBadChunk)
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// readChunks merges runID's events after seq after in event_chunks into
+// out, the run's rows of events after it (up to limit), and keeps the
+// first limit (limit <= 0: all). The two tables hold disjoint seqs.
+func (s *Store) readChunks(ctx context.Context, tx *sql.Tx, runID string, after int64, limit int, out []runtime.Event) ([]runtime.Event, error) {
+	rows, err := s.rs.queryIn(ctx, tx, chunksQuery, runID, after)
+	if err != nil {
+		return nil, err
+	}
+	var got []runtime.Event
+	for (limit <= 0 || len(got) < limit) && rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		first := len(got) == 0
+		if got, err = decodeChunk(got, runID, data); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("run %s: %w", runID, err)
+		}
+		if first {
+			// Only the first chunk read may hold seqs up to after.
+			i := 0
+			for i < len(got) && got[i].Seq <= after {
+				i++
+			}
+			got = got[i:]
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(got) == 0:
+		return out, nil
+	case len(out) == 0:
+		out = got
+	default:
+		merged := make([]runtime.Event, 0, len(out)+len(got))
+		i, j := 0, 0
+		for i < len(out) || j < len(got) {
+			if j == len(got) || i < len(out) && out[i].Seq < got[j].Seq {
+				merged = append(merged, out[i])
+				i++
+			} else {
+				merged = append(merged, got[j])
+				j++
+			}
+		}
+		out = merged
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
