@@ -18,7 +18,11 @@ import (
 //   - anything else: "echo: <content>".
 //
 // Text is streamed word by word (each fragment is a word with the
-// whitespace before it), Request.TokenDelay apart.
+// whitespace before it) on a schedule of its own, as a provider's stream
+// is: fragment k is due k×Request.TokenDelay after the first, however
+// long onText took with the ones before, and one already due comes at
+// once. (A pause after each onText would let a slow reader slow the
+// model, and a loaded server would see fewer tokens than it is sent.)
 type Echo struct{}
 
 // Stream implements Provider.
@@ -43,13 +47,14 @@ func (Echo) Stream(ctx context.Context, req Request, onText func(string)) (Respo
 		text = "echo: " + last.Content
 	}
 	var timer *time.Timer
+	start := time.Now()
 	for i, w := range Words(text) {
-		if i > 0 && req.TokenDelay > 0 {
+		if wait := time.Until(start.Add(time.Duration(i) * req.TokenDelay)); i > 0 && wait > 0 {
 			if timer == nil {
-				timer = time.NewTimer(req.TokenDelay)
+				timer = time.NewTimer(wait)
 				defer timer.Stop()
 			} else {
-				timer.Reset(req.TokenDelay)
+				timer.Reset(wait)
 			}
 			select {
 			case <-timer.C:

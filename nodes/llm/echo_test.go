@@ -72,6 +72,30 @@ func TestEchoTokenDelay(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 60*time.Millisecond) // 4 tokens, 3 gaps
 }
 
+// Fragments come on the model's schedule: never before they are due,
+// and a reader slower than that does not push the later ones back: those
+// already due come at once.
+func TestEchoTokenDelayIsTheModelsSchedule(t *testing.T) {
+	t.Parallel()
+	const delay = 50 * time.Millisecond
+	start := time.Now()
+	var at []time.Duration
+	_, err := Echo{}.Stream(context.Background(), Request{TokenDelay: delay,
+		Messages: []Message{{Role: RoleUser, Content: "a b c d e"}}}, func(string) {
+		at = append(at, time.Since(start))
+		if len(at) == 1 {
+			time.Sleep(6 * delay) // a slow reader: fragments 1..5 fall due meanwhile
+		}
+	})
+	require.NoError(t, err)
+	require.Len(t, at, 6)
+	for k, d := range at {
+		require.GreaterOrEqual(t, d, time.Duration(k)*delay, "fragment %d came early", k)
+	}
+	// A pause after each fragment would put 4 × delay between 1 and 5.
+	require.Less(t, at[5]-at[1], 2*delay, "fragments already due waited: %v", at)
+}
+
 func TestParseToolCommand(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
