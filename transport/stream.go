@@ -142,7 +142,10 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, o
 		return false, nil
 	}
 	defer stop()
-	const maxPending = 16384
+	// Relayed events that arrive ahead of one the relay skipped wait
+	// here, as many as a live topic keeps; the rest are read from the log
+	// with the one skipped.
+	const maxPending = maxBacklog
 	pending := map[int64]frame{}
 	poll := time.NewTicker(s.cfg.PollInterval)
 	defer poll.Stop()
