@@ -17,9 +17,9 @@ import (
 // bound values and the index's page split for each event; a chunk costs
 // one insert for up to chunkEvents events, and its pages are new pages at
 // the table's end. Older files keep their rows in events, and Open still
-// compacts the tail of a file left behind by a crash into events (one SQL
-// statement): a run's compacted log is its rows in events and in
-// event_chunks, their seqs disjoint.
+// moves the tail's segments (runs still writing when the file was last
+// closed) into events, in one SQL statement: a run's compacted log is its
+// rows in events and in event_chunks, their seqs disjoint.
 //
 // The encoding, after a version byte (1), is for each event in seq order:
 //

@@ -18,7 +18,7 @@
 // never repeats them.
 //
 // A run's events are appended to a table in commit order (the tail) and
-// move into the table ordered by run a segment at a time, so that a group
-// commit of many streaming runs writes a few pages, not one per run
-// (tail.go).
+// move into the table ordered by run a segment at a time, one row a
+// segment, so that a group commit of many streaming runs writes a few
+// pages, not one per run (tail.go, chunk.go).
 package sqlite

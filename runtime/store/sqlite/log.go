@@ -378,11 +378,11 @@ func (s *Store) inReadTx(ctx context.Context, qs []string, fn func(*sql.Tx) erro
 
 // Events implements runtime.Store. Data comes back as json.RawMessage.
 // The compacted log (events and event_chunks) and the run's segment in
-// the tail (tail.go) are read
-// in one read transaction; the segment comes from the store's memory when
-// the file has it as the store remembers it (the same first row, and the
-// last seq the store last wrote to run_tails: another store on the file
-// may have appended to it, and would have written that).
+// the tail (tail.go) are read in one read transaction; the segment comes
+// from the store's memory when the file has it as the store remembers it
+// (the same first row, and the last seq the store last wrote to
+// run_tails: another store on the file may have appended to it, and
+// would have written that).
 func (s *Store) Events(ctx context.Context, runID string, after int64, limit int) ([]runtime.Event, error) {
 	out, err := s.events(ctx, runID, after, limit)
 	if err != nil {
