@@ -19,6 +19,18 @@ import (
 // use and fast (record into a histogram, do no I/O).
 type StoreObserver func(op string, d time.Duration, err error)
 
+// WriteOp reports whether op, a store call as a StoreObserver names it,
+// writes to the store: in a durable store, a transaction of its own.
+func WriteOp(op string) bool {
+	switch op {
+	case "create_run", "update_run", "save_checkpoint", "append_events", "claim_run", "renew_lease", "renew_leases",
+		"release_lease", "claim_expired", "write_batches", "create_claimed", "put_effect", "delete_run",
+		"delete_finished_before", "delete_effects":
+		return true
+	}
+	return false
+}
+
 func (o StoreObserver) since(op string, start time.Time, err error) {
 	o(op, time.Since(start), err)
 }

@@ -49,13 +49,8 @@ func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
 // one for every transaction written before it; syncs counts those).
 type writeCounter struct{ n, commits, commitNs atomic.Int64 }
 
-// storeWrites are the store calls that commit a write transaction.
-var storeWrites = map[string]bool{"create_run": true, "update_run": true, "save_checkpoint": true,
-	"append_events": true, "claim_run": true, "renew_lease": true, "renew_leases": true, "release_lease": true,
-	"claim_expired": true, "write_batches": true, "create_claimed": true, "put_effect": true}
-
 func (w *writeCounter) observe(op string, d time.Duration, err error) {
-	if err == nil && storeWrites[op] {
+	if err == nil && rt.WriteOp(op) {
 		w.n.Add(1)
 	}
 	if op == "write_batches" {

@@ -59,12 +59,8 @@ func observer(commits *atomic.Int64) runtime.StoreObserver {
 	lat := transport.StoreObserver(prometheus.NewRegistry())
 	return func(op string, d time.Duration, err error) {
 		lat(op, d, err)
-		switch op {
-		case "create_run", "create_claimed", "update_run", "save_checkpoint", "append_events", "write_batches",
-			"claim_run", "renew_lease", "renew_leases", "release_lease", "claim_expired":
-			if commits != nil {
-				commits.Add(1)
-			}
+		if commits != nil && runtime.WriteOp(op) {
+			commits.Add(1)
 		}
 	}
 }
