@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -79,7 +80,10 @@ func quantile(xs []float64, q float64) float64 {
 // deltas/s offered once all stream); the latency of each node_delta from
 // the runtime emitting it (its envelope time) to the client reading it,
 // the process's CPU time per event read (server and in-process clients),
-// and the frames the server wrote per write to a connection. The 1,000
+// the frames the server wrote per write to a connection, and the median
+// time from an event's emit to its publishing (publish-p50-µs: the
+// commit's share of the latency, over every event of the runs, from the
+// server's histogram). The 1,000
 // turns start at once, and starting a turn costs far more than streaming
 // a delta, so the deltas emitted while runs still start wait behind that
 // burst: steady-p50 and steady-p99 take only the deltas emitted while all
@@ -375,6 +379,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 	}
 	for b.Loop() {
 		frames0, wsWrites0 := wsWriteCounts(e)
+		published0 := publishDelays(e)
 		sched0 := schedLatencies()
 		writes0, commits0, commitNs0, syncs0 := writes.n.Load(), writes.commits.Load(), writes.commitNs.Load(), syncs(e)
 		load := latencyLoad{URL: e.url, Token: e.token, Chats: chats, Conns: conns, Words: words,
@@ -401,6 +406,9 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		frames, wsWrites := wsWriteCounts(e)
 		if wsWrites > wsWrites0 {
 			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
+		}
+		if published := publishDelays(e).minus(published0); len(published.counts) > 0 {
+			b.ReportMetric(published.interpolated(0.5)*1e6, "publish-p50-µs")
 		}
 		lat := make([]float64, 0, len(res.Deltas))
 		var steady []float64
@@ -446,12 +454,37 @@ func schedLatencies() schedHist {
 }
 
 // since is the histogram of the waits since h was read.
-func (h schedHist) since() schedHist {
-	now := schedLatencies()
-	for i := range now.counts {
-		now.counts[i] -= h.counts[i]
+func (h schedHist) since() schedHist { return schedLatencies().minus(h) }
+
+// minus is what h counted since old, a reading of the same histogram.
+func (h schedHist) minus(old schedHist) schedHist {
+	out := schedHist{counts: slices.Clone(h.counts), buckets: h.buckets}
+	for i := range old.counts {
+		out.counts[i] -= old.counts[i]
 	}
-	return now
+	return out
+}
+
+// interpolated is h's q quantile, in seconds, placed within its bucket as
+// if the bucket's samples were spread evenly over it (the lower bound of
+// the last, unbounded bucket).
+func (h schedHist) interpolated(q float64) float64 {
+	var total uint64
+	for _, n := range h.counts {
+		total += n
+	}
+	want, seen := q*float64(total), 0.0
+	for i, n := range h.counts {
+		if n > 0 && seen+float64(n) > want {
+			lo, hi := h.buckets[i], h.buckets[i+1]
+			if math.IsInf(hi, 1) {
+				return lo
+			}
+			return lo + (hi-lo)*(want-seen)/float64(n)
+		}
+		seen += float64(n)
+	}
+	return 0
 }
 
 // quantile is h's q quantile, in seconds: the upper bound of its bucket.
@@ -487,6 +520,37 @@ func peakRate(all []delta, from, to time.Time) float64 {
 // from /metrics.
 func wsWriteCounts(e *env) (frames, writes float64) {
 	return e.metric("chatgraph_websocket_frames_total"), e.metric("chatgraph_websocket_writes_total")
+}
+
+// publishDelays reads the server's histogram of events' delays from emit
+// to publishing (chatgraph_event_publish_delay_seconds) so far.
+func publishDelays(e *env) schedHist {
+	const prefix = `chatgraph_event_publish_delay_seconds_bucket{le="`
+	var h schedHist
+	type bucket struct{ le, cum float64 }
+	var bs []bucket
+	for series, v := range e.metrics() {
+		le, ok := strings.CutPrefix(series, prefix)
+		if !ok {
+			continue
+		}
+		bound, err := strconv.ParseFloat(strings.TrimSuffix(le, `"}`), 64)
+		if err != nil {
+			e.t.Fatalf("%s: %v", series, err)
+		}
+		bs = append(bs, bucket{bound, v})
+	}
+	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
+	// As the scheduler's histogram: counts per bucket, buckets[i] and
+	// buckets[i+1] bounding counts[i].
+	h.buckets = []float64{0}
+	var prev float64
+	for _, b := range bs {
+		h.buckets = append(h.buckets, b.le)
+		h.counts = append(h.counts, uint64(b.cum-prev))
+		prev = b.cum
+	}
+	return h
 }
 
 // syncs is how many WAL fsyncs the env's SQLite store has run.

@@ -314,18 +314,25 @@ func requireGapFree(t *testing.T, evs []*sseEvent, after int64) {
 // the server has none yet.
 func (e *env) metric(series string) float64 {
 	e.t.Helper()
+	return e.metrics()[series]
+}
+
+// metrics reads every sample of the server's /metrics, by series.
+func (e *env) metrics() map[string]float64 {
+	e.t.Helper()
 	resp := e.do("GET", "/metrics", nil, nil)
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(e.t, err)
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if name, value, ok := strings.Cut(line, " "); ok && name == series {
+		if name, value, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
 			n, err := strconv.ParseFloat(value, 64)
 			require.NoError(e.t, err, line)
-			return n
+			out[name] = n
 		}
 	}
-	return 0
+	return out
 }
 
 // waitFor polls cond until it holds or the bound passes.

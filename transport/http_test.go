@@ -162,3 +162,18 @@ func TestAgentChatIntoScratchAreaFailsAtStart(t *testing.T) {
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "fine"}, &tk), http.StatusAccepted)
 	require.Equal(t, "completed", e.waitMessage(chatID, tk["messageId"].(string))["status"])
 }
+
+// Every event a run publishes is timed from its emit to its publishing
+// (chatgraph_event_publish_delay_seconds): once each.
+func TestEventPublishDelayIsMeasured(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	s := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "one two three"}, nil)
+	evs := s.all(t)
+	require.NotEmpty(t, evs)
+	// Recorded before the hub gets the event: the stream has ended, so
+	// every event of the run is counted.
+	require.Equal(t, float64(len(evs)), e.metric("chatgraph_event_publish_delay_seconds_count"))
+	require.Positive(t, e.metric("chatgraph_event_publish_delay_seconds_sum"))
+}
