@@ -326,10 +326,11 @@ func (e *env) metrics() map[string]float64 {
 	require.NoError(e.t, err)
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if name, value, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
-			n, err := strconv.ParseFloat(value, 64)
+		// The value follows the last space (a label's value may hold one).
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			n, err := strconv.ParseFloat(line[i+1:], 64)
 			require.NoError(e.t, err, line)
-			out[name] = n
+			out[line[:i]] = n
 		}
 	}
 	return out
