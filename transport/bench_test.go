@@ -81,9 +81,9 @@ func quantile(xs []float64, q float64) float64 {
 // the runtime emitting it (its envelope time) to the client reading it,
 // the process's CPU time per event read (server and in-process clients),
 // the frames the server wrote per write to a connection, and the median
-// time from an event's emit to its publishing (publish-p50-µs: the
-// commit's share of the latency, over every event of the runs, from the
-// server's histogram). The 1,000
+// time from a delta's emit to its publishing (publish-p50-µs: the
+// commit's share of the latency, from the server's histogram, placed
+// within its bucket). The 1,000
 // turns start at once, and starting a turn costs far more than streaming
 // a delta, so the deltas emitted while runs still start wait behind that
 // burst: steady-p50 and steady-p99 take only the deltas emitted while all
@@ -522,10 +522,11 @@ func wsWriteCounts(e *env) (frames, writes float64) {
 	return e.metric("chatgraph_websocket_frames_total"), e.metric("chatgraph_websocket_writes_total")
 }
 
-// publishDelays reads the server's histogram of events' delays from emit
-// to publishing (chatgraph_event_publish_delay_seconds) so far.
+// publishDelays reads the server's histogram of token deltas' delays
+// from emit to publishing (chatgraph_event_publish_delay_seconds, kind
+// delta) so far.
 func publishDelays(e *env) schedHist {
-	const prefix = `chatgraph_event_publish_delay_seconds_bucket{le="`
+	const prefix = `chatgraph_event_publish_delay_seconds_bucket{kind="delta",le="`
 	var h schedHist
 	type bucket struct{ le, cum float64 }
 	var bs []bucket

@@ -164,7 +164,8 @@ func TestAgentChatIntoScratchAreaFailsAtStart(t *testing.T) {
 }
 
 // Every event a run publishes is timed from its emit to its publishing
-// (chatgraph_event_publish_delay_seconds): once each.
+// (chatgraph_event_publish_delay_seconds), once, as a token delta or
+// another kind.
 func TestEventPublishDelayIsMeasured(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -174,6 +175,14 @@ func TestEventPublishDelayIsMeasured(t *testing.T) {
 	require.NotEmpty(t, evs)
 	// Recorded before the hub gets the event: the stream has ended, so
 	// every event of the run is counted.
-	require.Equal(t, float64(len(evs)), e.metric("chatgraph_event_publish_delay_seconds_count"))
-	require.Positive(t, e.metric("chatgraph_event_publish_delay_seconds_sum"))
+	deltas := 0
+	for _, ev := range evs {
+		if ev.Type == "node_delta" {
+			deltas++
+		}
+	}
+	require.Positive(t, deltas)
+	require.Equal(t, float64(deltas), e.metric(`chatgraph_event_publish_delay_seconds_count{kind="delta"}`))
+	require.Equal(t, float64(len(evs)-deltas), e.metric(`chatgraph_event_publish_delay_seconds_count{kind="other"}`))
+	require.Positive(t, e.metric(`chatgraph_event_publish_delay_seconds_sum{kind="delta"}`))
 }

@@ -18,7 +18,7 @@ type metrics struct {
 	nodeDuration  *prometheus.HistogramVec // node attempts by type and outcome
 	activeStreams *prometheus.GaugeVec     // SSE responses and WebSocket connections
 	cancelLatency prometheus.Histogram     // cancel call -> run_cancelled
-	publishDelay  prometheus.Histogram     // an event's emit -> its publishing to subscribers
+	publishDelay  *prometheus.HistogramVec // an event's emit -> its publishing to subscribers, by kind
 	droppedSubs   *prometheus.CounterVec   // slow subscribers dropped
 	wsFrames      prometheus.Counter       // WebSocket frames sent
 	wsWrites      prometheus.Counter       // writes to WebSocket connections that carried them
@@ -53,9 +53,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Open event streams, by transport."}, []string{"transport"}),
 		cancelLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "chatgraph_cancel_latency_seconds",
 			Help: "Time from a cancel request to the run's run_cancelled event.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
-		publishDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "chatgraph_event_publish_delay_seconds",
-			Help:    "Time from a run emitting an event to its publishing to subscribers, once the store holds it (commit-then-publish).",
-			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18)}),
+		publishDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chatgraph_event_publish_delay_seconds",
+			Help:    "Time from a run emitting an event to its publishing to subscribers, once the store holds it (commit-then-publish), by kind: delta (streamed text) or other.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18)}, []string{"kind"}),
 		droppedSubs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chatgraph_stream_dropped_total",
 			Help: "Subscribers dropped or closed for being too slow, by transport."}, []string{"transport"}),
 		wsFrames: prometheus.NewCounter(prometheus.CounterOpts{Name: "chatgraph_websocket_frames_total",

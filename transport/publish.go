@@ -41,7 +41,11 @@ func (s *Server) RunEvent(run *chat.LiveRun, ev runtime.Event) {
 			Type: ev.Type, NodeID: ev.NodeID, Attempt: ev.Attempt, Time: ev.Time})}
 	}
 	// Metrics first: a client that has read the event may read them next.
-	s.metrics.publishDelay.Observe(time.Since(ev.Time).Seconds())
+	kind := "other"
+	if ev.Type == eventNodeDelta {
+		kind = "delta"
+	}
+	s.metrics.publishDelay.WithLabelValues(kind).Observe(time.Since(ev.Time).Seconds())
 	switch ev.Type {
 	case runtime.EventNodeCompleted, runtime.EventNodeFailed:
 		s.metrics.observeNode(run.NodeType(ev.NodeID), ev)
