@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"slices"
 	"sort"
@@ -362,12 +363,20 @@ func remoteLatencyClients(b *testing.B, load latencyLoad) (latencyResult, time.D
 	return res, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
+// serverGCPercent is cmd/server's --gc-percent default.
+const serverGCPercent = 400
+
 // benchEventLatency streams 1,000 runs of `words` words tokenDelayMs
 // apart over 50 WebSocket connections; spread starts run k of the 1,000
 // k/1,000 of a word interval after the first, instead of all at once;
 // remote runs the clients in a process of their own.
 func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, spread, remote bool) {
 	const runs, conns = 1000, 50
+	if os.Getenv("GOGC") == "" {
+		// The garbage collector as the server binary runs it (its
+		// --gc-percent default, cmd/server), not the test binary's.
+		defer debug.SetGCPercent(debug.SetGCPercent(serverGCPercent))
+	}
 	var writes writeCounter
 	e := benchEnv(b, d, func(c *transportConfig) { c.Engine.StoreObserver = writes.observe })
 	graphID, _ := e.newChat(basicGraph(fmt.Sprintf(`{"tokenDelayMs": %d}`, tokenDelayMs)))

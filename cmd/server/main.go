@@ -287,7 +287,9 @@ func serve(ctx context.Context, env Env, args []string) error {
 	if os.Getenv("GOGC") == "" {
 		// The server's live heap is small and turns over fast: collecting
 		// at 5x it instead of 2x costs tens of MB and saves about a tenth
-		// of a chat turn's CPU (docs/benchmarks.md).
+		// of a chat turn's CPU (docs/benchmarks.md). The transport's
+		// latency benchmarks run with the flag's default too
+		// (serverGCPercent).
 		debug.SetGCPercent(c.gcPercent)
 	}
 	_, stopDebug, err := debugListener(c.debugAddr, log)
