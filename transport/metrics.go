@@ -19,6 +19,8 @@ type metrics struct {
 	activeStreams *prometheus.GaugeVec     // SSE responses and WebSocket connections
 	cancelLatency prometheus.Histogram     // cancel call -> run_cancelled
 	publishDelay  *prometheus.HistogramVec // an event's emit -> its publishing to subscribers, by kind
+	publishDeltas prometheus.Observer      // publishDelay's token deltas
+	publishOthers prometheus.Observer      // publishDelay's other events
 	droppedSubs   *prometheus.CounterVec   // slow subscribers dropped
 	wsFrames      prometheus.Counter       // WebSocket frames sent
 	wsWrites      prometheus.Counter       // writes to WebSocket connections that carried them
@@ -65,6 +67,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chatgraph_http_requests_total",
 			Help: "HTTP requests by route and status code."}, []string{"route", "code"}),
 	}
+	m.publishDeltas, m.publishOthers = m.publishDelay.WithLabelValues("delta"), m.publishDelay.WithLabelValues("other")
 	reg.MustRegister(m.runs, m.activeRuns, m.nodeDuration, m.activeStreams, m.cancelLatency, m.publishDelay, m.droppedSubs, m.wsFrames, m.wsWrites, m.httpRequests)
 	return m
 }

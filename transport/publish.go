@@ -41,11 +41,11 @@ func (s *Server) RunEvent(run *chat.LiveRun, ev runtime.Event) {
 			Type: ev.Type, NodeID: ev.NodeID, Attempt: ev.Attempt, Time: ev.Time})}
 	}
 	// Metrics first: a client that has read the event may read them next.
-	kind := "other"
 	if ev.Type == eventNodeDelta {
-		kind = "delta"
+		s.metrics.publishDeltas.Observe(time.Since(ev.Time).Seconds())
+	} else {
+		s.metrics.publishOthers.Observe(time.Since(ev.Time).Seconds())
 	}
-	s.metrics.publishDelay.WithLabelValues(kind).Observe(time.Since(ev.Time).Seconds())
 	switch ev.Type {
 	case runtime.EventNodeCompleted, runtime.EventNodeFailed:
 		s.metrics.observeNode(run.NodeType(ev.NodeID), ev)
