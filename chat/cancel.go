@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"slices"
 
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
@@ -97,7 +98,13 @@ func (s *Service) cancelChat(ctx context.Context, chatID string) (*CancelResult,
 		return nil, err
 	}
 	if res.Status == runcontrol.StatusCancelled {
-		res.RunIDs = append(res.RunIDs, s.cancelWaiting(ctx, waiting)...)
+		// A run that has just begun to wait may still hold its binding:
+		// the cancel reached it, and its wait ends too. It is one run.
+		for _, id := range s.cancelWaiting(ctx, waiting) {
+			if !slices.Contains(res.RunIDs, id) {
+				res.RunIDs = append(res.RunIDs, id)
+			}
+		}
 	}
 	return res, nil
 }

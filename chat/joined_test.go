@@ -253,3 +253,28 @@ func TestCancelReachesARunEndingInterrupted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, runtime.RunCancelled, rec.Status)
 }
+
+// A cancel of the chat in that moment finds the run both bound and
+// waiting: it ends both, and names the run once.
+func TestCancelChatNamesARunEndingInterruptedOnce(t *testing.T) {
+	t.Parallel()
+	ctl := heldRelease{runcontrol.NewMemory(runcontrol.MemoryConfig{}), make(chan struct{})}
+	f, _, runs, _ := sqliteJoined(t, func(c *chat.Config) { c.Control = ctl })
+	t.Cleanup(func() { close(ctl.hold) }) // before the fixture's shutdown
+	ctx := context.Background()
+	f.approvalChat()
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
+	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
+	require.True(t, f.svc.Bound(ctx, tk.RunID), "the ended run still holds its binding")
+
+	res, err := f.svc.Cancel(ctx, chat.CancelRequest{ChatID: "c_approve"})
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusCancelled, res.Status)
+	require.Equal(t, []string{tk.RunID}, res.RunIDs)
+	m, err := f.chats.GetMessage(ctx, "c_approve", tk.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusCancelled, m.Status)
+	rec, err := runs.GetRun(ctx, tk.RunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
+}
