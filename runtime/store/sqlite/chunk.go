@@ -14,9 +14,9 @@ import (
 // A compacted segment is one row of event_chunks (schema version 7): the
 // run's id, the first and last seq of its events, and the events encoded
 // together in data. A row per event in events cost a B-tree insert, eight
-// bound values and the clustered table's page splits for each event; a chunk costs
-// one insert for up to chunkEvents events, and its pages are new pages at
-// the table's end. Older files keep their rows in events, and Open still
+// bound values and the clustered table's page splits for each event; a
+// chunk costs one insert for up to chunkEvents events, and its pages are
+// new pages at the table's end. Older files keep their rows in events, and Open still
 // moves the tail's segments (runs still writing when the file was last
 // closed) into events, in one SQL statement: a run's compacted log is its
 // rows in events and in event_chunks, their seqs disjoint.
