@@ -306,13 +306,7 @@ func (s *Store) ClaimRun(_ context.Context, runID, owner string, ttl time.Durati
 func (s *Store) RenewLease(_ context.Context, l runtime.Lease, ttl time.Duration) (runtime.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, err := s.holder(l)
-	if err != nil {
-		return runtime.Lease{}, err
-	}
-	e.expires = time.Now().Add(ttl)
-	l.ExpiresAt = e.expires
-	return l, nil
+	return s.renew(l, time.Now().Add(ttl))
 }
 
 // RenewLeases implements runtime.LeaseRenewer.
@@ -322,16 +316,20 @@ func (s *Store) RenewLeases(_ context.Context, leases []runtime.Lease, ttl time.
 	renewed, errs := make([]runtime.Lease, len(leases)), make([]error, len(leases))
 	expires := time.Now().Add(ttl)
 	for i, l := range leases {
-		e, err := s.holder(l)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		e.expires = expires
-		l.ExpiresAt = expires
-		renewed[i] = l
+		renewed[i], errs[i] = s.renew(l, expires)
 	}
 	return renewed, errs, nil
+}
+
+// renew moves l's expiry to expires if l still holds its run. (under mu)
+func (s *Store) renew(l runtime.Lease, expires time.Time) (runtime.Lease, error) {
+	e, err := s.holder(l)
+	if err != nil {
+		return runtime.Lease{}, err
+	}
+	e.expires = expires
+	l.ExpiresAt = expires
+	return l, nil
 }
 
 // ReleaseLease implements runtime.Leaser.
