@@ -229,20 +229,28 @@ func (c heldRelease) Bind(parent context.Context, runID string, scopes ...runcon
 	return ctx, func() { <-c.hold; release() }, err
 }
 
+// endingInterrupted starts a turn of the approval chat c_approve and
+// returns once its run has ended waiting for a human, still holding its
+// binding (heldRelease, released when the test ends).
+func endingInterrupted(t *testing.T) (*fixture, *rsqlite.Store, *chat.Ticket) {
+	t.Helper()
+	ctl := heldRelease{runcontrol.NewMemory(runcontrol.MemoryConfig{}), make(chan struct{})}
+	f, _, runs, _ := sqliteJoined(t, func(c *chat.Config) { c.Control = ctl })
+	t.Cleanup(func() { close(ctl.hold) }) // before the fixture's shutdown
+	f.approvalChat()
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
+	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
+	require.True(t, f.svc.Bound(context.Background(), tk.RunID), "the ended run still holds its binding")
+	return f, runs, tk
+}
+
 // A run that ended waiting for a human commits its end before it lets
 // go of its binding: a cancel of the run in between (it finds the run
 // bound) still ends the wait, as a cancel of its chat does.
 func TestCancelReachesARunEndingInterrupted(t *testing.T) {
 	t.Parallel()
-	ctl := heldRelease{runcontrol.NewMemory(runcontrol.MemoryConfig{}), make(chan struct{})}
-	f, _, runs, _ := sqliteJoined(t, func(c *chat.Config) { c.Control = ctl })
-	t.Cleanup(func() { close(ctl.hold) }) // before the fixture's shutdown
+	f, runs, tk := endingInterrupted(t)
 	ctx := context.Background()
-	f.approvalChat()
-	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
-	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
-	require.True(t, f.svc.Bound(ctx, tk.RunID), "the ended run still holds its binding")
-
 	res, err := f.svc.Cancel(ctx, chat.CancelRequest{RunID: tk.RunID})
 	require.NoError(t, err)
 	require.Equal(t, runcontrol.StatusCancelled, res.Status)
@@ -258,15 +266,8 @@ func TestCancelReachesARunEndingInterrupted(t *testing.T) {
 // waiting: it ends both, and names the run once.
 func TestCancelChatNamesARunEndingInterruptedOnce(t *testing.T) {
 	t.Parallel()
-	ctl := heldRelease{runcontrol.NewMemory(runcontrol.MemoryConfig{}), make(chan struct{})}
-	f, _, runs, _ := sqliteJoined(t, func(c *chat.Config) { c.Control = ctl })
-	t.Cleanup(func() { close(ctl.hold) }) // before the fixture's shutdown
+	f, runs, tk := endingInterrupted(t)
 	ctx := context.Background()
-	f.approvalChat()
-	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
-	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
-	require.True(t, f.svc.Bound(ctx, tk.RunID), "the ended run still holds its binding")
-
 	res, err := f.svc.Cancel(ctx, chat.CancelRequest{ChatID: "c_approve"})
 	require.NoError(t, err)
 	require.Equal(t, runcontrol.StatusCancelled, res.Status)
