@@ -84,12 +84,11 @@ func quantile(xs []float64, q float64) float64 {
 // the frames the server wrote per write to a connection, and the median
 // time from a delta's emit to its publishing (publish-p50-µs: the
 // commit's share of the latency, from the server's histogram, placed
-// within its bucket). The 1,000
-// turns start at once, and starting a turn costs far more than streaming
-// a delta, so the deltas emitted while runs still start wait behind that
-// burst: steady-p50 and steady-p99 take only the deltas emitted while all
-// 1,000 runs stream (after the last run's first delta and before the
-// first run's last).
+// within its bucket). The 1,000 turns start at once, and starting a turn
+// costs far more than streaming a delta, so the deltas emitted while
+// runs still start wait behind that burst: steady-p50 and steady-p99 take
+// only the deltas emitted while all 1,000 runs stream (after the last
+// run's first delta and before the first run's last).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
@@ -448,26 +447,27 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 	}
 }
 
-// schedHist is the Go scheduler's histogram of how long goroutines
-// waited, runnable, before they ran.
-type schedHist struct {
+// histogram counts samples in buckets: counts[i] lies between
+// buckets[i] and buckets[i+1] (the Go scheduler's waits, schedLatencies;
+// the server's publish delays, publishDelays).
+type histogram struct {
 	counts  []uint64
 	buckets []float64
 }
 
-func schedLatencies() schedHist {
+func schedLatencies() histogram {
 	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
 	metrics.Read(m)
 	h := m[0].Value.Float64Histogram()
-	return schedHist{counts: slices.Clone(h.Counts), buckets: h.Buckets}
+	return histogram{counts: slices.Clone(h.Counts), buckets: h.Buckets}
 }
 
 // since is the histogram of the waits since h was read.
-func (h schedHist) since() schedHist { return schedLatencies().minus(h) }
+func (h histogram) since() histogram { return schedLatencies().minus(h) }
 
 // minus is what h counted since old, a reading of the same histogram.
-func (h schedHist) minus(old schedHist) schedHist {
-	out := schedHist{counts: slices.Clone(h.counts), buckets: h.buckets}
+func (h histogram) minus(old histogram) histogram {
+	out := histogram{counts: slices.Clone(h.counts), buckets: h.buckets}
 	for i := range old.counts {
 		out.counts[i] -= old.counts[i]
 	}
@@ -477,7 +477,7 @@ func (h schedHist) minus(old schedHist) schedHist {
 // interpolated is h's q quantile, in seconds, placed within its bucket as
 // if the bucket's samples were spread evenly over it (the lower bound of
 // the last, unbounded bucket).
-func (h schedHist) interpolated(q float64) float64 {
+func (h histogram) interpolated(q float64) float64 {
 	var total uint64
 	for _, n := range h.counts {
 		total += n
@@ -497,7 +497,7 @@ func (h schedHist) interpolated(q float64) float64 {
 }
 
 // quantile is h's q quantile, in seconds: the upper bound of its bucket.
-func (h schedHist) quantile(q float64) float64 {
+func (h histogram) quantile(q float64) float64 {
 	var total uint64
 	for _, n := range h.counts {
 		total += n
@@ -534,9 +534,9 @@ func wsWriteCounts(e *env) (frames, writes float64) {
 // publishDelays reads the server's histogram of token deltas' delays
 // from emit to publishing (chatgraph_event_publish_delay_seconds, kind
 // delta) so far.
-func publishDelays(e *env) schedHist {
+func publishDelays(e *env) histogram {
 	const prefix = `chatgraph_event_publish_delay_seconds_bucket{kind="delta",le="`
-	var h schedHist
+	var h histogram
 	type bucket struct{ le, cum float64 }
 	var bs []bucket
 	for series, v := range e.metrics() {
@@ -551,8 +551,6 @@ func publishDelays(e *env) schedHist {
 		bs = append(bs, bucket{bound, v})
 	}
 	sort.Slice(bs, func(i, j int) bool { return bs[i].le < bs[j].le })
-	// As the scheduler's histogram: counts per bucket, buckets[i] and
-	// buckets[i+1] bounding counts[i].
 	h.buckets = []float64{0}
 	var prev float64
 	for _, b := range bs {

@@ -28,9 +28,9 @@ import (
 // one write — when it reaches compactAt events, when the run ends or lets
 // go of its lease (the batch has Finish or Release), or when it is so old
 // that it holds back the truncation of the tail — so each run writes its
-// compacted log once per segment, not once per commit. Rows of compacted segments stay
-// in event_tail until a truncation deletes every row below the oldest
-// segment's first.
+// compacted log once per segment, not once per commit. Rows of compacted
+// segments stay in event_tail until a truncation deletes every row below
+// the oldest segment's first.
 //
 // The store remembers the segments it appended (tails): compacting a
 // segment writes the remembered events, and reading a log takes them from
