@@ -388,10 +388,12 @@ type committer struct {
 	running bool         // the loop goroutine is up
 	size    atomic.Int64 // writes buffered since the last take
 
-	// published is closed once the last commit handed to after has been
-	// published (nil before the first); only the loop uses it, and one
-	// loop runs at a time.
-	published chan struct{}
+	// unpublished are the commits handed to after and not yet published,
+	// in commit order; publishing says the publisher goroutine is up (it
+	// empties the list before it exits).
+	pmu         sync.Mutex
+	unpublished []unpublished
+	publishing  bool
 
 	hurry chan struct{} // maxSize writes are waiting (cap 1)
 	wake  chan struct{} // the list is no longer empty (cap 1)
@@ -612,30 +614,56 @@ func (c *committer) commit() {
 // waits (the deferred sync of a commit the store has not yet made
 // durable), once the finish of every earlier commit has run, so that each
 // run's events reach its sink in order: at once when the commit is
-// durable and no earlier finish is pending, else on a goroutine of its
-// own, so that the loop writes the next commit while the store syncs this
-// one. The goroutine waits for the sync before it waits for the earlier
-// commits: a sync the store runs for the first waiter then starts as soon
-// as the commit is written, not once the commit before has been
-// published.
+// durable and no earlier finish is pending, else on the committer's
+// publisher goroutine, so that the loop writes the next commit while the
+// store syncs this one.
 func (c *committer) after(d *syncDeferral, finish func(error)) {
-	prev := c.published
-	if len(d.waits) == 0 && (prev == nil || closed(prev)) {
+	c.pmu.Lock()
+	if len(d.waits) == 0 && !c.publishing {
+		c.pmu.Unlock()
 		finish(nil)
 		return
 	}
-	done := make(chan struct{})
-	c.published = done
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		err := d.wait()
-		if prev != nil {
-			<-prev
+	c.unpublished = append(c.unpublished, unpublished{d, finish})
+	if !c.publishing {
+		c.publishing = true
+		c.wg.Add(1)
+		go c.publish()
+	}
+	c.pmu.Unlock()
+}
+
+// unpublished is a commit waiting for its sync and its publishing.
+type unpublished struct {
+	d      *syncDeferral
+	finish func(error)
+}
+
+// publish is the publisher goroutine: it takes every commit listed so far
+// and, in commit order, waits for each one's sync and publishes it, until
+// none is left. One goroutine does it all, so that a commit costs no
+// goroutine of its own and no hand-over between the goroutines of
+// consecutive commits; and since a store's sync makes durable every
+// commit written before it began (as the SQLite store's does), the first
+// wait of a batch usually syncs the whole batch, and the others return at
+// once.
+func (c *committer) publish() {
+	defer c.wg.Done()
+	var batch []unpublished
+	for {
+		c.pmu.Lock()
+		if len(c.unpublished) == 0 {
+			c.publishing = false
+			c.pmu.Unlock()
+			return
 		}
-		finish(err)
-		close(done)
-	}()
+		batch, c.unpublished = c.unpublished, batch[:0]
+		c.pmu.Unlock()
+		for _, u := range batch {
+			u.finish(u.d.wait())
+		}
+		clear(batch) // keep no commit alive
+	}
 }
 
 // closed reports whether ch is closed.
