@@ -84,11 +84,12 @@ func quantile(xs []float64, q float64) float64 {
 // the frames the server wrote per write to a connection, and the median
 // and 99th percentile of the time from a delta's emit to its publishing
 // (publish-p50-µs, publish-p99-µs: the commit's share of the latency,
-// from the server's histogram, each placed within its bucket). The 1,000 turns start at once, and starting a turn
-// costs far more than streaming a delta, so the deltas emitted while
-// runs still start wait behind that burst: steady-p50 and steady-p99 take
-// only the deltas emitted while all 1,000 runs stream (after the last
-// run's first delta and before the first run's last).
+// from the server's histogram, each placed within its bucket). The 1,000
+// turns start at once, and starting a turn costs far more than streaming
+// a delta, so the deltas emitted while runs still start wait behind that
+// burst: steady-p50 and steady-p99 take only the deltas emitted while all
+// 1,000 runs stream (after the last run's first delta and before the
+// first run's last).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
