@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -275,6 +276,26 @@ func TestMainContinuesRunsCancelledAtShutdown(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "message status %v", m["status"])
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// /metrics times the SQLite store's own WAL syncs beside its calls: a
+// write (saving a graph) is synced, and the sync observed.
+func TestMetricsTimeTheStoresSyncs(t *testing.T) {
+	s := startServer(t, t.TempDir())
+	newChat(t, s.url, `{"model":"echo"}`)
+	resp, err := http.Get(s.url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var count float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, `chatgraph_store_operation_duration_seconds_count{op="wal_sync",store="runs"} `); ok {
+			count, err = strconv.ParseFloat(rest, 64)
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, count, "/metrics counts no WAL sync")
 }
 
 // /metrics carries the scheduler's metrics beside the Go collector's

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"time"
 
 	"chatgraph/chat"
 	setupcfg "chatgraph/config"
@@ -10,14 +11,29 @@ import (
 	"chatgraph/transport"
 )
 
+// syncObservable is a run store that syncs its writes itself and times
+// each sync (the SQLite store: rsqlite.Store.ObserveSyncs).
+type syncObservable interface {
+	ObserveSyncs(func(d time.Duration, err error))
+}
+
+// walSyncOp is the op under which /metrics times the SQLite store's WAL
+// syncs (chatgraph_store_operation_duration_seconds).
+const walSyncOp = "wal_sync"
+
 // newServer wires the layers: the engine on the run store, the chat
 // service on the engine and the chat store, the transport on the service.
 // relay may be nil (one process, or followers reading the log).
 func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Setup, ctl runcontrol.Controller, queue runcontrol.ChatQueue,
 	relay transport.Relay, log *slog.Logger) (*transport.Server, error) {
 	metrics := transport.NewRegistry()
+	observe := transport.StoreObserver(metrics)
+	if s, ok := st.runs.(syncObservable); ok {
+		// The SQLite store's own WAL syncs, timed beside its calls.
+		s.ObserveSyncs(func(d time.Duration, err error) { observe(walSyncOp, d, err) })
+	}
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
-		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: transport.StoreObserver(metrics), Owner: c.owner, LeaseTTL: c.leaseTTL})
+		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: observe, Owner: c.owner, LeaseTTL: c.leaseTTL})
 	if err != nil {
 		return nil, err
 	}

@@ -237,6 +237,23 @@ func (s *Store) Syncs() uint64 {
 	return s.wal.count()
 }
 
+// ObserveSyncs makes fn, from now on, be told of every fsync of the WAL
+// the store runs itself (see Syncs): how long it took and its error. A
+// delta's way to its subscribers includes the sync of its commit, so
+// this is the disk's share of the latency commit-then-publish adds;
+// nil stops it. fn runs on the goroutine that synced, outside the
+// store's locks; it must be quick and safe for concurrent use.
+func (s *Store) ObserveSyncs(fn func(d time.Duration, err error)) {
+	if s.wal == nil {
+		return
+	}
+	if fn == nil {
+		s.wal.observe.Store(nil)
+		return
+	}
+	s.wal.observe.Store(&fn)
+}
+
 // closeWriter closes the checkpointer, the writer with its statements
 // and the file walSync keeps open: all Open has made before the read
 // pool (it closes them on a failure after that point).

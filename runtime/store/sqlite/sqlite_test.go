@@ -249,6 +249,40 @@ func BenchmarkRenewLeases(b *testing.B) {
 // The store's own checkpointer copies the WAL into the database file soon
 // after a transaction commits; the writer does not (its automatic
 // checkpoint waits for 10,000 pages), so no commit carries that copy.
+// ObserveSyncs sees each of the store's own WAL syncs (SyncFull), one
+// observation per sync that Syncs counts, and none once removed.
+func TestObserveSyncs(t *testing.T) {
+	t.Parallel()
+	st := openAt(t, filepath.Join(t.TempDir(), "store.db"), "")
+	var mu sync.Mutex
+	var seen []time.Duration
+	st.ObserveSyncs(func(d time.Duration, err error) {
+		require.NoError(t, err)
+		mu.Lock()
+		seen = append(seen, d)
+		mu.Unlock()
+	})
+	before := st.Syncs()
+	for i := range 3 {
+		require.NoError(t, st.CreateRun(t.Context(), &runtime.RunRecord{ID: fmt.Sprintf("run-%d", i),
+			GraphID: "g", Status: runtime.RunRunning}))
+	}
+	mu.Lock()
+	n := len(seen)
+	for _, d := range seen {
+		require.Positive(t, d)
+	}
+	mu.Unlock()
+	require.Positive(t, n, "a write at SyncFull is synced by the store")
+	require.Equal(t, st.Syncs()-before, uint64(n), "one observation per sync")
+
+	st.ObserveSyncs(nil)
+	require.NoError(t, st.CreateRun(t.Context(), &runtime.RunRecord{ID: "run-after", GraphID: "g", Status: runtime.RunRunning}))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, n, "not observed once removed")
+}
+
 func TestWALCheckpointedOffTheWriter(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ck.db")

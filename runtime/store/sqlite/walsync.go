@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // At synchronous=FULL SQLite fsyncs the WAL inside COMMIT, while the
@@ -36,6 +38,9 @@ type walSync struct {
 	f                      *os.File
 	// fsync syncs the file (the syncing waiter's; tests replace it).
 	fsync func() error
+	// observe, when set, is told how long each sync took and how it
+	// ended (Store.ObserveSyncs).
+	observe atomic.Pointer[func(time.Duration, error)]
 }
 
 func newWALSync(dbPath string) *walSync {
@@ -89,7 +94,11 @@ func (w *walSync) wait(n uint64) error {
 		w.syncing = true
 		target := w.written
 		w.mu.Unlock()
+		start := time.Now()
 		err := w.fsync()
+		if observe := w.observe.Load(); observe != nil {
+			(*observe)(time.Since(start), err)
+		}
 		w.mu.Lock()
 		w.syncing = false
 		w.syncs++

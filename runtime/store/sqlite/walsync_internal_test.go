@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -101,4 +102,34 @@ func TestWALSyncReadWaitsForCommitInProgress(t *testing.T) {
 	require.Equal(t, 1, <-h.calls, "the read's wait syncs the transaction once written")
 	h.results <- nil
 	require.NoError(t, <-done)
+}
+
+// The observer is told of every sync: how long it took and its error.
+func TestWALSyncObserved(t *testing.T) {
+	w := newWALSync(t.TempDir() + "/db")
+	h := holdSyncs(w)
+	type seen struct {
+		d   time.Duration
+		err error
+	}
+	got := make(chan seen, 2)
+	observe := func(d time.Duration, err error) { got <- seen{d, err} }
+	w.observe.Store(&observe)
+	done := make(chan error, 1)
+
+	go func() { done <- w.wait(commit(w)) }()
+	<-h.calls
+	time.Sleep(20 * time.Millisecond) // the sync takes this long at least
+	h.results <- nil
+	require.NoError(t, <-done)
+	first := <-got
+	require.NoError(t, first.err)
+	require.GreaterOrEqual(t, first.d, 20*time.Millisecond, "the observed time is the sync's")
+
+	go func() { done <- w.wait(commit(w)) }()
+	<-h.calls
+	h.results <- errors.New("EIO")
+	require.ErrorContains(t, <-done, "EIO")
+	require.ErrorContains(t, (<-got).err, "EIO", "a failed sync is observed with its error")
+	require.Empty(t, got, "one observation per sync")
 }
