@@ -84,12 +84,13 @@ func quantile(xs []float64, q float64) float64 {
 // the frames the server wrote per write to a connection, and the median
 // and 99th percentile of the time from a delta's emit to its publishing
 // (publish-p50-µs, publish-p99-µs: the commit's share of the latency,
-// from the server's histogram, each placed within its bucket). The 1,000
-// turns start at once, and starting a turn costs far more than streaming
-// a delta, so the deltas emitted while runs still start wait behind that
-// burst: steady-p50 and steady-p99 take only the deltas emitted while all
-// 1,000 runs stream (after the last run's first delta and before the
-// first run's last).
+// from the server's histogram, each placed within its bucket), and the
+// median and 99th percentile of the store's WAL fsyncs (sync-p50-µs,
+// sync-p99-µs: the disk's share). The 1,000 turns start at once, and
+// starting a turn costs far more than streaming a delta, so the deltas
+// emitted while runs still start wait behind that burst: steady-p50 and
+// steady-p99 take only the deltas emitted while all 1,000 runs stream
+// (after the last run's first delta and before the first run's last).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
@@ -386,7 +387,15 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		e.mustStatus(e.do("POST", "/api/v1/chats", map[string]any{"graphId": graphID}, &ch), http.StatusCreated)
 		chats[i] = ch["id"].(string)
 	}
+	var walSyncs syncTimes
+	if s, ok := e.store.(interface {
+		ObserveSyncs(func(time.Duration, error))
+	}); ok {
+		s.ObserveSyncs(walSyncs.observe)
+		defer s.ObserveSyncs(nil)
+	}
 	for b.Loop() {
+		walSyncs.reset()
 		frames0, wsWrites0 := wsWriteCounts(e)
 		published0 := publishDelays(e)
 		sched0 := schedLatencies()
@@ -415,6 +424,10 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		frames, wsWrites := wsWriteCounts(e)
 		if wsWrites > wsWrites0 {
 			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
+		}
+		if p50, p99, ok := walSyncs.quantiles(); ok {
+			b.ReportMetric(p50, "sync-p50-µs")
+			b.ReportMetric(p99, "sync-p99-µs")
 		}
 		if published := publishDelays(e).minus(published0); len(published.counts) > 0 {
 			b.ReportMetric(published.interpolated(0.5)*1e6, "publish-p50-µs")
@@ -561,6 +574,36 @@ func publishDelays(e *env) histogram {
 		prev = b.cum
 	}
 	return h
+}
+
+// syncTimes are the durations of the WAL fsyncs the env's SQLite store
+// ran (Store.ObserveSyncs), in µs.
+type syncTimes struct {
+	mu sync.Mutex
+	us []float64
+}
+
+func (t *syncTimes) observe(d time.Duration, _ error) {
+	t.mu.Lock()
+	t.us = append(t.us, float64(d.Nanoseconds())/1e3)
+	t.mu.Unlock()
+}
+
+func (t *syncTimes) reset() {
+	t.mu.Lock()
+	t.us = t.us[:0]
+	t.mu.Unlock()
+}
+
+// quantiles returns the median and 99th percentile (false: no sync).
+func (t *syncTimes) quantiles() (p50, p99 float64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.us) == 0 {
+		return 0, 0, false
+	}
+	us := slices.Clone(t.us)
+	return quantile(us, 0.5), quantile(us, 0.99), true
 }
 
 // syncs is how many WAL fsyncs the env's SQLite store has run.
