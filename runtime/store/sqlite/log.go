@@ -66,9 +66,9 @@ func insertRows(left int) int {
 var txQueries = func() []string {
 	qs := []string{logStateQuery, saveCheckpointQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
 		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
-		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery, tailEndQuery,
+		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
 		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
-		truncateQuery, segmentQuery, epochQuery, insertChunkQuery}
+		truncateQuery, segmentQuery, epochQuery, beginLogQuery, insertChunkQuery}
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		qs = append(qs, insertTailQueries[n])
 	}

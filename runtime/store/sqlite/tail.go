@@ -74,7 +74,6 @@ const (
 	// the log's last seq and its segment's first row (0: none).
 	logStateQuery = `SELECT r.token, coalesce(t.last_seq, r.last_seq), coalesce(t.tail_from, 0)
 FROM runs r LEFT JOIN run_tails t ON t.run_id = r.id WHERE r.id = ?`
-	tailEndQuery      = `SELECT coalesce(max(id), 0) + 1 FROM event_tail`
 	startSegmentQuery = `INSERT INTO run_tails (run_id, tail_from, last_seq, token)
 VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
 	growSegmentQuery = `UPDATE run_tails SET last_seq = ? WHERE run_id = ?`
@@ -93,6 +92,9 @@ WHERE id >= ? AND run_id = ? ORDER BY id`
 	tailStateQuery   = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
 	segmentLastQuery = `SELECT coalesce(max(seq), 0) FROM event_tail WHERE id >= ? AND run_id = ?`
 	epochQuery       = `SELECT n FROM tail_epoch WHERE id = 1`
+	// beginLogQuery is what a write transaction to the logs reads first:
+	// the tail's epoch and the tail's next row id.
+	beginLogQuery = `SELECT n, (SELECT coalesce(max(id), 0) + 1 FROM event_tail) FROM tail_epoch WHERE id = 1`
 )
 
 // compactAllQueries move every segment into events (Open).
@@ -258,7 +260,7 @@ type logTx struct {
 	// is the tail's epoch as the transaction leaves it.
 	gen   uint64
 	epoch int64
-	// next is the next event_tail id (0: not read yet).
+	// next is the next event_tail id (read as the transaction begins).
 	next int64
 	// segs are the segments as the transaction leaves them (nil: none).
 	segs map[string]*segment
@@ -276,7 +278,7 @@ type logTx struct {
 // newLogTx starts a logTx in tx, reading the tail's epoch.
 func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
 	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}, tail: s.tailRows[:0]}
-	if err := s.ws.queryRowIn(ctx, tx, epochQuery).Scan(&l.epoch); err != nil {
+	if err := s.ws.queryRowIn(ctx, tx, beginLogQuery).Scan(&l.epoch, &l.next); err != nil {
 		return nil, fmt.Errorf("read the tail's epoch: %w", err)
 	}
 	t := &s.tails
@@ -393,9 +395,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	if end || len(seg.rows)+len(rows) >= compactAt {
 		return l.compact(runID, from, append(seg.rows, rows...))
 	}
-	if err := l.ids(rows); err != nil {
-		return err
-	}
+	l.ids(rows)
 	fileLast := seg.fileLast // a grow leaves run_tails as it was
 	switch {
 	case from == 0:
@@ -467,17 +467,11 @@ func (l *logTx) end(runID string, token int64) error {
 }
 
 // ids numbers rows as the tail's next rows.
-func (l *logTx) ids(rows []eventRow) error {
-	if l.next == 0 {
-		if err := l.s.ws.queryRowIn(l.ctx, l.tx, tailEndQuery).Scan(&l.next); err != nil {
-			return err
-		}
-	}
+func (l *logTx) ids(rows []eventRow) {
 	for i := range rows {
 		rows[i].id = l.next
 		l.next++
 	}
-	return nil
 }
 
 // known is runID's segment as this transaction left it or, if the
@@ -572,11 +566,6 @@ func keepRows(rows []eventRow) []eventRow {
 // compacting the segments that start more than pinRows/2 rows behind the
 // tail's end when the oldest starts pinRows behind it.
 func (l *logTx) truncate() error {
-	if l.next == 0 {
-		if err := l.s.ws.queryRowIn(l.ctx, l.tx, tailEndQuery).Scan(&l.next); err != nil {
-			return err
-		}
-	}
 	oldest := func() (int64, error) {
 		var low sql.NullInt64
 		if err := l.s.ws.queryRowIn(l.ctx, l.tx, oldestSegmentQuery).Scan(&low); err != nil {
