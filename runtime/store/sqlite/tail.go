@@ -275,11 +275,11 @@ type logTx struct {
 	truncated int64
 }
 
-// newLogTx starts a logTx in tx, reading the tail's epoch.
+// newLogTx starts a logTx in tx, reading the tail's epoch and next row id.
 func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
 	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}, tail: s.tailRows[:0]}
 	if err := s.ws.queryRowIn(ctx, tx, beginLogQuery).Scan(&l.epoch, &l.next); err != nil {
-		return nil, fmt.Errorf("read the tail's epoch: %w", err)
+		return nil, fmt.Errorf("read the tail's epoch and end: %w", err)
 	}
 	t := &s.tails
 	t.mu.Lock()
