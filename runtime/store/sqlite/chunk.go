@@ -1,12 +1,14 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"chatgraph/runtime"
 )
@@ -16,10 +18,11 @@ import (
 // together in data. A row per event in events cost a B-tree insert, eight
 // bound values and the clustered table's page splits for each event; a
 // chunk costs one insert for up to chunkEvents events, and its pages are
-// new pages at the table's end. Older files keep their rows in events, and Open still
-// moves the tail's segments (runs still writing when the file was last
-// closed) into events, in one SQL statement: a run's compacted log is its
-// rows in events and in event_chunks, their seqs disjoint.
+// new pages at the table's end. Older files keep their rows in events,
+// and Open still moves the tail's segments (runs still writing when the
+// file was last closed) into events, in one SQL statement: a run's
+// compacted log is its rows in events and in event_chunks, their seqs
+// disjoint.
 //
 // The encoding, after a version byte (1), is for each event in seq order:
 //
@@ -183,24 +186,16 @@ type chunkDecoder struct {
 	err error
 }
 
-func (d *chunkDecoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = fmt.Errorf("%w: cut short", errBadChunk)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *chunkDecoder) uvarint() uint64 { return readVarint(d, binary.Uvarint) }
 
-func (d *chunkDecoder) varint() int64 {
+func (d *chunkDecoder) varint() int64 { return readVarint(d, binary.Varint) }
+
+// readVarint reads one value with decode (binary.Uvarint or Varint).
+func readVarint[T uint64 | int64](d *chunkDecoder, decode func([]byte) (T, int)) T {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.b)
+	v, n := decode(d.b)
 	if n <= 0 {
 		d.err = fmt.Errorf("%w: cut short", errBadChunk)
 		return 0
@@ -256,25 +251,11 @@ func (s *Store) readChunks(ctx context.Context, tx *sql.Tx, runID string, after 
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, err
 	}
-	switch {
-	case len(got) == 0:
+	if len(got) == 0 {
 		return out, nil
-	case len(out) == 0:
-		out = got
-	default:
-		merged := make([]runtime.Event, 0, len(out)+len(got))
-		i, j := 0, 0
-		for i < len(out) || j < len(got) {
-			if j == len(got) || i < len(out) && out[i].Seq < got[j].Seq {
-				merged = append(merged, out[i])
-				i++
-			} else {
-				merged = append(merged, got[j])
-				j++
-			}
-		}
-		out = merged
 	}
+	out = append(out, got...)
+	slices.SortFunc(out, func(a, b runtime.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
