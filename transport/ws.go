@@ -461,9 +461,7 @@ type wsEvents struct {
 }
 
 func (w *wsEvents) send(f frame) error {
-	w.b = append(w.b[:0], eventFramePrefix...)
-	w.b = append(w.b, f.JSON...)
-	w.b = append(w.b, '}')
+	w.b = appendEventFrame(w.b[:0], f)
 	return w.wc.send(w.b)
 }
 

@@ -109,14 +109,7 @@ type sendQueue struct {
 // connection is cut. Only the connection's own goroutines wait here,
 // never a run. b is the caller's again when send returns.
 func (wc *wsConn) send(b []byte) error {
-	q := &wc.q
-	q.mu.Lock()
-	if q.drained.L == nil {
-		q.drained.L = &q.mu
-	}
-	if q.err == nil {
-		q.err = wc.ctx.Err() // closing: leave the line free for the close frame
-	}
+	q := wc.lockQueue()
 	for q.sending && len(q.bytes) >= maxQueuedBytes && q.err == nil {
 		q.drained.Wait()
 	}
@@ -151,24 +144,15 @@ var errQueueFull = errors.New("websocket send queue full")
 // commit; an error (errQueueFull, or the connection's failure) means the
 // frame was not queued, and the forwarder must send it.
 func (wc *wsConn) queueEvent(f frame) (start bool, err error) {
-	q := &wc.q
-	q.mu.Lock()
+	q := wc.lockQueue()
 	defer q.mu.Unlock()
-	if q.drained.L == nil {
-		q.drained.L = &q.mu
-	}
-	if q.err == nil {
-		q.err = wc.ctx.Err()
-	}
 	switch {
 	case q.err != nil:
 		return false, q.err
 	case len(q.bytes) >= maxQueuedBytes:
 		return false, errQueueFull
 	}
-	q.bytes = append(q.bytes, eventFramePrefix...)
-	q.bytes = append(q.bytes, f.JSON...)
-	q.bytes = append(q.bytes, '}')
+	q.bytes = appendEventFrame(q.bytes, f)
 	q.ends = append(q.ends, len(q.bytes))
 	if q.sending {
 		return false, nil
@@ -180,9 +164,28 @@ func (wc *wsConn) queueEvent(f frame) (start bool, err error) {
 	return true, nil
 }
 
-// eventFramePrefix starts the frame of an event; the envelope and a '}'
-// follow.
-const eventFramePrefix = `{"type":"event","event":`
+// appendEventFrame appends the protocol's event frame of f (its envelope
+// wrapped) to b.
+func appendEventFrame(b []byte, f frame) []byte {
+	b = append(b, `{"type":"event","event":`...)
+	b = append(b, f.JSON...)
+	return append(b, '}')
+}
+
+// lockQueue locks the connection's send queue and returns it; a closing
+// connection's queue has its error set, which leaves the line free for
+// the close frame.
+func (wc *wsConn) lockQueue() *sendQueue {
+	q := &wc.q
+	q.mu.Lock()
+	if q.drained.L == nil {
+		q.drained.L = &q.mu
+	}
+	if q.err == nil {
+		q.err = wc.ctx.Err()
+	}
+	return q
+}
 
 // startSender starts the sender queueEvent asked for, on a goroutine of
 // its own: the frames of the commit are all queued, so it writes them
