@@ -244,6 +244,18 @@ func endingInterrupted(t *testing.T) (*fixture, *rsqlite.Store, *chat.Ticket) {
 	return f, runs, tk
 }
 
+// requireCancelled checks that the turn of tk ended cancelled: its
+// answer and its run.
+func requireCancelled(t *testing.T, f *fixture, runs *rsqlite.Store, tk *chat.Ticket) {
+	t.Helper()
+	m, err := f.chats.GetMessage(context.Background(), "c_approve", tk.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusCancelled, m.Status)
+	rec, err := runs.GetRun(context.Background(), tk.RunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
+}
+
 // A run that ended waiting for a human commits its end before it lets
 // go of its binding: a cancel of the run in between (it finds the run
 // bound) still ends the wait, as a cancel of its chat does.
@@ -254,12 +266,7 @@ func TestCancelReachesARunEndingInterrupted(t *testing.T) {
 	res, err := f.svc.Cancel(ctx, chat.CancelRequest{RunID: tk.RunID})
 	require.NoError(t, err)
 	require.Equal(t, runcontrol.StatusCancelled, res.Status)
-	m, err := f.chats.GetMessage(ctx, "c_approve", tk.MessageID)
-	require.NoError(t, err)
-	require.Equal(t, chat.StatusCancelled, m.Status)
-	rec, err := runs.GetRun(ctx, tk.RunID)
-	require.NoError(t, err)
-	require.Equal(t, runtime.RunCancelled, rec.Status)
+	requireCancelled(t, f, runs, tk)
 }
 
 // A cancel of the chat in that moment finds the run both bound and
@@ -272,10 +279,5 @@ func TestCancelChatNamesARunEndingInterruptedOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, runcontrol.StatusCancelled, res.Status)
 	require.Equal(t, []string{tk.RunID}, res.RunIDs)
-	m, err := f.chats.GetMessage(ctx, "c_approve", tk.MessageID)
-	require.NoError(t, err)
-	require.Equal(t, chat.StatusCancelled, m.Status)
-	rec, err := runs.GetRun(ctx, tk.RunID)
-	require.NoError(t, err)
-	require.Equal(t, runtime.RunCancelled, rec.Status)
+	requireCancelled(t, f, runs, tk)
 }
