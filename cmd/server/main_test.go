@@ -278,21 +278,29 @@ func TestMainContinuesRunsCancelledAtShutdown(t *testing.T) {
 	}
 }
 
+// metricsText reads the server's /metrics (the Prometheus text format).
+func metricsText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return string(body)
+}
+
 // /metrics times the SQLite store's own WAL syncs beside its calls: a
 // write (saving a graph) is synced, and the sync observed.
 func TestMetricsTimeTheStoresSyncs(t *testing.T) {
 	s := startServer(t, t.TempDir())
 	newChat(t, s.url, `{"model":"echo"}`)
-	resp, err := http.Get(s.url + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
 	var count float64
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(metricsText(t, s.url), "\n") {
 		if rest, ok := strings.CutPrefix(line, `chatgraph_store_operation_duration_seconds_count{op="wal_sync",store="runs"} `); ok {
-			count, err = strconv.ParseFloat(rest, 64)
+			n, err := strconv.ParseFloat(rest, 64)
 			require.NoError(t, err)
+			count = n
 		}
 	}
 	require.Positive(t, count, "/metrics counts no WAL sync")
@@ -303,14 +311,9 @@ func TestMetricsTimeTheStoresSyncs(t *testing.T) {
 // divides by the turns) and scheduling latencies.
 func TestMetricsExposeTheScheduler(t *testing.T) {
 	s := startServer(t, t.TempDir())
-	resp, err := http.Get(s.url + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body := metricsText(t, s.url)
 	for _, name := range []string{"\ngo_sched_goroutines_created_goroutines_total ", "\ngo_sched_latencies_seconds_count ",
 		"\ngo_goroutines ", "\nchatgraph_runs_active "} {
-		require.True(t, strings.Contains(string(body), name), "/metrics lacks %s", strings.TrimSpace(name))
+		require.True(t, strings.Contains(body, name), "/metrics lacks %s", strings.TrimSpace(name))
 	}
 }
