@@ -223,6 +223,11 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 			// A run that ends or lets go of its lease moves its log's
 			// segment into event_chunks.
 			end := b.Finish != nil || b.Release != nil
+			if end || b.Create != nil || len(b.Writes) > 0 {
+				// Writes other than the log's own are not examined: any
+				// may move the tail's epoch (a run's token, say).
+				lt.moved = true
+			}
 			if b.Create != nil {
 				if b.Lease == nil {
 					return fmt.Errorf("sqlite store: create %s in a batch needs its lease", b.Create.ID)

@@ -49,8 +49,9 @@ import (
 // its last row's. What makes that safe is the tail's epoch (the
 // tail_epoch row, schema version 6): triggers advance it at every claim
 // (a run's token moves) and at every update or delete of a run_tails row,
-// whichever store makes it. A write transaction reads the epoch first and
-// last; when it finds the epoch where the store's last write transaction
+// whichever store makes it. A write transaction reads the epoch first
+// and, when its own statements may have moved it, last (logTx.moved);
+// when it finds the epoch where the store's last write transaction
 // left it, no other store changed a token or a segment since, and a
 // segment the store verified then is still as it remembers it: its token
 // and its rows, because another store can only write a segment after a
@@ -262,6 +263,17 @@ type logTx struct {
 	epoch int64
 	// next is the next event_tail id (read as the transaction begins).
 	next int64
+	// moved says that a statement of the transaction may have moved the
+	// epoch: an update or delete of a run_tails row, or a write that is
+	// not the log's own (a creation, a finish, joined writes). The
+	// transaction then reads the epoch once more at its end; otherwise
+	// it ends where the first read found it. A transaction marked moved
+	// that did not move it only costs that read. One that moved it
+	// unmarked would leave the store remembering an epoch below the
+	// file's, which the next transaction takes for another store's write
+	// (the epoch only grows): it then verifies its segments once more.
+	// Safe either way.
+	moved bool
 	// segs are the segments as the transaction leaves them (nil: none).
 	segs map[string]*segment
 	// tail is the rows to insert into event_tail (in the store's
@@ -306,6 +318,9 @@ func (s *Store) inLogTx(ctx context.Context, urgent bool, fn func(*logTx) error)
 		}
 		if err := lt.insert(); err != nil {
 			return err
+		}
+		if !lt.moved {
+			return nil // the epoch is where the first read found it
 		}
 		// The store holds the writer: what moved the epoch since the
 		// first read is this transaction's own.
@@ -402,7 +417,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		from, fileLast = rows[0].id, lastSeq
 		_, err = l.s.ws.execIn(l.ctx, l.tx, startSegmentQuery, runID, from, lastSeq, runID)
 	case !grown:
-		fileLast = lastSeq
+		fileLast, l.moved = lastSeq, true
 		_, err = l.s.ws.execIn(l.ctx, l.tx, growSegmentQuery, lastSeq, runID)
 	}
 	if err != nil {
@@ -440,6 +455,7 @@ func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bo
 		return *known, true, nil
 	}
 	newLast := evs[len(evs)-1].Seq
+	l.moved = true
 	res, err := l.s.ws.execIn(l.ctx, l.tx, growKnownQuery, newLast, runID, known.fileLast, known.from, token)
 	if err != nil {
 		return segment{}, false, err
@@ -517,6 +533,7 @@ func (l *logTx) compact(runID string, from int64, rows []eventRow) error {
 		}
 	}
 	if from != 0 {
+		l.moved = true
 		if _, err := l.s.ws.execIn(l.ctx, l.tx, endSegmentQuery, runID); err != nil {
 			return err
 		}

@@ -210,6 +210,40 @@ func TestTailFastGrowSeesAnotherStoresWrite(t *testing.T) {
 	requireLog(t, b, "r1", 30)
 }
 
+// A store's own log writes leave it knowing the tail's epoch, whether
+// they moved it (a segment compacted) or not (fast grows, whose
+// transactions read the epoch only once): its next transaction finds the
+// epoch where the store left it and verifies no segment again.
+func TestTailEpochFollowsOwnWrites(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	tailRun(t, s, "r1")
+	appendDeltas(t, s, "r1", 1, 5, 5) // the segment starts
+	known := func() (gen uint64, epoch int64) {
+		s.tails.mu.Lock()
+		defer s.tails.mu.Unlock()
+		return s.tails.gen, s.tails.epoch
+	}
+	gen, start := known()
+	check := func(what string) int64 {
+		t.Helper()
+		g, epoch := known()
+		require.Equal(t, count(t, s, `SELECT n FROM tail_epoch`), epoch, what)
+		require.Equal(t, gen, g, what)
+		return epoch
+	}
+	require.Equal(t, start, check("a segment started"), "starting a segment leaves the epoch alone")
+	appendDeltas(t, s, "r1", 6, 20, 5)
+	require.Equal(t, start, check("fast grows"))
+	appendDeltas(t, s, "r1", 21, int64(compactAt)+5, 5) // the segment moves into event_chunks
+	require.Greater(t, check("compaction"), start, "a compaction moves the epoch")
+	appendDeltas(t, s, "r1", int64(compactAt)+6, int64(compactAt)+15, 5)
+	check("a new segment")
+	requireLog(t, s, "r1", int64(compactAt)+15)
+}
+
 // A run that stops writing without ending holds back the truncation of
 // the tail until its segment is pinRows behind; then the truncation
 // moves it into events.
