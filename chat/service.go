@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"chatgraph/nodes/tools"
@@ -71,6 +72,15 @@ type Config struct {
 	// that one client started (see WithClient; default 64, negative: no
 	// bound).
 	MaxRunsPerClient int
+	// MaxStartingTurns, when positive, bounds the chat calls starting at
+	// once in this process: from the call until its run's start is
+	// committed (or the call is refused); the others wait, in the order
+	// they came, or until their context ends. A thousand turns arriving
+	// together then start a few at a time instead of filling the run
+	// queues at once, where they delay every delta of the runs already
+	// streaming; their first tokens come later (docs/benchmarks.md).
+	// Default 0: no bound.
+	MaxStartingTurns int
 	// MaxChatsPerClient bounds the chats one client owns (see WithClient
 	// and CreateChat; default 10000, negative: no bound). Deleting a chat
 	// frees its place.
@@ -111,6 +121,12 @@ type Service struct {
 	// base is the parent of every run context; cancelled by Shutdown last.
 	base       context.Context
 	cancelBase context.CancelFunc
+
+	// starting holds a place for each chat call starting (nil: no
+	// bound, Config.MaxStartingTurns); waiting counts the calls waiting
+	// for one.
+	starting chan struct{}
+	waiting  atomic.Int64
 
 	mu        sync.Mutex
 	closing   bool
@@ -174,6 +190,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, engine: cfg.Engine, runs: cfg.Engine.Store(), chats: cfg.Store,
 		ctl: cfg.Control, queue: cfg.Queue, pub: cfg.Publisher, live: map[string]*LiveRun{}, perChat: map[string]int{},
 		perClient: map[string]int{}}
+	if cfg.MaxStartingTurns > 0 {
+		s.starting = make(chan struct{}, cfg.MaxStartingTurns)
+	}
 	if j, ok := cfg.Store.(Joiner); ok && cfg.Engine.JoinsWrites() {
 		s.join = j
 	}

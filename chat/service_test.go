@@ -3,11 +3,13 @@ package chat_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/chat"
@@ -586,4 +588,59 @@ func TestEndedRunFreesItsPlaceBeforeItsTerminalEvent(t *testing.T) {
 	_, err := f.svc.Send(client, chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "first"})
 	require.NoError(t, err)
 	require.NoError(t, <-pub.errs, "the next turn is admitted")
+}
+
+// Chat calls start at most MaxStartingTurns at once: the others wait, in
+// the order they came, and one whose context ends while it waits is
+// refused with nothing written.
+func TestStartingTurnsAreBounded(t *testing.T) {
+	t.Parallel()
+	runs := memory.New()
+	f := newFixture(t, runs, chatmemory.New(runs), runtime.Config{}, func(c *chat.Config) { c.MaxStartingTurns = 1 })
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	leave, err := f.svc.EnterStart(t.Context())
+	require.NoError(t, err)
+
+	// A call whose context ends while it waits: refused, nothing written.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = f.svc.Send(ctx, chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "too late"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	msgs, err := f.chats.ListMessages(t.Context(), chatID, 0, 100)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	require.Zero(t, f.svc.StartsWaiting())
+
+	// Calls that wait start one at a time, in the order they came (their
+	// user messages are written as they start), once the place is free.
+	const n = 3
+	var started atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.svc.Send(t.Context(), chat.Request{Kind: chat.KindStreamChat, ChatID: chatID,
+				Content: fmt.Sprintf("turn %d", i), Strategy: runcontrol.Enqueue})
+			assert.NoError(t, err)
+			started.Add(1)
+		}()
+		require.Eventually(t, func() bool { return f.svc.StartsWaiting() == int64(i+1) }, 5*time.Second, time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	require.Zero(t, started.Load(), "a call started while the only place was held")
+	leave()
+	wg.Wait()
+	require.Zero(t, f.svc.StartsWaiting())
+	msgs, err = f.chats.ListMessages(t.Context(), chatID, 0, 100)
+	require.NoError(t, err)
+	var asked []string
+	for _, m := range msgs {
+		if m.Role == chat.RoleUser {
+			asked = append(asked, m.Content)
+		} else {
+			require.Equal(t, chat.StatusCompleted, f.settled(chatID, m.ID).Status)
+		}
+	}
+	require.Equal(t, []string{"turn 0", "turn 1", "turn 2"}, asked)
 }

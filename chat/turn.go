@@ -125,6 +125,11 @@ type turn struct {
 // launches the run (see launch). The ticket names the run and the
 // assistant message it writes.
 func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
+	started, err := s.enterStart(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer started()
 	t, err := s.prepare(ctx, req)
 	if err != nil {
 		return nil, err
@@ -163,6 +168,31 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 	s.log.Info("run accepted", "run", runID, "chat", t.chat.ID, "kind", req.Kind, "message", t.assistant.ID)
 	return ticket, nil
 }
+
+// enterStart waits for a place among the chat calls starting at once
+// (Config.MaxStartingTurns), in the order the calls came, and returns the
+// function that gives it back; or ctx's error if ctx ends first.
+func (s *Service) enterStart(ctx context.Context) (func(), error) {
+	if s.starting == nil {
+		return func() {}, nil
+	}
+	select {
+	case s.starting <- struct{}{}:
+	default:
+		s.waiting.Add(1)
+		defer s.waiting.Add(-1)
+		select {
+		case s.starting <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return func() { <-s.starting }, nil
+}
+
+// StartsWaiting is how many chat calls wait for a place among those
+// starting at once (Config.MaxStartingTurns).
+func (s *Service) StartsWaiting() int64 { return s.waiting.Load() }
 
 func newLiveRun(id, chatID, messageID string, g *runtime.Graph) *LiveRun {
 	lr := &LiveRun{ID: id, ChatID: chatID, MessageID: messageID, nodeTypes: make(map[string]string, len(g.Nodes)), done: make(chan struct{})}

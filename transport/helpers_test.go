@@ -49,6 +49,7 @@ type transportConfig struct {
 	MaxRuns           int
 	MaxRunsPerClient  int
 	MaxChatsPerClient int
+	MaxStartingTurns  int
 	Retention         time.Duration
 	RetentionInterval time.Duration
 	DrainTimeout      time.Duration
@@ -97,7 +98,7 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,
-		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, Tools: deps.Tools, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
+		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, MaxStartingTurns: cfg.MaxStartingTurns, Tools: deps.Tools, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
 	require.NoError(t, err)
 	cfg.Chat = svc
 	srv, err := transport.New(cfg.Config)

@@ -108,7 +108,8 @@ func TestNodeTypesMetricsOpenAPI(t *testing.T) {
 	e.mustStatus(resp, http.StatusOK)
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{"chatgraph_runs_total", "chatgraph_node_duration_seconds", "chatgraph_active_streams",
-		"chatgraph_store_operation_duration_seconds", "chatgraph_cancel_latency_seconds", "chatgraph_executors_abandoned"} {
+		"chatgraph_store_operation_duration_seconds", "chatgraph_cancel_latency_seconds", "chatgraph_executors_abandoned",
+		"chatgraph_turns_waiting_to_start"} {
 		require.Contains(t, string(body), want)
 	}
 	resp = e.do("GET", "/api/v1/openapi.json", nil, nil)

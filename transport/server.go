@@ -176,7 +176,10 @@ func New(cfg Config) (*Server, error) {
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_executors_abandoned",
 		Help: "Node executor calls still running after a cancel or timeout they ignored (see runtime.Engine.AbandonedExecutors)."},
-		func() float64 { return float64(s.engine.AbandonedExecutors()) }))
+		func() float64 { return float64(s.engine.AbandonedExecutors()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_turns_waiting_to_start",
+			Help: "Chat calls waiting for a place among those starting at once (chat.Config.MaxStartingTurns)."},
+			func() float64 { return float64(svc.StartsWaiting()) }))
 	svc.SetPublisher(s)
 	e, err := s.routes()
 	if err != nil {
