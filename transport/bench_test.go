@@ -91,6 +91,9 @@ func quantile(xs []float64, q float64) float64 {
 // emitted while runs still start wait behind that burst: steady-p50 and
 // steady-p99 take only the deltas emitted while all 1,000 runs stream
 // (after the last run's first delta and before the first run's last).
+// first-delta-p50-ms and first-delta-p99-ms are what starting a turn
+// took: from a client sending it to reading its first delta (the word
+// interval of the echo model included).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
@@ -173,7 +176,10 @@ type latencyLoad struct {
 // all, and the steady window (from the last run's first delta to the
 // first run's last); Began and Ended bound the clients' work.
 type latencyResult struct {
-	Deltas               []delta
+	Deltas []delta
+	// FirstDelta is, per turn, the time from the client sending it to
+	// reading its first delta (µs): what starting a turn took.
+	FirstDelta           []float64
 	Events               int64
 	SteadyFrom, SteadyTo time.Time
 	Began, Ended         time.Time
@@ -213,6 +219,8 @@ func runLatencyClients(load latencyLoad) latencyResult {
 			}
 			defer conn.CloseNow()
 			conn.SetReadLimit(1 << 20)
+			var sentMu sync.Mutex
+			sent := make(map[string]time.Time, mine) // chat id -> when its turn was sent
 			send := func() {
 				for i := range mine {
 					if load.Spread {
@@ -224,6 +232,9 @@ func runLatencyClients(load latencyLoad) latencyResult {
 					}
 					f, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("b%d-%d", c, i), "type": "stream_chat",
 						"chatId": load.Chats[c*mine+i], "content": content})
+					sentMu.Lock()
+					sent[load.Chats[c*mine+i]] = time.Now()
+					sentMu.Unlock()
 					if err := conn.Write(ctx, websocket.MessageText, f); err != nil {
 						fail(err)
 						return
@@ -241,6 +252,7 @@ func runLatencyClients(load latencyLoad) latencyResult {
 			}
 			done := 0
 			local := make([]delta, 0, mine*load.Words)
+			firstDelta := make([]float64, 0, mine)
 			var events int64
 			first, last := map[string]time.Time{}, map[string]time.Time{}
 			// The clients may share the server's process and its two
@@ -262,7 +274,7 @@ func runLatencyClients(load latencyLoad) latencyResult {
 					return
 				}
 				now := time.Now()
-				f := gjson.GetManyBytes(frame.Bytes(), "type", "event.type", "event.runId", "event.time")
+				f := gjson.GetManyBytes(frame.Bytes(), "type", "event.type", "event.runId", "event.time", "event.chatId")
 				if f[0].Str != "event" {
 					continue
 				}
@@ -278,6 +290,9 @@ func runLatencyClients(load latencyLoad) latencyResult {
 					local = append(local, delta{at, float64(now.Sub(at).Microseconds())})
 					if _, ok := first[run]; !ok {
 						first[run] = at
+						sentMu.Lock()
+						firstDelta = append(firstDelta, float64(now.Sub(sent[f[4].Str]).Microseconds()))
+						sentMu.Unlock()
 					}
 					last[run] = at
 				case "run_completed", "run_failed", "run_cancelled":
@@ -287,6 +302,7 @@ func runLatencyClients(load latencyLoad) latencyResult {
 			mu.Lock()
 			defer mu.Unlock()
 			res.Deltas = append(res.Deltas, local...)
+			res.FirstDelta = append(res.FirstDelta, firstDelta...)
 			res.Events += events
 			for _, t := range first {
 				if t.After(res.SteadyFrom) {
@@ -448,6 +464,8 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			b.ReportMetric(float64(clientCPU.Microseconds())/float64(res.Events), "client-cpu-µs/event")
 		}
 		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
+		b.ReportMetric(quantile(res.FirstDelta, 0.5)/1e3, "first-delta-p50-ms")
+		b.ReportMetric(quantile(res.FirstDelta, 0.99)/1e3, "first-delta-p99-ms")
 		b.ReportMetric(quantile(steady, 0.5), "steady-p50-µs")
 		b.ReportMetric(quantile(steady, 0.99), "steady-p99-µs")
 		if w := res.SteadyTo.Sub(res.SteadyFrom).Seconds(); w > 0 {
