@@ -92,8 +92,8 @@ func quantile(xs []float64, q float64) float64 {
 // steady-p99 take only the deltas emitted while all 1,000 runs stream
 // (after the last run's first delta and before the first run's last).
 // first-delta-p50-ms and first-delta-p99-ms are what starting a turn
-// took: from a client sending it to reading its first delta (the word
-// interval of the echo model included).
+// took: from a client sending it to reading its first delta (the echo
+// model sends its first word at once).
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
