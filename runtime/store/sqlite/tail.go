@@ -114,7 +114,8 @@ WHERE id IN (SELECT run_id FROM run_tails)`,
 
 // eventRow is one event of a segment: id is its event_tail id (0 until
 // it has one), args the values of its other columns, in the order of the
-// inserts (insertTail).
+// inserts (insertTail), while a write transaction inserts it (a
+// remembered segment's rows have none: segment.args).
 type eventRow struct {
 	id   int64
 	ev   *runtime.Event
@@ -124,7 +125,7 @@ type eventRow struct {
 // rowArgs makes the insert values of a run's events into event_tail,
 // boxed once; the run's id, and its events' type, chat and
 // node while they repeat, share one box with the row before (prev, when
-// not nil, is the values of the run's last row).
+// not nil, is the values of the run's last row: segment.args).
 type rowArgs struct {
 	all                    []any
 	runID, typ, chat, node any
@@ -163,8 +164,13 @@ func (a *rowArgs) add(e *runtime.Event, data any) []any {
 // that happened: the store may grow the segment without a statement while
 // its generation is gen.
 type segment struct {
-	from     int64
+	from int64
+	// rows are the segment's events, without their insert values (a
+	// segment is remembered for as long as its run streams, the values
+	// only until the insert); args are its last row's, whose boxes the
+	// next row shares (rowArgs).
 	rows     []eventRow
+	args     []any
 	fileLast int64
 	token    int64
 	gen      uint64
@@ -389,11 +395,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	// keeps them (times in UTC microseconds, data as JSON).
 	own := make([]runtime.Event, len(evs))
 	rows := make([]eventRow, len(evs))
-	var prev []any
-	if len(seg.rows) > 0 {
-		prev = seg.rows[len(seg.rows)-1].args
-	}
-	args := newRowArgs(runID, len(evs), prev)
+	args := newRowArgs(runID, len(evs), seg.args)
 	for i := range evs {
 		e := &evs[i]
 		data, err := e.DataJSON()
@@ -431,7 +433,10 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		// segment holds no room it never uses).
 		segRows = make([]eventRow, 0, max(len(rows), compactAt/4))
 	}
-	l.segs[runID] = &segment{from: from, rows: append(segRows, rows...), fileLast: fileLast, token: token, gen: l.gen}
+	for _, r := range rows {
+		segRows = append(segRows, eventRow{id: r.id, ev: r.ev})
+	}
+	l.segs[runID] = &segment{from: from, rows: segRows, args: rows[len(rows)-1].args, fileLast: fileLast, token: token, gen: l.gen}
 	return nil
 }
 
@@ -664,22 +669,18 @@ func (l *logTx) committed() {
 	}
 }
 
-// scanSegment reads segmentQuery's rows of runID.
+// scanSegment reads segmentQuery's rows of runID (without their insert
+// values: a segment's rows have none).
 func scanSegment(rows *sql.Rows, runID string) ([]eventRow, error) {
 	defer rows.Close()
 	var out []eventRow
-	args := newRowArgs(runID, 0, nil)
 	for rows.Next() {
 		var id int64
 		e, err := scanEvent(rows, runID, &id)
 		if err != nil {
 			return nil, err
 		}
-		var data any
-		if e.Data != nil {
-			data = string(e.Data.(json.RawMessage))
-		}
-		out = append(out, eventRow{id: id, ev: &e, args: args.add(&e, data)})
+		out = append(out, eventRow{id: id, ev: &e})
 	}
 	return out, rows.Err()
 }
