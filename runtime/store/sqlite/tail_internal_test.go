@@ -55,6 +55,15 @@ func twoStores(t *testing.T) (path string, a, b *Store) {
 	return path, a, b
 }
 
+// oneStore opens a store on a new file; it closes when the test ends.
+func oneStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // count is the first column of q's one row, read from s's file.
 func count(t *testing.T, s *Store, q string, args ...any) int64 {
 	t.Helper()
@@ -216,9 +225,7 @@ func TestTailFastGrowSeesAnotherStoresWrite(t *testing.T) {
 // epoch where the store left it and verifies no segment again.
 func TestTailEpochFollowsOwnWrites(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
+	s := oneStore(t)
 	tailRun(t, s, "r1")
 	appendDeltas(t, s, "r1", 1, 5, 5) // the segment starts
 	known := func() (gen uint64, epoch int64) {
@@ -248,9 +255,7 @@ func TestTailEpochFollowsOwnWrites(t *testing.T) {
 // their rows: only its last row's, which the next row's boxes share.
 func TestTailSegmentKeepsOnlyItsLastRowsValues(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
+	s := oneStore(t)
 	tailRun(t, s, "r1")
 	appendDeltas(t, s, "r1", 1, 12, 3)
 	seg := s.tails.get("r1")
