@@ -16,6 +16,13 @@ type frame struct {
 	JSON []byte // the envelope
 }
 
+// envelopeBytes is room for an envelope's bytes besides its strings and
+// data: the keys, quotes and punctuation (109 bytes with every field),
+// a seq and an attempt of a few digits each. Made too small, the append
+// that overflows it reallocates the frame at twice the size, and a live
+// run's kept frames (maxBacklog) hold that room for as long as it runs.
+const envelopeBytes = 128
+
 // encodeEvent encodes the envelope: the bytes json.Marshal gives for the
 // event, built by hand around the data the engine encoded once at emit
 // (runtime.Event.DataJSON), so the store row, the hub's frame and every
@@ -32,7 +39,7 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 		_, err := json.Marshal(ev) // encoding/json refuses these times
 		return frame{}, err
 	}
-	b := make([]byte, 0, 96+len(ev.RunID)+len(ev.ChatID)+len(ev.Type)+len(ev.NodeID)+len(data))
+	b := make([]byte, 0, envelopeBytes+len(ev.RunID)+len(ev.ChatID)+len(ev.Type)+len(ev.NodeID)+len(data))
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, ev.Seq, 10)
 	b = append(b, `,"runId":`...)

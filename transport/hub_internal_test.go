@@ -58,6 +58,13 @@ func TestEncodeEventIsJSONMarshal(t *testing.T) {
 		require.Equal(t, ev.Seq, f.Seq)
 		require.Equal(t, ev.Type, f.Type)
 	}
+	// A delta's frame is made once, with little room to spare: the hub
+	// keeps it while its run streams.
+	delta := runtime.Event{Seq: 123, RunID: "r_0123456789abcdefghij", ChatID: "c_0123456789abcdefghij", Type: "node_delta",
+		NodeID: "agent", Attempt: 1, Time: at, Data: json.RawMessage(`{"text":" word"}`)}
+	f, err := encodeEvent(delta)
+	require.NoError(t, err)
+	require.LessOrEqual(t, cap(f.JSON), len(f.JSON)+48, "%d bytes kept for %d", cap(f.JSON), len(f.JSON))
 	// What encoding/json refuses is refused.
 	for _, ev := range []runtime.Event{
 		{Seq: 1, RunID: "r", Type: "x", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
