@@ -392,10 +392,20 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		}
 	}
 	// The caller keeps its events: the store remembers copies, as the file
-	// keeps them (times in UTC microseconds, data as JSON).
+	// keeps them (times in UTC microseconds, data as JSON). Only rows that
+	// stay in the tail are numbered and get insert values; a segment's
+	// rows have neither (segment.args: its last row's values).
+	compacting := end || len(seg.rows)+len(evs) >= compactAt
+	segRows := seg.rows
+	if segRows == nil {
+		// A segment grows to compactAt rows at most: it starts with room
+		// for a quarter of them (two growths at most, and a short run's
+		// segment holds no room it never uses).
+		segRows = make([]eventRow, 0, max(len(evs), compactAt/4))
+	}
 	own := make([]runtime.Event, len(evs))
-	rows := make([]eventRow, len(evs))
 	args := newRowArgs(runID, len(evs), seg.args)
+	tailFrom := len(l.tail)
 	for i := range evs {
 		e := &evs[i]
 		data, err := e.DataJSON()
@@ -407,16 +417,21 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		if data != nil {
 			own[i].Data = json.RawMessage(data)
 		}
-		rows[i] = eventRow{ev: &own[i], args: args.add(&own[i], text(data))}
+		row := eventRow{ev: &own[i]}
+		if !compacting {
+			row.id = l.next
+			l.next++
+			l.tail = append(l.tail, eventRow{id: row.id, ev: row.ev, args: args.add(&own[i], text(data))})
+		}
+		segRows = append(segRows, row)
 	}
-	if end || len(seg.rows)+len(rows) >= compactAt {
-		return l.compact(runID, from, append(seg.rows, rows...))
+	if compacting {
+		return l.compact(runID, from, segRows)
 	}
-	l.ids(rows)
 	fileLast := seg.fileLast // a grow leaves run_tails as it was
 	switch {
 	case from == 0:
-		from, fileLast = rows[0].id, lastSeq
+		from, fileLast = l.tail[tailFrom].id, lastSeq
 		_, err = l.s.ws.execIn(l.ctx, l.tx, startSegmentQuery, runID, from, lastSeq, runID)
 	case !grown:
 		fileLast, l.moved = lastSeq, true
@@ -425,18 +440,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	if err != nil {
 		return err
 	}
-	l.tail = append(l.tail, rows...)
-	segRows := seg.rows
-	if segRows == nil {
-		// A segment grows to compactAt rows at most: it starts with room
-		// for a quarter of them (two growths at most, and a short run's
-		// segment holds no room it never uses).
-		segRows = make([]eventRow, 0, max(len(rows), compactAt/4))
-	}
-	for _, r := range rows {
-		segRows = append(segRows, eventRow{id: r.id, ev: r.ev})
-	}
-	l.segs[runID] = &segment{from: from, rows: segRows, args: rows[len(rows)-1].args, fileLast: fileLast, token: token, gen: l.gen}
+	l.segs[runID] = &segment{from: from, rows: segRows, args: l.tail[len(l.tail)-1].args, fileLast: fileLast, token: token, gen: l.gen}
 	return nil
 }
 
@@ -485,14 +489,6 @@ func (l *logTx) end(runID string, token int64) error {
 		return err
 	}
 	return l.compact(runID, from, seg.rows)
-}
-
-// ids numbers rows as the tail's next rows.
-func (l *logTx) ids(rows []eventRow) {
-	for i := range rows {
-		rows[i].id = l.next
-		l.next++
-	}
 }
 
 // known is runID's segment as this transaction left it or, if the
