@@ -93,7 +93,10 @@ func quantile(xs []float64, q float64) float64 {
 // (after the last run's first delta and before the first run's last).
 // first-delta-p50-ms and first-delta-p99-ms are what starting a turn
 // took: from a client sending it to reading its first delta (the echo
-// model sends its first word at once).
+// model sends its first word at once). steal-% is the share of the
+// machine's CPU time its hypervisor took while the clients ran (from
+// /proc/stat, where there is one): a virtual machine's figures are only
+// comparable at similar steal.
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
@@ -421,6 +424,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		var res latencyResult
 		var clientCPU time.Duration
 		start, cpu0 := time.Now(), cpuTime()
+		steal0, machine0 := machineTimes()
 		if remote {
 			// The helper starts in a few milliseconds; its spread starts
 			// count from a moment it is surely up.
@@ -431,6 +435,9 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			res = runLatencyClients(load)
 		}
 		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
+		if steal, machine := machineTimes(); machine > machine0 {
+			b.ReportMetric(100*float64(steal-steal0)/float64(machine-machine0), "steal-%")
+		}
 		for _, msg := range res.Errors {
 			b.Error(msg)
 		}
@@ -691,6 +698,34 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// machineTimes reads the machine's CPU time from /proc/stat: what the
+// hypervisor took from this virtual machine (steal) and all of it, in
+// clock ticks; zeros where /proc/stat cannot be read.
+func machineTimes() (steal, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	// user nice system idle iowait irq softirq steal [guest guest_nice]:
+	// the guest times are counted in user and nice already.
+	for i, f := range fields[1:9] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		total += n
+		if i == 7 {
+			steal = n
+		}
+	}
+	return steal, total
 }
 
 func rssKiB() int64 {
