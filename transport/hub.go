@@ -282,6 +282,17 @@ func (h *hub) wake(sub *subscription) {
 	sub.wake()
 }
 
+// writeNowSenders: a group commit whose frames go to at most this many
+// WebSocket connections is written by its publisher itself, as far as
+// each socket takes the frames at once (wsConn.sendNow): a delta then
+// reaches its socket without the wait of a sender goroutine for a
+// processor, about half a millisecond at the median on two busy cores.
+// A commit for more connections starts a sender for each: one goroutine
+// writing them all would hold the next commits' publishing, and the
+// senders write in parallel (docs/benchmarks.md, "The publisher writing
+// a connection's frames itself").
+const writeNowSenders = 4
+
 // group runs publish, a group commit's publishing, and wakes the
 // subscriptions that got frames meanwhile when it returns. Events
 // published meanwhile by others (a run in exit mode, the other durability
@@ -303,7 +314,11 @@ func (h *hub) group(publish func()) {
 			sub.wakeGroup(&senders)
 		}
 		for _, q := range senders {
-			q.startSender()
+			if len(senders) <= writeNowSenders {
+				q.sendNow()
+			} else {
+				q.startSender()
+			}
 		}
 		clear(subs)
 		h.gmu.Lock()

@@ -207,6 +207,8 @@ func (p *pushSender) startSender() {
 	p.started++
 }
 
+func (p *pushSender) sendNow() { p.startSender() }
+
 func (p *pushSender) seen() (queued, sent []int64, started int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -354,6 +354,9 @@ type queuer interface {
 	sender
 	queue(frame) (start bool, err error)
 	startSender()
+	// sendNow is startSender for a caller that may write the frames
+	// itself, as far as that needs no wait for the client.
+	sendNow()
 }
 
 // replay sends the logged events after *after (up to seq `until` when it

@@ -160,7 +160,7 @@ func (w wsUpgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 			return nil, nil, err
 		}
 	}
-	w.wire.conn = conn
+	w.wire.conn, w.wire.raw = conn, rawConn(conn)
 	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(w.wire, wsWriteBuffer)), nil
 }
 
@@ -468,6 +468,7 @@ func (w *wsEvents) send(f frame) error {
 func (*wsEvents) flush() error                            { return nil }
 func (w *wsEvents) queue(f frame) (start bool, err error) { return w.wc.queueEvent(f) }
 func (w *wsEvents) startSender()                          { w.wc.startSender() }
+func (w *wsEvents) sendNow()                              { w.wc.sendNow() }
 
 // follow starts (or restarts) forwarding runID's events after seq.
 func (wc *wsConn) follow(id, runID string, after int64) {

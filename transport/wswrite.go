@@ -2,10 +2,12 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	goruntime "runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -20,7 +22,10 @@ import (
 // left; the others queue theirs and return. A group commit's publisher
 // queues the live frames of waiting forwarders itself (queueEvent,
 // subscription.push) and starts a sender for each connection once the
-// whole commit is queued (startSender). A forwarder woken otherwise sends
+// whole commit is queued (startSender) — or, for a commit with frames for
+// few connections, writes them itself as far as the sockets take them at
+// once (sendNow), and starts senders only for what is left. A forwarder
+// woken otherwise sends
 // after the group is published (hub.group), and a new sender yields once
 // before its first write, so the frames of one commit for one connection
 // go out together. coder/websocket flushes every
@@ -46,6 +51,7 @@ const keptBufferBytes = 8 << 10
 // for concurrent use.
 type wireWriter struct {
 	conn net.Conn
+	raw  syscall.RawConn // conn's, for writes that must not wait (nil: it has none)
 
 	mu      sync.Mutex // held across every write to conn
 	gather  bool
@@ -60,6 +66,14 @@ func (w *wireWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return w.conn.Write(p)
+}
+
+// held reports whether a batch is being gathered, or was left behind by
+// a write that did not wait (writeNow) for the sender's next release.
+func (w *wireWriter) held() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gather
 }
 
 // hold starts gathering.
@@ -197,13 +211,96 @@ func (wc *wsConn) startSender() {
 	}()
 }
 
+// sendNow is startSender for a caller that may write the frames itself:
+// it writes them at once, as far as the socket takes them without
+// waiting (writeNow), and starts a sender only for what is left — the
+// rest of a write the socket did not take, frames queued meanwhile — or
+// when it cannot write at once. It never waits for the client.
+func (wc *wsConn) sendNow() {
+	if wc.writeNow() {
+		wc.wg.Done()
+		return
+	}
+	wc.startSender()
+}
+
+// writeNow writes the queued frames with one write that does not wait:
+// the caller is the connection's sender (q.sending) and holds it only as
+// long as the socket takes bytes at once. It reports whether the sender
+// is done (everything written, or the connection failed); false leaves
+// the sender's work to a goroutine (drain), which writes first whatever
+// the socket did not take. It does nothing, and reports false, when the
+// connection cannot be written without waiting (no raw socket) or its
+// writer is busy (a control frame in its write).
+//
+// The frames are written as coder/websocket writes a server's message —
+// one unmasked, uncompressed text frame each (compression is never
+// negotiated) — with the connection's writer held, so that they go out
+// whole between control frames.
+func (wc *wsConn) writeNow() bool {
+	w := wc.wire
+	if w.raw == nil || !w.mu.TryLock() {
+		return false
+	}
+	if w.gather || wc.ctx.Err() != nil {
+		w.mu.Unlock()
+		return false
+	}
+	q := &wc.q
+	q.mu.Lock()
+	batch, ends := q.bytes, q.ends
+	q.bytes, q.ends = q.spare[:0], q.spareE[:0]
+	q.drained.Broadcast()
+	q.mu.Unlock()
+
+	buf := w.pending[:0]
+	from := 0
+	for _, end := range ends {
+		buf = appendTextFrame(buf, batch[from:end])
+		from = end
+	}
+	wc.s.metrics.wsWrites.Inc()
+	wc.s.metrics.wsFrames.Add(float64(len(ends)))
+	n, err := writeNoWait(w.raw, buf)
+	left := err == nil && n < len(buf)
+	switch {
+	case left:
+		// The socket is full: the rest goes out first, in the sender's
+		// next release, before any frame written after it.
+		w.pending, w.gather = append(buf[:0], buf[n:]...), true
+	case cap(buf) > keptBufferBytes:
+		w.pending = nil
+	default:
+		w.pending = buf[:0]
+	}
+	w.mu.Unlock()
+
+	q.mu.Lock()
+	q.spare, q.spareE = batch[:0], ends[:0]
+	if err == nil && (left || len(q.ends) > 0) {
+		q.mu.Unlock()
+		return false
+	}
+	wc.stopSending(err)
+	return true
+}
+
 // drain is the connection's sender: it writes what is queued, and what
 // is queued meanwhile, until nothing is left, and then is the sender no
 // longer. Only the goroutine that set q.sending calls it.
 func (wc *wsConn) drain() error {
 	q := &wc.q
-	q.mu.Lock()
 	var err error
+	if wc.wire.held() {
+		// What a write that did not wait left behind (writeNow): the rest
+		// of frames begun on the wire goes out whatever the connection's
+		// state, so that a close frame after it is read as one, and
+		// under the stall timer.
+		stop := wc.armStall()
+		err = wc.wire.release()
+		stop()
+	}
+	q.mu.Lock()
 	for len(q.ends) > 0 && err == nil {
 		batch, ends := q.bytes, q.ends
 		q.bytes, q.ends = q.spare[:0], q.spareE[:0]
@@ -213,6 +310,14 @@ func (wc *wsConn) drain() error {
 		q.mu.Lock()
 		q.spare, q.spareE = batch[:0], ends[:0]
 	}
+	wc.stopSending(err)
+	return err
+}
+
+// stopSending ends the sender's turn (q.mu held; stopSending unlocks
+// it): after err, the connection is closing and nothing queued can go.
+func (wc *wsConn) stopSending(err error) {
+	q := &wc.q
 	q.sending = false
 	switch {
 	case err != nil:
@@ -227,7 +332,6 @@ func (wc *wsConn) drain() error {
 	if err != nil {
 		wc.close(websocket.StatusNormalClosure, "")
 	}
-	return err
 }
 
 // write writes a batch of frames (frame i ends at ends[i]) with one write
@@ -236,12 +340,7 @@ func (wc *wsConn) write(batch []byte, ends []int) error {
 	if err := wc.ctx.Err(); err != nil {
 		return err
 	}
-	if wc.stall == nil {
-		wc.stall = time.AfterFunc(wc.s.cfg.WriteTimeout/2, wc.stalled)
-	} else {
-		wc.stall.Reset(wc.s.cfg.WriteTimeout / 2)
-	}
-	defer wc.stall.Stop()
+	defer wc.armStall()()
 	wc.s.metrics.wsWrites.Inc()
 	wc.s.metrics.wsFrames.Add(float64(len(ends)))
 	wc.wire.hold()
@@ -254,4 +353,33 @@ func (wc *wsConn) write(batch []byte, ends []int) error {
 		from = end
 	}
 	return wc.wire.release()
+}
+
+// armStall starts the stall timer for a write of the sender's and returns
+// what stops it: a write that waits half the write timeout closes the
+// connection (stalled).
+func (wc *wsConn) armStall() (stop func() bool) {
+	if wc.stall == nil {
+		wc.stall = time.AfterFunc(wc.s.cfg.WriteTimeout/2, wc.stalled)
+	} else {
+		wc.stall.Reset(wc.s.cfg.WriteTimeout / 2)
+	}
+	return wc.stall.Stop
+}
+
+// appendTextFrame appends p as one unmasked, uncompressed, final text
+// frame (RFC 6455, section 5.2): a server's message as coder/websocket
+// writes it.
+func appendTextFrame(b, p []byte) []byte {
+	const finText = 0x81
+	switch n := len(p); {
+	case n <= 125:
+		b = append(b, finText, byte(n))
+	case n <= 0xffff:
+		b = append(b, finText, 126, byte(n>>8), byte(n))
+	default:
+		b = append(b, finText, 127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	return append(b, p...)
 }
