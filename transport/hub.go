@@ -285,12 +285,13 @@ func (h *hub) wake(sub *subscription) {
 // writeNowSenders: a group commit whose frames go to at most this many
 // WebSocket connections is written by its publisher itself, as far as
 // each socket takes the frames at once (wsConn.sendNow): a delta then
-// reaches its socket without the wait of a sender goroutine for a
-// processor, about half a millisecond at the median on two busy cores.
-// A commit for more connections starts a sender for each: one goroutine
-// writing them all would hold the next commits' publishing, and the
-// senders write in parallel (docs/benchmarks.md, "The publisher writing
-// a connection's frames itself").
+// reaches its socket without waiting for a sender goroutine to get a
+// processor, which on two busy cores is a wait of about half a
+// millisecond at the median. A commit for more connections starts a
+// sender for each: one goroutine writing them all would hold the next
+// commits' publishing, where the senders write in parallel
+// (docs/benchmarks.md, "The publisher writing a connection's frames
+// itself").
 const writeNowSenders = 4
 
 // group runs publish, a group commit's publishing, and wakes the
