@@ -154,9 +154,10 @@ var errQueueFull = errors.New("websocket send queue full")
 // protocol's event frame) without waiting: a group commit's publisher
 // calls it for a subscription whose forwarder waits (subscription.push).
 // start reports that no goroutine is the connection's sender and the
-// caller must start one (startSender) once it has queued the rest of the
-// commit; an error (errQueueFull, or the connection's failure) means the
-// frame was not queued, and the forwarder must send it.
+// caller must start one (startSender, or sendNow) once it has queued the
+// rest of the commit; an error (errQueueFull, or the connection's
+// failure) means the frame was not queued, and the forwarder must send
+// it.
 func (wc *wsConn) queueEvent(f frame) (start bool, err error) {
 	q := wc.lockQueue()
 	defer q.mu.Unlock()
