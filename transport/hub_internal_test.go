@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -178,7 +179,8 @@ type pushSender struct {
 	mu      sync.Mutex
 	queued  []int64
 	sent    []int64
-	started int
+	started int // senders started, by startSender or sendNow
+	now     int // of those, by sendNow
 	full    map[int64]bool
 }
 
@@ -207,7 +209,12 @@ func (p *pushSender) startSender() {
 	p.started++
 }
 
-func (p *pushSender) sendNow() { p.startSender() }
+func (p *pushSender) sendNow() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.started++
+	p.now++
+}
 
 func (p *pushSender) seen() (queued, sent []int64, started int) {
 	p.mu.Lock()
@@ -278,4 +285,45 @@ func TestGroupPublisherQueuesTheFramesOfAWaitingForwarder(t *testing.T) {
 	require.Equal(t, []int64{1, 2, 3}, queued)
 	require.Equal(t, []int64{4, 5, 6}, sent)
 	require.Equal(t, int64(6), after)
+}
+
+// A group commit with frames for at most writeNowSenders connections is
+// written by its publisher (sendNow); one for more starts a sender for
+// each connection (startSender).
+func TestGroupPublisherWritesFewConnectionsItself(t *testing.T) {
+	t.Parallel()
+	for _, conns := range []int{1, writeNowSenders, writeNowSenders + 1} {
+		t.Run(fmt.Sprint(conns), func(t *testing.T) {
+			s := &Server{hub: newHub(0)}
+			h := s.hub
+			outs := make([]*pushSender, conns)
+			for i := range outs {
+				runID := fmt.Sprint("r", i)
+				h.open(runID, 0)
+				sub, _, _ := h.subscribe(runID, 0)
+				outs[i] = &pushSender{}
+				after := int64(0)
+				go func() { _, _ = s.forward(t.Context(), sub, nil, &after, outs[i], nil, nil) }()
+				require.Eventually(t, func() bool {
+					if !sub.dmu.TryLock() {
+						return false
+					}
+					defer sub.dmu.Unlock()
+					return sub.parked
+				}, 5*time.Second, time.Millisecond, "the forwarder never waited")
+			}
+			h.group(func() {
+				for i := range outs {
+					h.publish(fmt.Sprint("r", i), frame{Seq: 1, Type: "node_delta"})
+				}
+			})
+			for _, out := range outs {
+				out.mu.Lock()
+				started, now := out.started, out.now
+				out.mu.Unlock()
+				require.Equal(t, 1, started, "one sender per connection")
+				require.Equal(t, conns <= writeNowSenders, now == 1, "written by the publisher itself")
+			}
+		})
+	}
 }
