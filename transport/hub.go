@@ -314,8 +314,9 @@ func (h *hub) group(publish func()) {
 		for _, sub := range subs {
 			sub.wakeGroup(&senders)
 		}
+		writeNow := len(senders) <= writeNowSenders
 		for _, q := range senders {
-			if len(senders) <= writeNowSenders {
+			if writeNow {
 				q.sendNow()
 			} else {
 				q.startSender()

@@ -222,6 +222,19 @@ func (p *pushSender) seen() (queued, sent []int64, started int) {
 	return slices.Clone(p.queued), slices.Clone(p.sent), p.started
 }
 
+// waitParked waits until sub's forwarder waits for frames (parked), when
+// the publisher of a group may queue them itself.
+func waitParked(t *testing.T, sub *subscription) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		if !sub.dmu.TryLock() {
+			return false
+		}
+		defer sub.dmu.Unlock()
+		return sub.parked
+	}, 5*time.Second, time.Millisecond, "the forwarder never waited")
+}
+
 // While a WebSocket forwarder waits, the publisher of a group commit
 // queues the frames on the connection itself and starts the connection's
 // sender once the group ends; a frame the connection cannot queue, and
@@ -245,14 +258,7 @@ func TestGroupPublisherQueuesTheFramesOfAWaitingForwarder(t *testing.T) {
 		ended, err := s.forward(context.Background(), sub, nil, &after, out, nil, nil)
 		done <- result{ended, err}
 	}()
-	parked := func() bool {
-		if !sub.dmu.TryLock() {
-			return false
-		}
-		defer sub.dmu.Unlock()
-		return sub.parked
-	}
-	require.Eventually(t, parked, 5*time.Second, time.Millisecond, "the forwarder never waited")
+	waitParked(t, sub)
 
 	h.group(func() {
 		h.publish("r1", frame{Seq: 1, Type: "node_delta"})
@@ -304,13 +310,7 @@ func TestGroupPublisherWritesFewConnectionsItself(t *testing.T) {
 				outs[i] = &pushSender{}
 				after := int64(0)
 				go func() { _, _ = s.forward(t.Context(), sub, nil, &after, outs[i], nil, nil) }()
-				require.Eventually(t, func() bool {
-					if !sub.dmu.TryLock() {
-						return false
-					}
-					defer sub.dmu.Unlock()
-					return sub.parked
-				}, 5*time.Second, time.Millisecond, "the forwarder never waited")
+				waitParked(t, sub)
 			}
 			h.group(func() {
 				for i := range outs {
