@@ -1,7 +1,7 @@
 package transport
 
 import (
-	"context"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -25,79 +25,114 @@ import (
 // whole commit is queued (startSender) — or, for a commit with frames for
 // few connections, writes them itself as far as the sockets take them at
 // once (sendNow), and starts senders only for what is left. A forwarder
-// woken otherwise sends
-// after the group is published (hub.group), and a new sender yields once
-// before its first write, so the frames of one commit for one connection
-// go out together. coder/websocket flushes every
-// message it writes, so the sender gathers those flushes (wireWriter)
-// and writes each batch with one system call, which the client also
-// reads with one.
+// woken otherwise sends after the group is published (hub.group), and a
+// new sender yields once before its first write, so the frames of one
+// commit for one connection go out together. The sender frames a batch
+// itself (wireWriter.frames) and writes it with one system call, which
+// the client also reads with one; coder/websocket writes only the
+// control frames.
 
 // maxQueuedBytes bounds the frames queued behind a sender that is
 // writing; a goroutine that would queue more waits for the queue to
 // drain (or for the connection to close, which a stalled write causes).
 const maxQueuedBytes = 1 << 20
 
-// keptBufferBytes: a queue or gathering buffer larger than this is let
-// go once its batch is written, so an idle connection holds no large
+// keptBufferBytes: a queue or write buffer larger than this is let go
+// once its batch is written, so an idle connection holds no large
 // buffer.
 const keptBufferBytes = 8 << 10
 
-// wireWriter is what a WebSocket connection's buffered writer flushes
-// into: the connection itself, except while the connection's sender
-// gathers a batch, when it keeps the bytes and writes them with release.
-// Control frames written meanwhile (a ping, a pong, a close) join the
-// batch; each flush is whole frames, so frames never interleave. Safe
-// for concurrent use.
+// wireWriter is a WebSocket connection's writing end. The connection's
+// sender writes the data frames itself (frames: a batch in one write,
+// framed as coder/websocket frames a server's message — one unmasked
+// text frame each, compression never being negotiated); coder/websocket's
+// buffered writer flushes its control frames (a ping, a pong, a close)
+// into Write, each as one whole frame. mu is held across every write to
+// the connection, so frames never interleave. Safe for concurrent use.
 type wireWriter struct {
 	conn net.Conn
 	raw  syscall.RawConn // conn's, for writes that must not wait (nil: it has none)
 
-	mu      sync.Mutex // held across every write to conn
-	gather  bool
-	pending []byte
+	mu sync.Mutex // held across every write to conn
+	// left is what a write that did not wait (tryFrames) could not
+	// write: it goes first, before any later frame — the sender's next
+	// write (frames), which writes it whatever the connection's state,
+	// and the control frames flushed meanwhile, which join it.
+	left []byte
+	// closed: a close frame went out (or joined left); no data frame may
+	// follow it.
+	closed bool
+	buf    []byte // the last batch's bytes, reused
 }
 
+// Write takes coder/websocket's flushes: whole control frames.
 func (w *wireWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.gather {
-		w.pending = append(w.pending, p...)
+	if len(p) > 0 && p[0]&0x0f == opClose {
+		w.closed = true
+	}
+	if len(w.left) > 0 {
+		w.left = append(w.left, p...)
 		return len(p), nil
 	}
 	return w.conn.Write(p)
 }
 
-// held reports whether a batch is being gathered, or was left behind by
-// a write that did not wait (writeNow) for the sender's next release.
-func (w *wireWriter) held() bool {
+// opClose is the opcode of a close frame (RFC 6455, section 5.2).
+const opClose = 0x8
+
+// hasLeft reports whether a write that did not wait left bytes behind.
+func (w *wireWriter) hasLeft() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.gather
+	return len(w.left) > 0
 }
 
-// hold starts gathering.
-func (w *wireWriter) hold() {
-	w.mu.Lock()
-	w.gather = true
-	w.mu.Unlock()
-}
-
-// release stops gathering and writes what was gathered, in one write.
-func (w *wireWriter) release() error {
+// frames writes what is left and then the frames of batch (frame i ends
+// at ends[i]), in one write. Once a close frame went out, it writes what
+// is left alone and refuses the frames (net.ErrClosed).
+func (w *wireWriter) frames(batch []byte, ends []int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.gather = false
-	if len(w.pending) == 0 {
-		return nil
+	var refused error
+	if w.closed && len(ends) > 0 {
+		batch, ends, refused = nil, nil, net.ErrClosed
 	}
-	_, err := w.conn.Write(w.pending)
-	if cap(w.pending) > keptBufferBytes {
-		w.pending = nil
-	} else {
-		w.pending = w.pending[:0]
+	b := w.batch(batch, ends)
+	var err error
+	if len(b) > 0 {
+		_, err = w.conn.Write(b)
 	}
-	return err
+	w.keep(b, len(b)) // after a failed write nothing more goes: the connection closes
+	return cmp.Or(err, refused)
+}
+
+// batch returns what is left followed by the frames of batch, in the
+// reused buffer; nothing is left then. (w.mu held)
+func (w *wireWriter) batch(batch []byte, ends []int) []byte {
+	b := append(w.buf[:0], w.left...)
+	w.left = w.left[:0]
+	from := 0
+	for _, end := range ends {
+		b = appendTextFrame(b, batch[from:end])
+		from = end
+	}
+	return b
+}
+
+// keep takes back b, written up to n: the rest is left for the next
+// write, and the buffers are kept for the next batch unless large.
+// (w.mu held)
+func (w *wireWriter) keep(b []byte, n int) {
+	w.left = append(w.left, b[n:]...)
+	if cap(b) > keptBufferBytes {
+		b = nil
+	}
+	w.buf = b[:0]
+	if len(w.left) == 0 && cap(w.left) > keptBufferBytes {
+		w.left = nil
+	}
 }
 
 // sendQueue is a connection's frames waiting for its sender, in the
@@ -111,6 +146,20 @@ type sendQueue struct {
 	ends    []int     // where each frame ends in bytes
 	spare   []byte    // the last batch's buffers, for the next one
 	spareE  []int
+}
+
+// take takes the queued frames for a write; frames queued meanwhile go
+// into the last batch's buffers. (q.mu held)
+func (q *sendQueue) take() (batch []byte, ends []int) {
+	batch, ends = q.bytes, q.ends
+	q.bytes, q.ends = q.spare[:0], q.spareE[:0]
+	q.drained.Broadcast()
+	return batch, ends
+}
+
+// giveBack keeps a written batch's buffers for the next. (q.mu held)
+func (q *sendQueue) giveBack(batch []byte, ends []int) {
+	q.spare, q.spareE = batch[:0], ends[:0]
 }
 
 // send writes one frame, after the frames queued before it. It returns
@@ -231,53 +280,35 @@ func (wc *wsConn) sendNow() {
 // is done (everything written, or the connection failed); false leaves
 // the sender's work to a goroutine (drain), which writes first whatever
 // the socket did not take. It does nothing, and reports false, when the
-// connection cannot be written without waiting (no raw socket) or its
-// writer is busy (a control frame in its write).
-//
-// The frames are written as coder/websocket writes a server's message —
-// one unmasked, uncompressed text frame each (compression is never
-// negotiated) — with the connection's writer held, so that they go out
-// whole between control frames.
+// connection cannot be written without waiting (no raw socket), its
+// writer is busy (a control frame in its write) or has bytes left, or the
+// connection is closing.
 func (wc *wsConn) writeNow() bool {
 	w := wc.wire
 	if w.raw == nil || !w.mu.TryLock() {
 		return false
 	}
-	if w.gather || wc.ctx.Err() != nil {
+	if w.closed || len(w.left) > 0 || wc.ctx.Err() != nil {
 		w.mu.Unlock()
 		return false
 	}
 	q := &wc.q
 	q.mu.Lock()
-	batch, ends := q.bytes, q.ends
-	q.bytes, q.ends = q.spare[:0], q.spareE[:0]
-	q.drained.Broadcast()
+	batch, ends := q.take()
 	q.mu.Unlock()
-
-	buf := w.pending[:0]
-	from := 0
-	for _, end := range ends {
-		buf = appendTextFrame(buf, batch[from:end])
-		from = end
-	}
+	b := w.batch(batch, ends)
 	wc.s.metrics.wsWrites.Inc()
 	wc.s.metrics.wsFrames.Add(float64(len(ends)))
-	n, err := writeNoWait(w.raw, buf)
-	left := err == nil && n < len(buf)
-	switch {
-	case left:
-		// The socket is full: the rest goes out first, in the sender's
-		// next release, before any frame written after it.
-		w.pending, w.gather = append(buf[:0], buf[n:]...), true
-	case cap(buf) > keptBufferBytes:
-		w.pending = nil
-	default:
-		w.pending = buf[:0]
+	n, err := writeNoWait(w.raw, b)
+	if err != nil {
+		n = len(b) // nothing more goes: the connection closes
 	}
+	w.keep(b, n)
+	left := len(w.left) > 0
 	w.mu.Unlock()
 
 	q.mu.Lock()
-	q.spare, q.spareE = batch[:0], ends[:0]
+	q.giveBack(batch, ends)
 	if err == nil && (left || len(q.ends) > 0) {
 		q.mu.Unlock()
 		return false
@@ -292,24 +323,22 @@ func (wc *wsConn) writeNow() bool {
 func (wc *wsConn) drain() error {
 	q := &wc.q
 	var err error
-	if wc.wire.held() {
+	if wc.wire.hasLeft() {
 		// What a write that did not wait left behind (writeNow): the rest
 		// of frames begun on the wire goes out whatever the connection's
 		// state, so that a close frame after it is read as one, and
 		// under the stall timer.
 		stop := wc.armStall()
-		err = wc.wire.release()
+		err = wc.wire.frames(nil, nil)
 		stop()
 	}
 	q.mu.Lock()
 	for len(q.ends) > 0 && err == nil {
-		batch, ends := q.bytes, q.ends
-		q.bytes, q.ends = q.spare[:0], q.spareE[:0]
-		q.drained.Broadcast()
+		batch, ends := q.take()
 		q.mu.Unlock()
 		err = wc.write(batch, ends)
 		q.mu.Lock()
-		q.spare, q.spareE = batch[:0], ends[:0]
+		q.giveBack(batch, ends)
 	}
 	wc.stopSending(err)
 	return err
@@ -344,16 +373,7 @@ func (wc *wsConn) write(batch []byte, ends []int) error {
 	defer wc.armStall()()
 	wc.s.metrics.wsWrites.Inc()
 	wc.s.metrics.wsFrames.Add(float64(len(ends)))
-	wc.wire.hold()
-	from := 0
-	for _, end := range ends {
-		if err := wc.conn.Write(context.Background(), websocket.MessageText, batch[from:end]); err != nil {
-			_ = wc.wire.release()
-			return err
-		}
-		from = end
-	}
-	return wc.wire.release()
+	return wc.wire.frames(batch, ends)
 }
 
 // armStall starts the stall timer for a write of the sender's and returns

@@ -212,11 +212,7 @@ func TestWebSocketFramesWrittenAtOnceAreReadAsMessages(t *testing.T) {
 // frames queued after it, once the client reads.
 func TestWebSocketSendNowDoesNotWaitForAFullSocket(t *testing.T) {
 	t.Parallel()
-	dialer := &net.Dialer{Control: smallBuffers(syscall.SO_RCVBUF)}
-	opts := &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}}
-	wc, client := wsPairDialed(t, func(w http.ResponseWriter) http.Hijacker { return w.(http.Hijacker) }, opts)
-	client.SetReadLimit(1 << 20)
-	require.NoError(t, smallBuffers(syscall.SO_SNDBUF)("", "", wc.wire.raw))
+	wc, client := smallBufferPair(t)
 
 	payloads := make([][]byte, 200) // 400 KiB: far more than the two small buffers hold
 	for i := range payloads {
@@ -228,6 +224,18 @@ func TestWebSocketSendNowDoesNotWaitForAFullSocket(t *testing.T) {
 	readEvents(t, client, payloads)
 	wc.wg.Wait()
 	require.Equal(t, float64(len(payloads)), testutil.ToFloat64(wc.s.metrics.wsFrames))
+}
+
+// smallBufferPair is wsPair with 4 KiB socket buffers on both sides (the
+// server's send buffer, the client's receive buffer): a client that does
+// not read fills them with a few frames.
+func smallBufferPair(t *testing.T) (*wsConn, *websocket.Conn) {
+	dialer := &net.Dialer{Control: smallBuffers(syscall.SO_RCVBUF)}
+	opts := &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}}
+	wc, client := wsPairDialed(t, func(w http.ResponseWriter) http.Hijacker { return w.(http.Hijacker) }, opts)
+	client.SetReadLimit(1 << 20)
+	require.NoError(t, smallBuffers(syscall.SO_SNDBUF)("", "", wc.wire.raw))
+	return wc, client
 }
 
 // smallBuffers returns a dialer's Control that sets a socket's buffer
@@ -265,11 +273,7 @@ func sendNowLeavesWrite(t *testing.T, wc *wsConn) {
 // on the wire, whole, and then the close frame.
 func TestWebSocketCloseFollowsTheRestOfAWrite(t *testing.T) {
 	t.Parallel()
-	dialer := &net.Dialer{Control: smallBuffers(syscall.SO_RCVBUF)}
-	opts := &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}}
-	wc, client := wsPairDialed(t, func(w http.ResponseWriter) http.Hijacker { return w.(http.Hijacker) }, opts)
-	client.SetReadLimit(1 << 20)
-	require.NoError(t, smallBuffers(syscall.SO_SNDBUF)("", "", wc.wire.raw))
+	wc, client := smallBufferPair(t)
 	payloads := make([][]byte, 100)
 	for i := range payloads {
 		payloads[i] = fmt.Appendf(nil, `"%d %s"`, i, strings.Repeat("z", 2<<10))
@@ -281,4 +285,16 @@ func TestWebSocketCloseFollowsTheRestOfAWrite(t *testing.T) {
 	_, _, err := client.Read(t.Context())
 	require.Equal(t, websocket.StatusNormalClosure, websocket.CloseStatus(err), "%v", err)
 	wc.wg.Wait()
+}
+
+// No data frame follows a close frame: once coder/websocket has written
+// one (here as its flush would), a send is refused and writes nothing.
+func TestWebSocketNoFrameAfterAClose(t *testing.T) {
+	t.Parallel()
+	wc, client := wsPair(t, func(w http.ResponseWriter) http.Hijacker { return w.(http.Hijacker) })
+	_, err := wc.wire.Write([]byte{0x88, 0x02, 0x03, 0xe8}) // close, 1000
+	require.NoError(t, err)
+	require.ErrorIs(t, wc.send([]byte("after the close")), net.ErrClosed)
+	_, _, err = client.Read(t.Context())
+	require.Equal(t, websocket.StatusNormalClosure, websocket.CloseStatus(err), "the close frame, first: %v", err)
 }
