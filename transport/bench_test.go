@@ -96,7 +96,11 @@ func quantile(xs []float64, q float64) float64 {
 // model sends its first word at once). steal-% is the share of the
 // machine's CPU time its hypervisor took while the clients ran (from
 // /proc/stat, where there is one): a virtual machine's figures are only
-// comparable at similar steal.
+// comparable at similar steal. alloc-B/event is the heap the process
+// (server and in-process clients) allocated per event read, gc-cycles the
+// garbage collections while the clients ran: a collection's marking
+// takes CPU from the committer and the senders, and its assists tax the
+// goroutines that allocate most.
 func BenchmarkEventLatencyWebSocket(b *testing.B) {
 	modes(b, func(b *testing.B, d rt.Durability) { benchEventLatency(b, d, 20, 100, false, false) })
 }
@@ -423,6 +427,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			TokenDelayMs: tokenDelayMs, Spread: spread}
 		var res latencyResult
 		var clientCPU time.Duration
+		alloc0, gcs0 := heapCounters()
 		start, cpu0 := time.Now(), cpuTime()
 		steal0, machine0 := machineTimes()
 		if remote {
@@ -435,6 +440,9 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			res = runLatencyClients(load)
 		}
 		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
+		alloc, gcs := heapCounters()
+		b.ReportMetric(float64(alloc-alloc0)/float64(res.Events), "alloc-B/event")
+		b.ReportMetric(float64(gcs-gcs0), "gc-cycles")
 		if steal, machine := machineTimes(); machine > machine0 {
 			b.ReportMetric(100*float64(steal-steal0)/float64(machine-machine0), "steal-%")
 		}
@@ -698,6 +706,14 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// heapCounters reads the bytes the process has allocated on the heap and
+// the garbage collections it has completed.
+func heapCounters() (allocated, cycles uint64) {
+	m := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(m)
+	return m[0].Value.Uint64(), m[1].Value.Uint64()
 }
 
 // machineTimes reads the machine's CPU time from /proc/stat: what the
