@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/coder/websocket"
 	"github.com/tidwall/gjson"
@@ -261,12 +262,15 @@ func runLatencyClients(load latencyLoad) latencyResult {
 			local := make([]delta, 0, mine*load.Words)
 			firstDelta := make([]float64, 0, mine)
 			var events int64
-			first, last := map[string]time.Time{}, map[string]time.Time{}
+			type span struct{ first, last time.Time } // a run's first and last delta
+			runs := make(map[string]*span, mine)
 			// The clients may share the server's process and its two
 			// cores, so they read lean: frames into one buffer, reads
 			// without a context that can end (coder/websocket would arm a
 			// timer per read; the connection closes at the deadline
-			// instead), and only the four fields they use parsed.
+			// instead), and only the fields they use parsed, in place:
+			// they allocate nothing per frame, so that the server's
+			// garbage collector does not collect theirs.
 			stop := context.AfterFunc(ctx, func() { conn.CloseNow() })
 			defer stop()
 			var frame bytes.Buffer
@@ -281,27 +285,34 @@ func runLatencyClients(load latencyLoad) latencyResult {
 					return
 				}
 				now := time.Now()
-				f := gjson.GetManyBytes(frame.Bytes(), "type", "event.type", "event.runId", "event.time", "event.chatId")
-				if f[0].Str != "event" {
+				// The strings the parse returns lie in frame's buffer:
+				// what outlives the frame is copied.
+				b := frame.Bytes()
+				msg := unsafe.String(unsafe.SliceData(b), len(b))
+				if gjson.Get(msg, "type").Str != "event" {
 					continue
 				}
+				ev := gjson.Get(msg, "event")
 				events++
-				switch f[1].Str {
+				switch ev.Get("type").Str {
 				case "node_delta":
-					at, err := time.Parse(time.RFC3339Nano, f[3].Str)
+					t := ev.Get("time").Str
+					at, err := time.Parse(time.RFC3339Nano, t)
 					if err != nil {
-						fail(fmt.Errorf("event time %q: %w", f[3].Str, err))
+						fail(fmt.Errorf("event time %q: %w", strings.Clone(t), err))
 						return
 					}
-					run := f[2].Str
 					local = append(local, delta{at, float64(now.Sub(at).Microseconds())})
-					if _, ok := first[run]; !ok {
-						first[run] = at
+					run := ev.Get("runId").Str
+					sp := runs[run]
+					if sp == nil {
+						sp = &span{first: at}
+						runs[strings.Clone(run)] = sp
 						sentMu.Lock()
-						firstDelta = append(firstDelta, float64(now.Sub(sent[f[4].Str]).Microseconds()))
+						firstDelta = append(firstDelta, float64(now.Sub(sent[ev.Get("chatId").Str]).Microseconds()))
 						sentMu.Unlock()
 					}
-					last[run] = at
+					sp.last = at
 				case "run_completed", "run_failed", "run_cancelled":
 					done++
 				}
@@ -311,14 +322,12 @@ func runLatencyClients(load latencyLoad) latencyResult {
 			res.Deltas = append(res.Deltas, local...)
 			res.FirstDelta = append(res.FirstDelta, firstDelta...)
 			res.Events += events
-			for _, t := range first {
-				if t.After(res.SteadyFrom) {
-					res.SteadyFrom = t
+			for _, sp := range runs {
+				if sp.first.After(res.SteadyFrom) {
+					res.SteadyFrom = sp.first
 				}
-			}
-			for _, t := range last {
-				if res.SteadyTo.IsZero() || t.Before(res.SteadyTo) {
-					res.SteadyTo = t
+				if res.SteadyTo.IsZero() || sp.last.Before(res.SteadyTo) {
+					res.SteadyTo = sp.last
 				}
 			}
 		}()
