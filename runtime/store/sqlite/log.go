@@ -194,14 +194,34 @@ func (s *Store) insertTail(ctx context.Context, tx *sql.Tx, rows []eventRow) err
 		clear(args) // keep no event alive
 		s.insertArgs = args[:0]
 	}()
+	// A row's run, type, chat and node share their boxes with the row
+	// before when they are the same (the rows of a run are together, and
+	// most are deltas of one node), so that a row costs the boxes of its
+	// numbers and data only.
+	var runID, typ, chat, node any
+	var prev *runtime.Event
 	for len(rows) > 0 {
 		n := insertRows(len(rows))
 		args = args[:0]
 		for _, r := range rows[:n] {
-			args = append(args, r.id)
-			args = append(args, r.args...)
+			e := r.ev
+			if prev == nil || e.RunID != prev.RunID {
+				runID = e.RunID
+			}
+			if prev == nil || e.Type != prev.Type {
+				typ = string(e.Type)
+			}
+			if prev == nil || e.ChatID != prev.ChatID {
+				chat = e.ChatID
+			}
+			if prev == nil || e.NodeID != prev.NodeID {
+				node = e.NodeID
+			}
+			prev = e
+			data, _ := e.Data.(json.RawMessage) // append's copy: nil or its JSON
+			args = append(args, r.id, runID, e.Seq, typ, chat, node, int64(e.Attempt), micros(e.Time), text(data))
 		}
-		if _, err := s.ws.execIn(ctx, tx, insertTailQueries[n], args...); err != nil {
+		if err := s.execHot(ctx, tx, insertTailQueries[n], args); err != nil {
 			return err
 		}
 		rows = rows[n:]
@@ -322,12 +342,22 @@ func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) e
 		return 0, err
 	}
 	defer s.gate.leave()
-	tx, err := s.w.BeginTx(ctx, nil)
+	// The transaction runs on a connection taken from the pool (its only
+	// one), so that execHot can reach the driver's connection under it.
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	if err := fn(tx); err != nil {
+	s.wconn = conn
+	err = fn(tx)
+	s.wconn = nil
+	if err != nil {
 		return 0, err
 	}
 	var n uint64

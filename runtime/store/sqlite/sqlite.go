@@ -80,6 +80,11 @@ type Store struct {
 	tails tails
 	// insertArgs is insertTail's buffer (the writer's).
 	insertArgs []any
+	// wconn is the writer's connection while commitGated's transaction
+	// holds it, and raw the statements prepared on its driver connection
+	// (rawexec.go); both are the writer's, used under the gate.
+	wconn *sql.Conn
+	raw   rawStmts
 	// tailRows is the writer's buffer of a logTx's rows to insert into
 	// the tail (logTx.tail).
 	tailRows []eventRow
@@ -258,7 +263,7 @@ func (s *Store) ObserveSyncs(fn func(d time.Duration, err error)) {
 // and the file walSync keeps open: all Open has made before the read
 // pool (it closes them on a failure after that point).
 func (s *Store) closeWriter() error {
-	err := errors.Join(s.ck.close(), s.ws.close(), s.w.Close())
+	err := errors.Join(s.ck.close(), s.ws.close(), s.closeRaw(), s.w.Close())
 	if s.wal != nil {
 		err = errors.Join(err, s.wal.close())
 	}

@@ -113,48 +113,11 @@ WHERE id IN (SELECT run_id FROM run_tails)`,
 }
 
 // eventRow is one event of a segment: id is its event_tail id (0 until
-// it has one), args the values of its other columns, in the order of the
-// inserts (insertTail), while a write transaction inserts it (a
-// remembered segment's rows have none: segment.args).
+// it has one). The values insertTail binds are made from ev as it
+// inserts, so a remembered segment holds its events and nothing else.
 type eventRow struct {
-	id   int64
-	ev   *runtime.Event
-	args []any
-}
-
-// rowArgs makes the insert values of a run's events into event_tail,
-// boxed once; the run's id, and its events' type, chat and
-// node while they repeat, share one box with the row before (prev, when
-// not nil, is the values of the run's last row: segment.args).
-type rowArgs struct {
-	all                    []any
-	runID, typ, chat, node any
-}
-
-func newRowArgs(runID string, n int, prev []any) rowArgs {
-	a := rowArgs{all: make([]any, 0, 8*n)}
-	if prev != nil {
-		a.runID, a.typ, a.chat, a.node = prev[0], prev[2], prev[3], prev[4]
-	} else {
-		a.runID = runID
-	}
-	return a
-}
-
-// add returns the values of e, whose data column is data.
-func (a *rowArgs) add(e *runtime.Event, data any) []any {
-	if s, ok := a.typ.(string); !ok || s != string(e.Type) {
-		a.typ = string(e.Type)
-	}
-	if s, ok := a.chat.(string); !ok || s != e.ChatID {
-		a.chat = e.ChatID
-	}
-	if s, ok := a.node.(string); !ok || s != e.NodeID {
-		a.node = e.NodeID
-	}
-	from := len(a.all)
-	a.all = append(a.all, a.runID, e.Seq, a.typ, a.chat, a.node, e.Attempt, micros(e.Time), data)
-	return a.all[from:len(a.all):len(a.all)]
+	id int64
+	ev *runtime.Event
 }
 
 // segment is a run's events in event_tail since its log was last
@@ -164,13 +127,8 @@ func (a *rowArgs) add(e *runtime.Event, data any) []any {
 // that happened: the store may grow the segment without a statement while
 // its generation is gen.
 type segment struct {
-	from int64
-	// rows are the segment's events, without their insert values (a
-	// segment is remembered for as long as its run streams, the values
-	// only until the insert); args are its last row's, whose boxes the
-	// next row shares (rowArgs).
+	from     int64
 	rows     []eventRow
-	args     []any
 	fileLast int64
 	token    int64
 	gen      uint64
@@ -393,8 +351,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	}
 	// The caller keeps its events: the store remembers copies, as the file
 	// keeps them (times in UTC microseconds, data as JSON). Only rows that
-	// stay in the tail are numbered and get insert values; a segment's
-	// rows have neither (segment.args: its last row's values).
+	// stay in the tail are numbered.
 	compacting := end || len(seg.rows)+len(evs) >= compactAt
 	segRows := seg.rows
 	if segRows == nil {
@@ -404,7 +361,6 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		segRows = make([]eventRow, 0, max(len(evs), compactAt/4))
 	}
 	own := make([]runtime.Event, len(evs))
-	args := newRowArgs(runID, len(evs), seg.args)
 	tailFrom := len(l.tail)
 	for i := range evs {
 		e := &evs[i]
@@ -421,7 +377,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		if !compacting {
 			row.id = l.next
 			l.next++
-			l.tail = append(l.tail, eventRow{id: row.id, ev: row.ev, args: args.add(&own[i], text(data))})
+			l.tail = append(l.tail, row)
 		}
 		segRows = append(segRows, row)
 	}
@@ -440,7 +396,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	if err != nil {
 		return err
 	}
-	l.segs[runID] = &segment{from: from, rows: segRows, args: l.tail[len(l.tail)-1].args, fileLast: fileLast, token: token, gen: l.gen}
+	l.segs[runID] = &segment{from: from, rows: segRows, fileLast: fileLast, token: token, gen: l.gen}
 	return nil
 }
 
@@ -555,7 +511,7 @@ func (l *logTx) insert() error {
 		return fmt.Errorf("insert events: %w", err)
 	}
 	for _, c := range l.chunks {
-		if _, err := l.s.ws.execIn(l.ctx, l.tx, insertChunkQuery, c.runID, c.first, c.last, c.data); err != nil {
+		if err := l.s.execHot(l.ctx, l.tx, insertChunkQuery, []any{c.runID, c.first, c.last, c.data}); err != nil {
 			return fmt.Errorf("insert events: %w", err)
 		}
 	}

@@ -251,23 +251,6 @@ func TestTailEpochFollowsOwnWrites(t *testing.T) {
 	requireLog(t, s, "r1", int64(compactAt)+15)
 }
 
-// A remembered segment keeps its events, not the values bound to insert
-// their rows: only its last row's, which the next row's boxes share.
-func TestTailSegmentKeepsOnlyItsLastRowsValues(t *testing.T) {
-	t.Parallel()
-	s := oneStore(t)
-	tailRun(t, s, "r1")
-	appendDeltas(t, s, "r1", 1, 12, 3)
-	seg := s.tails.get("r1")
-	require.Len(t, seg.rows, 12)
-	for _, r := range seg.rows {
-		require.Nil(t, r.args, "row of seq %d", r.ev.Seq)
-	}
-	require.Len(t, seg.args, 8, "the last row's values")
-	require.Equal(t, int64(12), seg.args[1], "its seq")
-	requireLog(t, s, "r1", 12)
-}
-
 // A run that stops writing without ending holds back the truncation of
 // the tail until its segment is pinRows behind; then the truncation
 // moves it into events.
