@@ -541,21 +541,24 @@ func (c *committer) waitListed(idle *time.Timer) bool {
 // publishes the events of each run whose writes were committed, and then
 // wakes the runs' waiters.
 func (c *committer) commit() {
+	bufs := commitBufPool.Get().(*commitBufs)
 	c.mu.Lock()
 	runs := c.dirty
-	c.dirty = nil
+	c.dirty = bufs.runs[:0] // the list the next commit takes
 	c.mu.Unlock()
+	bufs.runs = runs
 	c.size.Store(0)
 	select {
 	case <-c.hurry:
 	default:
 	}
 	if len(runs) == 0 {
+		bufs.put()
 		return
 	}
-	gens := make([]uint64, len(runs))
-	batches := make([]WriteBatch, 0, len(runs))
-	owners := make([]*run, 0, len(runs))
+	gens := append(bufs.gens[:0], make([]uint64, len(runs))...)
+	batches := bufs.batches[:0]
+	owners := bufs.owners[:0]
 	for i, r := range runs {
 		r.emu.Lock()
 		r.queued = false
@@ -566,7 +569,8 @@ func (c *committer) commit() {
 		}
 		r.emu.Unlock()
 	}
-	refused := make([]bool, len(batches))
+	refused := append(bufs.refused[:0], make([]bool, len(batches))...)
+	bufs.gens, bufs.batches, bufs.owners, bufs.refused = gens, batches, owners, refused
 	ctx, deferred := withSyncDeferral(context.Background())
 	if err := applyBatches(ctx, c.st, batches); err != nil {
 		if len(batches) == 1 {
@@ -607,7 +611,33 @@ func (c *committer) commit() {
 		for i, r := range runs {
 			r.committed(gens[i])
 		}
+		bufs.put()
 	})
+}
+
+// commitBufs are a commit's lists: the runs it took, their write
+// generations, their batches and owners, and which were refused. A
+// commit's lists go back to commitBufPool once it has been published, and
+// its list of runs becomes the committer's list for a later commit, so
+// that a commit of a thousand streaming runs allocates none of them anew.
+type commitBufs struct {
+	runs    []*run
+	gens    []uint64
+	batches []WriteBatch
+	owners  []*run
+	refused []bool
+}
+
+var commitBufPool = sync.Pool{New: func() any { return new(commitBufs) }}
+
+// put clears b (it keeps no run or event alive) and returns it to the
+// pool.
+func (b *commitBufs) put() {
+	clear(b.runs)
+	clear(b.batches)
+	clear(b.owners)
+	b.runs, b.batches, b.owners = b.runs[:0], b.batches[:0], b.owners[:0]
+	commitBufPool.Put(b)
 }
 
 // after runs finish — a commit's publishing — with the outcome of d's
