@@ -140,6 +140,9 @@ type segment struct {
 type tails struct {
 	mu   sync.Mutex
 	segs map[string]*segment
+	// free are cleared segments for the next write transactions
+	// (logTx.newSegment).
+	free []*segment
 	// appended counts the rows appended since the last truncation (the
 	// writer's, under the writer gate).
 	appended int
@@ -249,6 +252,9 @@ type logTx struct {
 	// truncated is the first row kept by the transaction's truncation
 	// (0: none).
 	truncated int64
+	// done says the transaction committed and the store took its
+	// segments (committed).
+	done bool
 }
 
 // newLogTx starts a logTx in tx, reading the tail's epoch and next row id.
@@ -272,6 +278,11 @@ func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
 // makes the store remember the segments as it left them.
 func (s *Store) inLogTx(ctx context.Context, urgent bool, fn func(*logTx) error) error {
 	var lt *logTx
+	defer func() {
+		if lt != nil && !lt.done {
+			lt.rolledBack()
+		}
+	}()
 	return s.inTxGatedThen(ctx, urgent, func(tx *sql.Tx) error {
 		var err error
 		if lt, err = s.newLogTx(ctx, tx); err != nil {
@@ -396,9 +407,41 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	if err != nil {
 		return err
 	}
-	l.segs[runID] = &segment{from: from, rows: segRows, fileLast: fileLast, token: token, gen: l.gen}
+	*l.newSegment(runID) = segment{from: from, rows: segRows, fileLast: fileLast, token: token, gen: l.gen}
 	return nil
 }
+
+// newSegment returns the segment to hold runID's segment as the
+// transaction leaves it, and lists it in l.segs: the one the transaction
+// already made, else one off the store's free list (see committed).
+func (l *logTx) newSegment(runID string) *segment {
+	if seg := l.segs[runID]; seg != nil {
+		return seg
+	}
+	t := &l.s.tails
+	var seg *segment
+	t.mu.Lock()
+	if n := len(t.free); n > 0 {
+		seg, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		seg = new(segment)
+	}
+	t.mu.Unlock()
+	l.segs[runID] = seg
+	return seg
+}
+
+// freeSegment puts seg on the store's free list, cleared. (under t.mu)
+func (t *tails) freeSegment(seg *segment) {
+	if len(t.free) < maxFreeSegments {
+		*seg = segment{}
+		t.free = append(t.free, seg)
+	}
+}
+
+// maxFreeSegments bounds the free list: a commit of as many streaming
+// runs takes none anew.
+const maxFreeSegments = 4096
 
 // growKnown is append's common case: evs continue the segment the store
 // remembers and stay in the tail; grown says it grew it. A segment
@@ -602,10 +645,22 @@ func (l *logTx) committed() {
 	if t.segs == nil {
 		t.segs = map[string]*segment{}
 	}
+	l.done = true
+	// A segment the store remembers takes the transaction's value in
+	// place (readers copy it under t.mu), and the transaction's goes back
+	// to the free list: a streaming run's commits allocate no segment.
 	for id, seg := range l.segs {
-		if seg == nil {
-			delete(t.segs, id)
-		} else {
+		old := t.segs[id]
+		switch {
+		case seg == nil:
+			if old != nil {
+				delete(t.segs, id)
+				t.freeSegment(old)
+			}
+		case old != nil:
+			*old = *seg
+			t.freeSegment(seg)
+		default:
 			t.segs[id] = seg
 		}
 	}
@@ -616,7 +671,21 @@ func (l *logTx) committed() {
 		for id, seg := range t.segs {
 			if seg.from < l.truncated {
 				delete(t.segs, id) // another writer compacted it
+				t.freeSegment(seg)
 			}
+		}
+	}
+}
+
+// rolledBack returns the segments the transaction made to the free list:
+// the store remembers the segments as they were.
+func (l *logTx) rolledBack() {
+	t := &l.s.tails
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, seg := range l.segs {
+		if seg != nil {
+			t.freeSegment(seg)
 		}
 	}
 }

@@ -356,3 +356,40 @@ func TestTailUpgradeFromV5WithAnOpenSegment(t *testing.T) {
 	require.Equal(t, int64(35), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
 	requireLog(t, s, "r1", 50)
 }
+
+// A streaming run's segment is remembered in one place: each commit's
+// value replaces it there, and the transaction's own goes back to the free
+// list; a refused append leaves it as it was.
+func TestTailSegmentIsUpdatedInPlace(t *testing.T) {
+	t.Parallel()
+	s := oneStore(t)
+	tailRun(t, s, "r1")
+	appendDeltas(t, s, "r1", 1, 3, 3)
+	s.tails.mu.Lock()
+	first := s.tails.segs["r1"]
+	s.tails.mu.Unlock()
+	require.NotNil(t, first)
+	appendDeltas(t, s, "r1", 4, 12, 3)
+	s.tails.mu.Lock()
+	require.Same(t, first, s.tails.segs["r1"])
+	free := len(s.tails.free)
+	s.tails.mu.Unlock()
+	require.Positive(t, free, "the transactions' segments went back to the free list")
+	require.Equal(t, int64(12), s.tails.get("r1").last())
+
+	// One transaction: r1's append is good, r2's is refused, so r1's
+	// does not commit either.
+	tailRun(t, s, "r2")
+	err := s.WriteBatches(t.Context(), []runtime.WriteBatch{
+		{RunID: "r1", Events: deltas("r1", 13, 15)},
+		{RunID: "r2", Events: deltas("r2", 5, 6)},
+	})
+	require.ErrorIs(t, err, runtime.ErrSeqConflict)
+	require.Equal(t, int64(12), s.tails.get("r1").last(), "the refused transaction changed nothing")
+	s.tails.mu.Lock()
+	require.Same(t, first, s.tails.segs["r1"])
+	require.Len(t, s.tails.free, free, "the refused transaction's segment went back to the free list")
+	s.tails.mu.Unlock()
+	appendDeltas(t, s, "r1", 13, 15, 3)
+	requireLog(t, s, "r1", 15)
+}
