@@ -6,18 +6,21 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 )
 
-// The group commit's inserts of events — a statement with eight values a
-// row for every event of the commit's runs — run on the writer's driver
-// connection itself rather than through database/sql. database/sql
-// converts every value of every call into a new slice and binds the
-// prepared statement to the transaction anew each time; at a thousand
-// streaming runs that was a tenth of what the process allocated, all of
-// it on the committer, the one goroutine every delta waits for. The
-// driver's statements are prepared once on the connection and run inside
-// the transaction that holds it (commitGated keeps the transaction's
-// sql.Conn in Store.wconn while fn runs).
+// The group commit's inserts of events — a statement with nine values a
+// row for every event of the commit's runs — and the one-row queries
+// every commit runs run on the writer's driver connection itself rather
+// than through database/sql. database/sql converts every value of every
+// call into a new slice and binds the prepared statement to the
+// transaction anew each time, and each query in a transaction starts a
+// goroutine that waits for the transaction's context; at a thousand
+// streaming runs the inserts alone were a tenth of what the process
+// allocated, all of it on the committer, the one goroutine every delta
+// waits for. The driver's statements are prepared once on the connection
+// and run inside the transaction that holds it (commitGated keeps the
+// transaction's sql.Conn in Store.wconn while fn runs).
 
 // rawStmts are the writer's statements prepared on its driver connection.
 // Only the goroutine holding the writer uses them.
@@ -37,14 +40,70 @@ func (s *Store) execHot(ctx context.Context, tx *sql.Tx, q string, args []any) e
 	return s.wconn.Raw(func(dc any) error { return s.raw.exec(ctx, dc, q, args) })
 }
 
+// queryRowHot runs q, a query of one row, with args in tx, the writer's
+// transaction: on the driver connection when commitGated holds one, else
+// through tx. Its scanner scans integers and text.
+func (s *Store) queryRowHot(ctx context.Context, tx *sql.Tx, q string, args ...any) scanner {
+	if s.wconn == nil {
+		return s.ws.queryRowIn(ctx, tx, q, args...)
+	}
+	var row rawRow
+	row.err = s.wconn.Raw(func(dc any) error {
+		var err error
+		row.vals, err = s.raw.queryRow(ctx, dc, q, args)
+		return err
+	})
+	return row
+}
+
 // exec runs q with args on dc, preparing q there the first time.
 func (r *rawStmts) exec(ctx context.Context, dc any, q string, args []any) error {
+	st, nv, err := r.bind(ctx, dc, q, args)
+	if err != nil {
+		return err
+	}
+	defer r.unbind(nv)
+	ex, ok := st.(driver.StmtExecContext)
+	if !ok {
+		return fmt.Errorf("sqlite store: driver statement %T cannot execute", st)
+	}
+	_, err = ex.ExecContext(ctx, nv)
+	return err
+}
+
+// queryRow runs q with args on dc and returns its first row's values
+// (sql.ErrNoRows when it has none).
+func (r *rawStmts) queryRow(ctx context.Context, dc any, q string, args []any) ([]driver.Value, error) {
+	st, nv, err := r.bind(ctx, dc, q, args)
+	if err != nil {
+		return nil, err
+	}
+	defer r.unbind(nv)
+	qc, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return nil, fmt.Errorf("sqlite store: driver statement %T cannot query", st)
+	}
+	rows, err := qc.QueryContext(ctx, nv)
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]driver.Value, len(rows.Columns()))
+	err = rows.Next(vals)
+	if errors.Is(err, io.EOF) {
+		err = sql.ErrNoRows
+	}
+	return vals, errors.Join(err, rows.Close())
+}
+
+// bind returns q's statement on dc, prepared there the first time, and
+// args as its values (in r.args, until unbind).
+func (r *rawStmts) bind(ctx context.Context, dc any, q string, args []any) (driver.Stmt, []driver.NamedValue, error) {
 	if dc != r.conn {
 		// The pool has replaced the writer's connection (or this is the
 		// first use): statements belong to the connection they were
 		// prepared on.
 		if err := r.close(); err != nil {
-			return err
+			return nil, nil, err
 		}
 		r.conn, r.m = dc, map[string]driver.Stmt{}
 	}
@@ -52,32 +111,66 @@ func (r *rawStmts) exec(ctx context.Context, dc any, q string, args []any) error
 	if !ok {
 		p, ok := dc.(driver.ConnPrepareContext)
 		if !ok {
-			return fmt.Errorf("sqlite store: driver connection %T cannot prepare", dc)
+			return nil, nil, fmt.Errorf("sqlite store: driver connection %T cannot prepare", dc)
 		}
 		var err error
 		if st, err = p.PrepareContext(ctx, q); err != nil {
-			return err
+			return nil, nil, err
 		}
 		r.m[q] = st
 	}
-	ex, ok := st.(driver.StmtExecContext)
-	if !ok {
-		return fmt.Errorf("sqlite store: driver statement %T cannot execute", st)
-	}
 	nv := r.args[:0]
-	defer func() {
-		clear(nv) // keep no event alive
-		r.args = nv[:0]
-	}()
 	for i, a := range args {
 		v, err := driverValue(a)
 		if err != nil {
-			return fmt.Errorf("sqlite store: value %d: %w", i+1, err)
+			r.unbind(nv)
+			return nil, nil, fmt.Errorf("sqlite store: value %d: %w", i+1, err)
 		}
 		nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: v})
 	}
-	_, err := ex.ExecContext(ctx, nv)
-	return err
+	return st, nv, nil
+}
+
+// unbind takes back bind's buffer, holding no value.
+func (r *rawStmts) unbind(nv []driver.NamedValue) {
+	clear(nv) // keep no event alive
+	r.args = nv[:0]
+}
+
+// rawRow is a row queryRowHot read on the driver connection.
+type rawRow struct {
+	vals []driver.Value
+	err  error
+}
+
+// Scan scans the row's values into dest: *int64 (from an integer) and
+// *string (from text); anything else, or a NULL, is an error, as
+// database/sql's Scan into those types would make it.
+func (r rawRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if len(dest) != len(r.vals) {
+		return fmt.Errorf("sqlite store: %d destinations for %d columns", len(dest), len(r.vals))
+	}
+	for i, v := range r.vals {
+		ok := false
+		switch d := dest[i].(type) {
+		case *int64:
+			*d, ok = v.(int64)
+		case *string:
+			switch x := v.(type) {
+			case string:
+				*d, ok = x, true
+			case []byte:
+				*d, ok = string(x), true
+			}
+		}
+		if !ok {
+			return fmt.Errorf("sqlite store: column %d: cannot scan %T into %T", i+1, v, dest[i])
+		}
+	}
+	return nil
 }
 
 // driverValue is v as a driver.Value: the store's own values are those

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/runtime"
 )
 
 // The group commit's inserts run on the writer's driver connection, and
@@ -79,4 +81,33 @@ func TestRawStmtsFollowTheDriverConnection(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(context.Background(), `SELECT count(*), sum(last_seq) FROM run_tails`).Scan(&n, &last))
 	require.Equal(t, int64(2), n)
 	require.Equal(t, int64(4), last)
+}
+
+// A write transaction's one-row queries run on the driver connection and
+// scan as database/sql would: no row is sql.ErrNoRows, a NULL does not
+// scan into an integer, and an append to a run the file does not have is
+// refused as before.
+func TestRawQueryRowScansAsDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	s := oneStore(t)
+	ctx := t.Context()
+	scan := func(q string, dest ...any) error {
+		var err error
+		_, err = s.commitGated(ctx, false, func(tx *sql.Tx) error {
+			require.NotNil(t, s.wconn)
+			return s.queryRowHot(ctx, tx, q).Scan(dest...)
+		}, nil)
+		return err
+	}
+	var n int64
+	var str string
+	require.NoError(t, scan(`SELECT 7, 'seven'`, &n, &str))
+	require.Equal(t, int64(7), n)
+	require.Equal(t, "seven", str)
+	require.ErrorIs(t, scan(`SELECT 1 WHERE 0`, &n), sql.ErrNoRows)
+	require.ErrorContains(t, scan(`SELECT NULL`, &n), "cannot scan <nil> into *int64")
+	require.ErrorContains(t, scan(`SELECT 1, 2`, &n), "2 columns")
+
+	err := s.AppendEvents(ctx, "nobody", 0, deltas("nobody", 1, 2))
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
 }

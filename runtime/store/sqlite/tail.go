@@ -260,7 +260,7 @@ type logTx struct {
 // newLogTx starts a logTx in tx, reading the tail's epoch and next row id.
 func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
 	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}, tail: s.tailRows[:0]}
-	if err := s.ws.queryRowIn(ctx, tx, beginLogQuery).Scan(&l.epoch, &l.next); err != nil {
+	if err := s.queryRowHot(ctx, tx, beginLogQuery).Scan(&l.epoch, &l.next); err != nil {
 		return nil, fmt.Errorf("read the tail's epoch and end: %w", err)
 	}
 	t := &s.tails
@@ -299,7 +299,7 @@ func (s *Store) inLogTx(ctx context.Context, urgent bool, fn func(*logTx) error)
 		}
 		// The store holds the writer: what moved the epoch since the
 		// first read is this transaction's own.
-		return s.ws.queryRowIn(ctx, tx, epochQuery).Scan(&lt.epoch)
+		return s.queryRowHot(ctx, tx, epochQuery).Scan(&lt.epoch)
 	}, func() { lt.committed() })
 }
 
@@ -310,7 +310,7 @@ func (s *Store) logState(ctx context.Context, tx *sql.Tx, runID string, token in
 	if tx == nil {
 		row = s.ws.queryRow(ctx, logStateQuery, runID)
 	} else {
-		row = s.ws.queryRowIn(ctx, tx, logStateQuery, runID)
+		row = s.queryRowHot(ctx, tx, logStateQuery, runID)
 	}
 	var cur int64
 	err = row.Scan(&cur, &last, &from)
