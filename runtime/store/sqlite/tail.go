@@ -141,8 +141,10 @@ type tails struct {
 	mu   sync.Mutex
 	segs map[string]*segment
 	// free are cleared segments for the next write transactions
-	// (logTx.newSegment).
-	free []*segment
+	// (logTx.newSegment), txSegs the map of the writer's transaction
+	// (logTx.segs), reused: both are the writer's, under the writer gate.
+	free   []*segment
+	txSegs map[string]*segment
 	// appended counts the rows appended since the last truncation (the
 	// writer's, under the writer gate).
 	appended int
@@ -252,14 +254,15 @@ type logTx struct {
 	// truncated is the first row kept by the transaction's truncation
 	// (0: none).
 	truncated int64
-	// done says the transaction committed and the store took its
-	// segments (committed).
-	done bool
 }
 
 // newLogTx starts a logTx in tx, reading the tail's epoch and next row id.
 func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
-	l := &logTx{s: s, ctx: ctx, tx: tx, segs: map[string]*segment{}, tail: s.tailRows[:0]}
+	if s.tails.txSegs == nil {
+		s.tails.txSegs = map[string]*segment{}
+	}
+	clear(s.tails.txSegs) // a transaction that failed to commit may have left some
+	l := &logTx{s: s, ctx: ctx, tx: tx, segs: s.tails.txSegs, tail: s.tailRows[:0]}
 	if err := s.queryRowHot(ctx, tx, beginLogQuery).Scan(&l.epoch, &l.next); err != nil {
 		return nil, fmt.Errorf("read the tail's epoch and end: %w", err)
 	}
@@ -278,28 +281,24 @@ func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
 // makes the store remember the segments as it left them.
 func (s *Store) inLogTx(ctx context.Context, urgent bool, fn func(*logTx) error) error {
 	var lt *logTx
-	defer func() {
-		if lt != nil && !lt.done {
-			lt.rolledBack()
-		}
-	}()
 	return s.inTxGatedThen(ctx, urgent, func(tx *sql.Tx) error {
 		var err error
 		if lt, err = s.newLogTx(ctx, tx); err != nil {
 			return err
 		}
-		if err := fn(lt); err != nil {
-			return err
+		err = fn(lt)
+		if err == nil {
+			err = lt.insert()
 		}
-		if err := lt.insert(); err != nil {
-			return err
+		if err == nil && lt.moved {
+			// The store holds the writer: what moved the epoch since the
+			// first read is this transaction's own.
+			err = s.queryRowHot(ctx, tx, epochQuery).Scan(&lt.epoch)
 		}
-		if !lt.moved {
-			return nil // the epoch is where the first read found it
+		if err != nil {
+			lt.rolledBack()
 		}
-		// The store holds the writer: what moved the epoch since the
-		// first read is this transaction's own.
-		return s.queryRowHot(ctx, tx, epochQuery).Scan(&lt.epoch)
+		return err
 	}, func() { lt.committed() })
 }
 
@@ -420,18 +419,16 @@ func (l *logTx) newSegment(runID string) *segment {
 	}
 	t := &l.s.tails
 	var seg *segment
-	t.mu.Lock()
 	if n := len(t.free); n > 0 {
 		seg, t.free = t.free[n-1], t.free[:n-1]
 	} else {
 		seg = new(segment)
 	}
-	t.mu.Unlock()
 	l.segs[runID] = seg
 	return seg
 }
 
-// freeSegment puts seg on the store's free list, cleared. (under t.mu)
+// freeSegment puts seg on the store's free list, cleared. (the writer's)
 func (t *tails) freeSegment(seg *segment) {
 	if len(t.free) < maxFreeSegments {
 		*seg = segment{}
@@ -645,7 +642,6 @@ func (l *logTx) committed() {
 	if t.segs == nil {
 		t.segs = map[string]*segment{}
 	}
-	l.done = true
 	// A segment the store remembers takes the transaction's value in
 	// place (readers copy it under t.mu), and the transaction's goes back
 	// to the free list: a streaming run's commits allocate no segment.
@@ -678,11 +674,9 @@ func (l *logTx) committed() {
 }
 
 // rolledBack returns the segments the transaction made to the free list:
-// the store remembers the segments as they were.
+// the store remembers the segments as they were. (the writer's)
 func (l *logTx) rolledBack() {
 	t := &l.s.tails
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	for _, seg := range l.segs {
 		if seg != nil {
 			t.freeSegment(seg)
