@@ -684,8 +684,7 @@ func (l *logTx) rolledBack() {
 	}
 }
 
-// scanSegment reads segmentQuery's rows of runID (without their insert
-// values: a segment's rows have none).
+// scanSegment reads segmentQuery's rows of runID.
 func scanSegment(rows *sql.Rows, runID string) ([]eventRow, error) {
 	defer rows.Close()
 	var out []eventRow
