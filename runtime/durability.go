@@ -368,11 +368,13 @@ func (r *run) beforeExecute(pn *pnode) {
 // takes every listed run's buffer and applies them all in one
 // WriteBatches call (one transaction, one fsync), so the token deltas of
 // all streaming runs share a commit. A store that syncs after it commits
-// hands back the wait for the sync (DeferSync): the loop then writes the
-// next commit while the disk syncs the last, and the publishing waits
-// (after). The sync committer commits as soon as something is listed (a
-// commit in progress gathers the next group); the batched one waits one
-// interval (or until maxSize writes) first.
+// hands back the wait for the sync (DeferSync): the publishing waits for
+// it on a goroutine of its own (after), and the sync loop gathers the
+// next group while the disk syncs the last and commits it once that sync
+// has returned (gather), as the publisher publishes. The sync committer
+// otherwise commits as soon as something is listed (a commit in progress
+// gathers the next group); the batched one waits one interval (or until
+// maxSize writes) first.
 // Its goroutine runs while runs are listed and waits for the next for
 // up to committerIdle before it exits: a goroutine started afresh for
 // each commit of a lightly loaded server would grow its stack anew in
@@ -395,10 +397,14 @@ type committer struct {
 	unpublished []unpublished
 	publishing  bool
 
-	hurry chan struct{} // maxSize writes are waiting (cap 1)
-	wake  chan struct{} // the list is no longer empty (cap 1)
-	quit  chan struct{} // closed by Engine.Close: stop waiting out intervals
-	wg    sync.WaitGroup
+	hurry  chan struct{} // maxSize (batched) or gatherMax (sync) writes are waiting (cap 1)
+	synced chan struct{} // no commit waits for its sync any more (cap 1)
+	// unsynced counts the commits handed to the publisher whose sync has
+	// not returned (gather).
+	unsynced atomic.Int64
+	wake     chan struct{} // the list is no longer empty (cap 1)
+	quit     chan struct{} // closed by Engine.Close: stop waiting out intervals
+	wg       sync.WaitGroup
 }
 
 // SetPublishGroup makes fn wrap the publishing of every group commit:
@@ -428,7 +434,7 @@ func (e *Engine) committerFor(d Durability) *committer {
 	c := e.commits[d]
 	if c == nil {
 		c = &committer{st: e.store, group: &e.publishGroup, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1),
-			wake: make(chan struct{}, 1), quit: e.quit}
+			wake: make(chan struct{}, 1), quit: e.quit, synced: make(chan struct{}, 1)}
 		if d == DurabilityBatched {
 			c.every = e.batchEvery
 		}
@@ -465,9 +471,10 @@ func (c *committer) add(r *run) {
 const committerIdle = time.Second
 
 // grow counts one buffered write; at maxSize the batched loop commits
-// without waiting out its interval.
+// without waiting out its interval, at gatherMax the sync loop without
+// waiting for the last commit's sync.
 func (c *committer) grow() {
-	if c.size.Add(1) == c.maxSize {
+	if n := c.size.Add(1); n == c.maxSize || (c.every == 0 && n == gatherMax) {
 		c.hurryUp()
 	}
 }
@@ -504,6 +511,37 @@ func (c *committer) loop() {
 		}
 		c.commit()
 		if !c.waitListed(idle) {
+			return
+		}
+		if c.every == 0 {
+			c.gather()
+		}
+	}
+}
+
+// gatherMax bounds the writes a sync commit gathers while the sync of
+// the commits before it is in flight (gather): at 50,000 deltas a second
+// about a millisecond's worth.
+const gatherMax = 64
+
+// gather waits, before a sync commit, while commits before it wait for
+// their sync and fewer than gatherMax writes are buffered. The events of
+// a commit written while a sync is in flight are published only once the
+// next sync, which begins when this one ends, is done: written then, the
+// commit would wait for the sync all the same, and one commit gathers
+// what would have been several (a commit costs tens of microseconds on
+// top of its writes: BEGIN, COMMIT, its first read). The commit is then
+// written while the publisher publishes the synced ones, and the next
+// sync covers it. Measured on SQLite at 1,000 streaming runs: a commit
+// per sync instead of four to five, a third less of the committer's
+// time, and a lower median (docs/benchmarks.md).
+func (c *committer) gather() {
+	for c.size.Load() < gatherMax && c.unsynced.Load() > 0 {
+		select {
+		case <-c.synced:
+		case <-c.hurry:
+			return
+		case <-c.quit:
 			return
 		}
 	}
@@ -645,7 +683,7 @@ func (b *commitBufs) put() {
 // durable), once the finish of every earlier commit has run, so that each
 // run's events reach its sink in order: at once when the commit is
 // durable and no earlier finish is pending, else on the committer's
-// publisher goroutine, so that the loop writes the next commit while the
+// publisher goroutine, so that the loop gathers the next commit while the
 // store syncs this one.
 func (c *committer) after(d *syncDeferral, finish func(error)) {
 	c.pmu.Lock()
@@ -655,6 +693,7 @@ func (c *committer) after(d *syncDeferral, finish func(error)) {
 		return
 	}
 	c.unpublished = append(c.unpublished, unpublished{d, finish})
+	c.unsynced.Add(1)
 	if !c.publishing {
 		c.publishing = true
 		c.wg.Add(1)
@@ -690,7 +729,14 @@ func (c *committer) publish() {
 		batch, c.unpublished = c.unpublished, batch[:0]
 		c.pmu.Unlock()
 		for _, u := range batch {
-			u.finish(u.d.wait())
+			err := u.d.wait()
+			if c.unsynced.Add(-1) == 0 {
+				select {
+				case c.synced <- struct{}{}:
+				default:
+				}
+			}
+			u.finish(err)
 		}
 		clear(batch) // keep no commit alive
 	}
@@ -710,8 +756,8 @@ func closed(ch chan struct{}) bool {
 // afterwards, off the path of its next write (the SQLite store syncs its
 // WAL once the writer is free). The committer asks such a store, through
 // the context of WriteBatches, to return as soon as the commit is written
-// and to hand back the wait for its sync: it then gathers and writes the
-// next commit while the disk syncs the last, and publishes each commit's
+// and to hand back the wait for its sync: it then gathers the next
+// commit while the disk syncs the last, and publishes each commit's
 // events, in order, only once its wait has returned. The request rides in
 // the context so that it passes through stores that wrap another.
 type syncDeferral struct{ waits []func() error }

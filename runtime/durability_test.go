@@ -610,6 +610,7 @@ func (s *deferringStore) releaseAll() {
 
 type deferredCommit struct {
 	last     int64         // the highest seq it wrote
+	runs     []string      // the runs it wrote to, one per batch
 	release  chan struct{} // closed by the test: the sync returns
 	returned chan struct{} // closed when the sync has returned
 	synced   bool          // under the store's mu
@@ -621,6 +622,7 @@ func (s *deferringStore) WriteBatches(ctx context.Context, bs []runtime.WriteBat
 	}
 	c := &deferredCommit{release: make(chan struct{}), returned: make(chan struct{})}
 	for _, b := range bs {
+		c.runs = append(c.runs, b.RunID)
 		for _, ev := range b.Events {
 			c.last = max(c.last, ev.Seq)
 		}
@@ -690,8 +692,9 @@ func (s *durableSink) Emit(ev runtime.Event) {
 }
 
 // With a store that syncs after it commits, the sync committer writes
-// its next commit while the last one syncs, and publishes each commit
-// only once it and every commit before it are synced, in order.
+// its next commit while the last one syncs once 64 writes (gatherMax)
+// wait, and publishes each commit only once it and every commit before
+// it are synced, in order.
 func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 	t.Parallel()
 	k := newKit(t)
@@ -699,7 +702,7 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 	pRelease = once(pRelease)
 	st := &deferringStore{Store: newMem(), t: t, written: make(chan *deferredCommit, 100)}
 	e := k.engine(t, st, func(c *runtime.Config) { c.Durability = runtime.DurabilitySync })
-	g := newGraph("pipe").node("s", "start").node("p", "step").flow("s", "p").build()
+	g := newGraph("pipe").node("s", "start").node("p", "step", `{"deltas":100}`).flow("s", "p").build()
 	sink := &durableSink{st: st}
 	done := make(chan error, 1)
 	go func() {
@@ -713,7 +716,7 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 	pRelease()
 	var second *deferredCommit
 	select {
-	case second = <-st.written: // p's end, written while the first commit syncs
+	case second = <-st.written: // p's deltas, written while the first commit syncs
 	case <-time.After(10 * time.Second):
 		t.Fatal("the committer waited for the first commit's sync before writing the next")
 	}
@@ -741,6 +744,46 @@ func TestCommitterWritesWhileTheLastCommitSyncs(t *testing.T) {
 	for i, ev := range sink.got {
 		require.Equal(t, int64(i+1), ev.Seq, "published in seq order, with no gap")
 		require.Equal(t, stored[i].Type, ev.Type)
+	}
+}
+
+// While a commit's sync is in flight, the sync committer gathers the
+// writes that come meanwhile (fewer than gatherMax, 64) and commits them
+// together once the sync has returned, not one commit each as they come.
+func TestSyncCommitterGathersWhileACommitSyncs(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	st := &deferringStore{Store: newMem(), t: t, written: make(chan *deferredCommit, 100)}
+	e := k.engine(t, st, func(c *runtime.Config) { c.Durability = runtime.DurabilitySync })
+	t.Cleanup(st.releaseAll)
+	g := newGraph("gather").node("s", "start").node("p", "step").flow("s", "p").build()
+	done := make(chan error, 4)
+	run := func(id string) {
+		go func() {
+			_, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: id})
+			done <- err
+		}()
+	}
+	run("r0")
+	first := <-st.written // r0's first writes: their sync waits for the test
+	for i := 1; i <= 3; i++ {
+		run(fmt.Sprintf("r%d", i))
+	}
+	require.Never(t, func() bool { return len(st.written) > 0 }, 300*time.Millisecond, 5*time.Millisecond,
+		"a commit was written while the last one synced, with fewer than 64 writes waiting")
+	close(first.release)
+	var second *deferredCommit
+	select {
+	case second = <-st.written:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no commit once the sync returned")
+	}
+	for i := 1; i <= 3; i++ {
+		require.Contains(t, second.runs, fmt.Sprintf("r%d", i), "the writes gathered during the sync are in one commit")
+	}
+	st.releaseAll()
+	for range 4 {
+		require.NoError(t, <-done)
 	}
 }
 
