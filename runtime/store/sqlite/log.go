@@ -68,7 +68,7 @@ var txQueries = func() []string {
 		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
 		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
 		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
-		truncateQuery, segmentQuery, epochQuery, beginLogQuery, insertChunkQuery}
+		truncateQuery, tailFirstQuery, segmentQuery, epochQuery, beginLogQuery, insertChunkQuery}
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		qs = append(qs, insertTailQueries[n])
 	}

@@ -88,6 +88,7 @@ VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
 	oldestSegmentQuery = `SELECT min(tail_from) FROM run_tails`
 	pinningQuery       = `SELECT run_id, tail_from, last_seq FROM run_tails WHERE tail_from < ?`
 	truncateQuery      = `DELETE FROM event_tail WHERE id < ?`
+	tailFirstQuery     = `SELECT coalesce(min(id), 0) FROM event_tail`
 	segmentQuery       = `SELECT id, seq, type, chat_id, node_id, attempt, at, data FROM event_tail
 WHERE id >= ? AND run_id = ? ORDER BY id`
 	tailStateQuery   = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
@@ -626,6 +627,18 @@ func (l *logTx) truncate() error {
 			return err
 		}
 	}
+	// At most 4 × truncateEvery rows go at once: when the oldest segment has
+	// held back the truncation for long (a thousand runs that started
+	// together compact together), the rows below it are tens of
+	// thousands, and one statement deleting them all held the writer,
+	// and every delta waiting for it, for over 15 ms. Truncating four
+	// times as many rows as were appended since the last time catches up
+	// within a few truncations.
+	var first int64
+	if err := l.s.queryRowHot(l.ctx, l.tx, tailFirstQuery).Scan(&first); err != nil {
+		return err
+	}
+	low = min(low, first+4*int64(truncateEvery))
 	if _, err := l.s.ws.execIn(l.ctx, l.tx, truncateQuery, low); err != nil {
 		return err
 	}

@@ -393,3 +393,39 @@ func TestTailSegmentIsUpdatedInPlace(t *testing.T) {
 	appendDeltas(t, s, "r1", 13, 15, 3)
 	requireLog(t, s, "r1", 15)
 }
+
+// A truncation deletes at most 4 × truncateEvery rows: the rows an old
+// segment held back go a few truncations at a time once it moves, not in
+// one statement that holds the writer.
+func TestTailTruncationIsBounded(t *testing.T) {
+	defer func(every int) { truncateEvery = every }(truncateEvery)
+	truncateEvery = 16
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	require.NoError(t, err)
+	defer s.Close()
+	tailRun(t, s, "slow")
+	tailRun(t, s, "busy")
+	appendDeltas(t, s, "slow", 1, 2, 2)
+	appendDeltas(t, s, "busy", 1, 400, 4)
+	require.Equal(t, int64(1), count(t, s, `SELECT min(id) FROM event_tail`), "slow's segment holds the tail")
+
+	r, err := s.GetRun(t.Context(), "slow")
+	require.NoError(t, err)
+	r.Status = runtime.RunCompleted
+	require.NoError(t, s.WriteBatches(t.Context(), []runtime.WriteBatch{{RunID: "slow", Finish: r}}))
+	low := count(t, s, `SELECT min(tail_from) FROM run_tails`) // busy's segment, now the oldest
+	require.Greater(t, low, int64(1+4*16), "more rows below it than one truncation deletes")
+
+	appendDeltas(t, s, "busy", 401, 416, 4) // 16 rows: one truncation
+	first := count(t, s, `SELECT min(id) FROM event_tail`)
+	require.Greater(t, first, int64(1), "the truncation deleted rows")
+	require.LessOrEqual(t, first, int64(1+4*16), "one truncation deleted at most 4 × truncateEvery rows")
+	last := int64(416)
+	for count(t, s, `SELECT min(id) FROM event_tail`) < low {
+		require.Less(t, last, int64(1000), "the truncations never caught up")
+		appendDeltas(t, s, "busy", last+1, last+16, 4)
+		last += 16
+	}
+	requireLog(t, s, "slow", 2)
+	requireLog(t, s, "busy", last)
+}
