@@ -251,20 +251,30 @@ func TestTailEpochFollowsOwnWrites(t *testing.T) {
 	requireLog(t, s, "r1", int64(compactAt)+15)
 }
 
+// slowAndBusy opens a store that truncates its tail every 16 appended
+// rows and compacts a segment pin rows behind, with two runs: "slow"
+// appends two events and stops, "busy" then appends busy events, four at
+// a time. Both settings are restored when the test ends.
+func slowAndBusy(t *testing.T, pin int64, busy int64) *Store {
+	t.Helper()
+	every, oldPin := truncateEvery, pinRows
+	t.Cleanup(func() { truncateEvery, pinRows = every, oldPin })
+	truncateEvery, pinRows = 16, pin
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	tailRun(t, s, "slow")
+	tailRun(t, s, "busy")
+	appendDeltas(t, s, "slow", 1, 2, 2)
+	appendDeltas(t, s, "busy", 1, busy, 4)
+	return s
+}
+
 // A run that stops writing without ending holds back the truncation of
 // the tail until its segment is pinRows behind; then the truncation
 // moves it into events.
 func TestTailTruncation(t *testing.T) {
-	defer func(every int, pin int64) { truncateEvery, pinRows = every, pin }(truncateEvery, pinRows)
-	truncateEvery, pinRows = 16, 128
-	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	require.NoError(t, err)
-	defer s.Close()
-	tailRun(t, s, "slow")
-	tailRun(t, s, "busy")
-
-	appendDeltas(t, s, "slow", 1, 2, 2)
-	appendDeltas(t, s, "busy", 1, 100, 4)
+	s := slowAndBusy(t, 128, 100)
 	require.Equal(t, int64(1), count(t, s, `SELECT min(id) FROM event_tail`), "slow's segment holds the tail")
 	// slow's 2, busy's first 60 (compacted: the batch that made 64 went
 	// to events directly) and busy's 65..100.
@@ -398,15 +408,7 @@ func TestTailSegmentIsUpdatedInPlace(t *testing.T) {
 // segment held back go a few truncations at a time once it moves, not in
 // one statement that holds the writer.
 func TestTailTruncationIsBounded(t *testing.T) {
-	defer func(every int) { truncateEvery = every }(truncateEvery)
-	truncateEvery = 16
-	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "t.db")})
-	require.NoError(t, err)
-	defer s.Close()
-	tailRun(t, s, "slow")
-	tailRun(t, s, "busy")
-	appendDeltas(t, s, "slow", 1, 2, 2)
-	appendDeltas(t, s, "busy", 1, 400, 4)
+	s := slowAndBusy(t, pinRows, 400)
 	require.Equal(t, int64(1), count(t, s, `SELECT min(id) FROM event_tail`), "slow's segment holds the tail")
 
 	r, err := s.GetRun(t.Context(), "slow")
