@@ -29,8 +29,8 @@ import (
 // go of its lease (the batch has Finish or Release), or when it is so old
 // that it holds back the truncation of the tail — so each run writes its
 // compacted log once per segment, not once per commit. Rows of compacted
-// segments stay in event_tail until a truncation deletes every row below
-// the oldest segment's first.
+// segments stay in event_tail until truncations delete the rows below the
+// oldest segment's first, a bounded number at a time.
 //
 // The store remembers the segments it appended (tails): compacting a
 // segment writes the remembered events, and reading a log takes them from
