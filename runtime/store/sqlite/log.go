@@ -67,7 +67,7 @@ var txQueries = func() []string {
 	qs := []string{logStateQuery, saveCheckpointQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
 		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
 		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
-		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
+		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, restartSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
 		truncateQuery, tailFirstQuery, segmentQuery, epochQuery, beginLogQuery, insertChunkQuery}
 	for n := 1; n <= maxInsertRows; n *= 2 {
 		qs = append(qs, insertTailQueries[n])

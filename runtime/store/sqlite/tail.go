@@ -82,14 +82,17 @@ VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
 	// verified since the epoch moved, checking in the same statement that
 	// the file has it as remembered and the token (run_tails.token is
 	// runs.token: the trigger run_tails_token keeps it so, schema.go).
-	growKnownQuery     = `UPDATE run_tails SET last_seq = ? WHERE run_id = ? AND last_seq = ? AND tail_from = ? AND token <= ?`
-	endSegmentQuery    = `DELETE FROM run_tails WHERE run_id = ?`
-	compactedQuery     = `UPDATE runs SET last_seq = ? WHERE id = ?`
-	oldestSegmentQuery = `SELECT min(tail_from) FROM run_tails`
-	pinningQuery       = `SELECT run_id, tail_from, last_seq FROM run_tails WHERE tail_from < ?`
-	truncateQuery      = `DELETE FROM event_tail WHERE id < ?`
-	tailFirstQuery     = `SELECT coalesce(min(id), 0) FROM event_tail`
-	segmentQuery       = `SELECT id, seq, type, chat_id, node_id, attempt, at, data FROM event_tail
+	growKnownQuery  = `UPDATE run_tails SET last_seq = ? WHERE run_id = ? AND last_seq = ? AND tail_from = ? AND token <= ?`
+	endSegmentQuery = `DELETE FROM run_tails WHERE run_id = ?`
+	// restartSegmentQuery begins a compacted run's segment anew, empty,
+	// at the tail's next row.
+	restartSegmentQuery = `UPDATE run_tails SET tail_from = ?, last_seq = ? WHERE run_id = ?`
+	compactedQuery      = `UPDATE runs SET last_seq = ? WHERE id = ?`
+	oldestSegmentQuery  = `SELECT min(tail_from) FROM run_tails`
+	pinningQuery        = `SELECT run_id, tail_from, last_seq FROM run_tails WHERE tail_from < ?`
+	truncateQuery       = `DELETE FROM event_tail WHERE id < ?`
+	tailFirstQuery      = `SELECT coalesce(min(id), 0) FROM event_tail`
+	segmentQuery        = `SELECT id, seq, type, chat_id, node_id, attempt, at, data FROM event_tail
 WHERE id >= ? AND run_id = ? ORDER BY id`
 	tailStateQuery   = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
 	segmentLastQuery = `SELECT coalesce(max(seq), 0) FROM event_tail WHERE id >= ? AND run_id = ?`
@@ -204,7 +207,7 @@ func (s *Store) completeLastSeq(ctx context.Context, tx *sql.Tx, r *runtime.RunR
 // last is the seq of the segment's last event (0 when empty).
 func (seg segment) last() int64 {
 	if len(seg.rows) == 0 {
-		return 0
+		return seg.fileLast // a segment begun anew by a compaction (0: none)
 	}
 	return seg.rows[len(seg.rows)-1].ev.Seq
 }
@@ -393,7 +396,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 		segRows = append(segRows, row)
 	}
 	if compacting {
-		return l.compact(runID, from, segRows)
+		return l.compact(runID, token, from, segRows, lastSeq, end)
 	}
 	fileLast := seg.fileLast // a grow leaves run_tails as it was
 	switch {
@@ -485,7 +488,7 @@ func (l *logTx) end(runID string, token int64) error {
 	if err != nil {
 		return err
 	}
-	return l.compact(runID, from, seg.rows)
+	return l.compact(runID, token, from, seg.rows, last, true)
 }
 
 // known is runID's segment as this transaction left it or, if the
@@ -522,11 +525,29 @@ func (l *logTx) segment(runID string, from, last int64) (segment, error) {
 }
 
 // compact writes rows, runID's whole segment from row from (0: none) and
-// any events after it, to event_chunks, and ends the segment.
-func (l *logTx) compact(runID string, from int64, rows []eventRow) error {
+// any events after it, to event_chunks; the log ends at seq last (or at
+// its last row). A run that goes on writing (not end) keeps its
+// run_tails row: its segment begins anew, empty, at the tail's next row,
+// and run_tails.last_seq holds the log's last seq — one statement, where
+// ending the segment took three (the run's last_seq, the row's delete,
+// and the next commit's insert of a new one) and the run's next commit a
+// verification. Otherwise the segment ends and runs.last_seq takes the
+// log's last seq.
+func (l *logTx) compact(runID string, token, from int64, rows []eventRow, last int64, end bool) error {
 	l.chunks = append(l.chunks, chunks(runID, rows)...)
 	if len(rows) > 0 {
-		if _, err := l.s.ws.execIn(l.ctx, l.tx, compactedQuery, rows[len(rows)-1].ev.Seq, runID); err != nil {
+		last = max(last, rows[len(rows)-1].ev.Seq)
+	}
+	if from != 0 && !end {
+		l.moved = true
+		if _, err := l.s.ws.execIn(l.ctx, l.tx, restartSegmentQuery, l.next, last, runID); err != nil {
+			return err
+		}
+		*l.newSegment(runID) = segment{from: l.next, fileLast: last, token: token, gen: l.gen}
+		return nil
+	}
+	if last > 0 {
+		if _, err := l.s.ws.execIn(l.ctx, l.tx, compactedQuery, last, runID); err != nil {
 			return err
 		}
 	}
@@ -619,7 +640,7 @@ func (l *logTx) truncate() error {
 			if err != nil {
 				return err
 			}
-			if err := l.compact(id, p.from, seg.rows); err != nil {
+			if err := l.compact(id, 0, p.from, seg.rows, p.last, true); err != nil {
 				return err
 			}
 		}

@@ -134,8 +134,14 @@ func TestTailSegmentsMoveIntoEvents(t *testing.T) {
 
 	appendDeltas(t, s, "r1", 61, 70, 10)
 	require.Equal(t, int64(70), compacted(t, s, "r1"), "a segment of compactAt moves")
-	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
-	require.Equal(t, int64(70), count(t, s, `SELECT last_seq FROM runs WHERE id = 'r1'`))
+	// The run goes on writing: its segment begins anew, empty, and
+	// run_tails holds the log's last seq, which the record reads.
+	require.Equal(t, int64(70), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
+	require.Zero(t, count(t, s, `SELECT count(*) FROM event_tail
+WHERE run_id = 'r1' AND id >= (SELECT tail_from FROM run_tails WHERE run_id = 'r1')`))
+	requireLog(t, s, "r1", 70)
+	s.tails.forget([]string{"r1"}) // the empty segment, read from the file
+	requireLog(t, s, "r1", 70)
 
 	appendDeltas(t, s, "r1", 71, 75, 5)
 	requireLog(t, s, "r1", 75) // reads span both tables
@@ -178,9 +184,10 @@ func TestTailSegmentsOfAnotherStore(t *testing.T) {
 
 	// Opening the file moves every segment into events, under a store
 	// that still remembers its own, and ends each log at its segment's
-	// last row, past the last seq run_tails was written with (85).
+	// last row, past the last seq run_tails was written with (80, by the
+	// compaction that began the segment anew).
 	appendDeltas(t, a, "r1", 81, 90, 5)
-	require.Equal(t, int64(85), count(t, a, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
+	require.Equal(t, int64(80), count(t, a, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
 	c, err := Open(t.Context(), Config{Path: path})
 	require.NoError(t, err)
 	defer c.Close()
@@ -430,4 +437,22 @@ func TestTailTruncationIsBounded(t *testing.T) {
 	}
 	requireLog(t, s, "slow", 2)
 	requireLog(t, s, "busy", last)
+}
+
+// A run whose segment a compaction began anew, and that then ends before
+// appending again, ends its log at the compaction's last seq: the record
+// takes it from run_tails as the row goes.
+func TestTailEmptySegmentEnds(t *testing.T) {
+	t.Parallel()
+	s := oneStore(t)
+	tailRun(t, s, "r1")
+	appendDeltas(t, s, "r1", 1, 70, 10) // compacts at 64: the segment begins anew, empty
+	require.Equal(t, int64(1), count(t, s, `SELECT count(*) FROM run_tails WHERE run_id = 'r1'`))
+	r, err := s.GetRun(t.Context(), "r1")
+	require.NoError(t, err)
+	r.Status = runtime.RunCompleted
+	require.NoError(t, s.WriteBatches(t.Context(), []runtime.WriteBatch{{RunID: "r1", Finish: r}}))
+	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
+	require.Equal(t, int64(70), count(t, s, `SELECT last_seq FROM runs WHERE id = 'r1'`))
+	requireLog(t, s, "r1", 70)
 }
