@@ -28,7 +28,9 @@ import (
 // one write — when it reaches compactAt events, when the run ends or lets
 // go of its lease (the batch has Finish or Release), or when it is so old
 // that it holds back the truncation of the tail — so each run writes its
-// compacted log once per segment, not once per commit. Rows of compacted
+// compacted log once per segment, not once per commit. A run that goes on
+// writing keeps its run_tails row, and its segment begins anew there,
+// empty (compact). Rows of compacted
 // segments stay in event_tail until truncations delete the rows below the
 // oldest segment's first, a bounded number at a time.
 //
