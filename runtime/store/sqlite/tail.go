@@ -30,9 +30,9 @@ import (
 // that it holds back the truncation of the tail — so each run writes its
 // compacted log once per segment, not once per commit. A run that goes on
 // writing keeps its run_tails row, and its segment begins anew there,
-// empty (compact). Rows of compacted
-// segments stay in event_tail until truncations delete the rows below the
-// oldest segment's first, a bounded number at a time.
+// empty (compact). Rows of compacted segments stay in event_tail until
+// truncations delete the rows below the oldest segment's first, a bounded
+// number at a time.
 //
 // The store remembers the segments it appended (tails): compacting a
 // segment writes the remembered events, and reading a log takes them from
@@ -206,10 +206,11 @@ func (s *Store) completeLastSeq(ctx context.Context, tx *sql.Tx, r *runtime.RunR
 	return nil
 }
 
-// last is the seq of the segment's last event (0 when empty).
+// last is the seq of the segment's last event; for an empty segment, the
+// last seq written with it (a segment a compaction began anew; 0: none).
 func (seg segment) last() int64 {
 	if len(seg.rows) == 0 {
-		return seg.fileLast // a segment begun anew by a compaction (0: none)
+		return seg.fileLast
 	}
 	return seg.rows[len(seg.rows)-1].ev.Seq
 }
