@@ -54,7 +54,7 @@ type wireWriter struct {
 	raw  syscall.RawConn // conn's, for writes that must not wait (nil: it has none)
 
 	mu sync.Mutex // held across every write to conn
-	// left is what a write that did not wait (tryFrames) could not
+	// left is what a write that did not wait (wsConn.writeNow) could not
 	// write: it goes first, before any later frame — the sender's next
 	// write (frames), which writes it whatever the connection's state,
 	// and the control frames flushed meanwhile, which join it.
@@ -297,8 +297,7 @@ func (wc *wsConn) writeNow() bool {
 	batch, ends := q.take()
 	q.mu.Unlock()
 	b := w.batch(batch, ends)
-	wc.s.metrics.wsWrites.Inc()
-	wc.s.metrics.wsFrames.Add(float64(len(ends)))
+	wc.countWrite(ends)
 	n, err := writeNoWait(w.raw, b)
 	if err != nil {
 		n = len(b) // nothing more goes: the connection closes
@@ -371,9 +370,15 @@ func (wc *wsConn) write(batch []byte, ends []int) error {
 		return err
 	}
 	defer wc.armStall()()
+	wc.countWrite(ends)
+	return wc.wire.frames(batch, ends)
+}
+
+// countWrite counts a write of a batch of frames (frame i ends at ends[i])
+// in the server's metrics.
+func (wc *wsConn) countWrite(ends []int) {
 	wc.s.metrics.wsWrites.Inc()
 	wc.s.metrics.wsFrames.Add(float64(len(ends)))
-	return wc.wire.frames(batch, ends)
 }
 
 // armStall starts the stall timer for a write of the sender's and returns
