@@ -61,19 +61,15 @@ func insertRows(left int) int {
 	return n
 }
 
-// txQueries are the statements run inside write transactions; Open
-// prepares them (see stmts.in).
-var txQueries = func() []string {
-	qs := []string{logStateQuery, saveCheckpointQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
-		createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
-		leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
-		startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, restartSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
-		truncateQuery, tailFirstQuery, segmentQuery, epochQuery, beginLogQuery, insertChunkQuery}
-	for n := 1; n <= maxInsertRows; n *= 2 {
-		qs = append(qs, insertTailQueries[n])
-	}
-	return qs
-}()
+// txQueries are the statements run inside write transactions through
+// database/sql; Open prepares them (see stmts.in). Those a group commit
+// runs every time (the tail's inserts and one-row reads) run on the
+// writer's driver connection and are prepared there (rawexec.go).
+var txQueries = []string{logStateQuery, saveCheckpointQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
+	createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
+	leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
+	startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, restartSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
+	truncateQuery, segmentQuery}
 
 // wrap prefixes err with the operation unless it is one of the sentinels
 // callers branch on, whose messages already say what happened.
@@ -221,7 +217,7 @@ func (s *Store) insertTail(ctx context.Context, tx *sql.Tx, rows []eventRow) err
 			data, _ := e.Data.(json.RawMessage) // append's copy: nil or its JSON
 			args = append(args, r.id, runID, e.Seq, typ, chat, node, int64(e.Attempt), micros(e.Time), text(data))
 		}
-		if err := s.execHot(ctx, tx, insertTailQueries[n], args); err != nil {
+		if err := s.execHot(ctx, insertTailQueries[n], args); err != nil {
 			return err
 		}
 		rows = rows[n:]

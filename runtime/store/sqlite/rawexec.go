@@ -30,22 +30,24 @@ type rawStmts struct {
 	args []driver.NamedValue    // exec's buffer
 }
 
-// execHot runs q with args in tx, the writer's transaction: on the driver
-// connection when commitGated holds one, else through tx.
-func (s *Store) execHot(ctx context.Context, tx *sql.Tx, q string, args []any) error {
+// errNoWriter: a hot statement outside commitGated's transaction.
+var errNoWriter = errors.New("sqlite store: a write statement outside the writer's transaction")
+
+// execHot runs q with args in the writer's transaction (commitGated's),
+// on its driver connection.
+func (s *Store) execHot(ctx context.Context, q string, args []any) error {
 	if s.wconn == nil {
-		_, err := s.ws.execIn(ctx, tx, q, args...)
-		return err
+		return errNoWriter
 	}
 	return s.wconn.Raw(func(dc any) error { return s.raw.exec(ctx, dc, q, args) })
 }
 
-// queryRowHot runs q, a query of one row, with args in tx, the writer's
-// transaction: on the driver connection when commitGated holds one, else
-// through tx. Its scanner scans integers and text.
-func (s *Store) queryRowHot(ctx context.Context, tx *sql.Tx, q string, args ...any) scanner {
+// queryRowHot runs q, a query of one row, with args in the writer's
+// transaction (commitGated's), on its driver connection. Its scanner
+// scans integers and text.
+func (s *Store) queryRowHot(ctx context.Context, q string, args ...any) scanner {
 	if s.wconn == nil {
-		return s.ws.queryRowIn(ctx, tx, q, args...)
+		return errRow{errNoWriter}
 	}
 	var row rawRow
 	row.err = s.wconn.Raw(func(dc any) error {

@@ -95,7 +95,7 @@ func TestRawQueryRowScansAsDatabaseSQL(t *testing.T) {
 		var err error
 		_, err = s.commitGated(ctx, false, func(tx *sql.Tx) error {
 			require.NotNil(t, s.wconn)
-			return s.queryRowHot(ctx, tx, q).Scan(dest...)
+			return s.queryRowHot(ctx, q).Scan(dest...)
 		}, nil)
 		return err
 	}

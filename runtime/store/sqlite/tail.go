@@ -270,7 +270,7 @@ func (s *Store) newLogTx(ctx context.Context, tx *sql.Tx) (*logTx, error) {
 	}
 	clear(s.tails.txSegs) // a transaction that failed to commit may have left some
 	l := &logTx{s: s, ctx: ctx, tx: tx, segs: s.tails.txSegs, tail: s.tailRows[:0]}
-	if err := s.queryRowHot(ctx, tx, beginLogQuery).Scan(&l.epoch, &l.next); err != nil {
+	if err := s.queryRowHot(ctx, beginLogQuery).Scan(&l.epoch, &l.next); err != nil {
 		return nil, fmt.Errorf("read the tail's epoch and end: %w", err)
 	}
 	t := &s.tails
@@ -300,7 +300,7 @@ func (s *Store) inLogTx(ctx context.Context, urgent bool, fn func(*logTx) error)
 		if err == nil && lt.moved {
 			// The store holds the writer: what moved the epoch since the
 			// first read is this transaction's own.
-			err = s.queryRowHot(ctx, tx, epochQuery).Scan(&lt.epoch)
+			err = s.queryRowHot(ctx, epochQuery).Scan(&lt.epoch)
 		}
 		if err != nil {
 			lt.rolledBack()
@@ -316,7 +316,7 @@ func (s *Store) logState(ctx context.Context, tx *sql.Tx, runID string, token in
 	if tx == nil {
 		row = s.ws.queryRow(ctx, logStateQuery, runID)
 	} else {
-		row = s.queryRowHot(ctx, tx, logStateQuery, runID)
+		row = s.queryRowHot(ctx, logStateQuery, runID)
 	}
 	var cur int64
 	err = row.Scan(&cur, &last, &from)
@@ -576,7 +576,7 @@ func (l *logTx) insert() error {
 		return fmt.Errorf("insert events: %w", err)
 	}
 	for _, c := range l.chunks {
-		if err := l.s.execHot(l.ctx, l.tx, insertChunkQuery, []any{c.runID, c.first, c.last, c.data}); err != nil {
+		if err := l.s.execHot(l.ctx, insertChunkQuery, []any{c.runID, c.first, c.last, c.data}); err != nil {
 			return fmt.Errorf("insert events: %w", err)
 		}
 	}
@@ -659,7 +659,7 @@ func (l *logTx) truncate() error {
 	// times as many rows as were appended since the last time catches up
 	// within a few truncations.
 	var first int64
-	if err := l.s.queryRowHot(l.ctx, l.tx, tailFirstQuery).Scan(&first); err != nil {
+	if err := l.s.queryRowHot(l.ctx, tailFirstQuery).Scan(&first); err != nil {
 		return err
 	}
 	low = min(low, first+4*int64(truncateEvery))
