@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -437,6 +438,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		var res latencyResult
 		var clientCPU time.Duration
 		alloc0, gcs0 := heapCounters()
+		stopProfile := profilePhase(b)
 		start, cpu0 := time.Now(), cpuTime()
 		steal0, machine0 := machineTimes()
 		if remote {
@@ -449,6 +451,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			res = runLatencyClients(load)
 		}
 		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
+		stopProfile()
 		alloc, gcs := heapCounters()
 		b.ReportMetric(float64(alloc-alloc0)/float64(res.Events), "alloc-B/event")
 		b.ReportMetric(float64(gcs-gcs0), "gc-cycles")
@@ -806,5 +809,31 @@ func benchThroughput(b *testing.B, d rt.Durability) {
 		took := time.Since(start)
 		b.ReportMetric(float64(clients*perClient)/took.Seconds(), "requests/s")
 		b.ReportMetric(float64(events.Load())/took.Seconds(), "events/s")
+	}
+}
+
+// profilePhaseEnv names a file for a CPU profile of a latency
+// benchmark's measured phase alone (the clients' run, not the chats'
+// creation before it); unset, nothing is profiled. The returned func
+// ends the profile.
+const profilePhaseEnv = "CHATGRAPH_BENCH_CPUPROFILE"
+
+func profilePhase(b *testing.B) func() {
+	path := os.Getenv(profilePhaseEnv)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
 	}
 }
