@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"chatgraph/runtime"
 )
@@ -25,6 +26,15 @@ const (
 // NodeDeltaData is the payload of node_delta.
 type NodeDeltaData struct {
 	Text string `json:"text"`
+}
+
+// AppendJSON appends the delta's JSON, as json.Marshal encodes it
+// (runtime.DataAppender: the engine encodes every delta a run emits).
+func (d NodeDeltaData) AppendJSON(b []byte) []byte {
+	b = slices.Grow(b, len(`{"text":""}`)+len(d.Text))
+	b = append(b, `{"text":`...)
+	b = runtime.AppendJSONString(b, d.Text)
+	return append(b, '}')
 }
 
 // ToolCallData is the payload of tool_call (and the proposed call in

@@ -40,3 +40,18 @@ func TestEventPayloadWireFormat(t *testing.T) {
 		require.Equal(t, tc.want, string(b))
 	}
 }
+
+// A delta encodes itself (runtime.DataAppender) to the very bytes
+// json.Marshal gives for it, whatever its text: HTML characters, control
+// characters, quotes, U+2028, invalid UTF-8.
+func FuzzNodeDeltaAppendJSON(f *testing.F) {
+	for _, s := range []string{"", "word ", `say "hi"\`, "<b>&amp;</b>", "tab\tnew\nline\x00", "é 漢字 🙂", "\u2028\u2029", "\xff\xfe bad", "\x7f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(nodes.NodeDeltaData{Text: s})
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(nodes.NodeDeltaData{Text: s}.AppendJSON(nil)))
+		require.Equal(t, "x"+string(want), string((&nodes.NodeDeltaData{Text: s}).AppendJSON([]byte("x"))))
+	})
+}

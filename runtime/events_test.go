@@ -94,3 +94,41 @@ func TestEventDataEncodedOnceAtEmit(t *testing.T) {
 		})
 	}
 }
+
+// appending encodes itself as its Bytes, which need not be what
+// json.Marshal would give for it: that tells the two encodings apart.
+type appending struct{ Bytes string }
+
+func (a appending) AppendJSON(b []byte) []byte { return append(b, a.Bytes...) }
+
+// An event's payload that encodes itself (DataAppender) is encoded
+// through AppendJSON, not encoding/json, both at emit for a store that
+// keeps event data as JSON and on demand for one that does not.
+func TestEventDataAppendsItself(t *testing.T) {
+	t.Parallel()
+	for _, store := range []runtime.Store{jsonMemory{memory.New()}, memory.New()} {
+		reg := runtime.NewRegistry()
+		require.NoError(t, reg.Register(runtime.NodeType{Name: "talk", Entry: true,
+			New: func(*runtime.Node) (runtime.Executor, error) {
+				return runtime.ExecutorFunc(func(_ context.Context, _ *runtime.Node, _ runtime.Inputs, fc *runtime.FlowContext) (runtime.Result, error) {
+					return runtime.Result{}, fc.Emit("said", appending{`{"appended":true}`})
+				}), nil
+			}}))
+		e, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: store})
+		require.NoError(t, err)
+		t.Cleanup(e.Close)
+		var got []byte
+		sink := runtime.SinkFunc(func(ev runtime.Event) {
+			if ev.Type == "said" {
+				b, err := ev.DataJSON()
+				require.NoError(t, err)
+				got = b
+			}
+		})
+		g := &runtime.Graph{ID: "g", PlanVersion: 1, Nodes: []runtime.Node{{ID: "a", Type: "talk"}}}
+		res, err := e.Invoke(t.Context(), runtime.RunRequest{Graph: g, Sink: sink})
+		require.NoError(t, err)
+		require.Equal(t, runtime.RunCompleted, res.Status)
+		require.Equal(t, `{"appended":true}`, string(got))
+	}
+}

@@ -43,16 +43,16 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, ev.Seq, 10)
 	b = append(b, `,"runId":`...)
-	b = appendString(b, ev.RunID)
+	b = runtime.AppendJSONString(b, ev.RunID)
 	if ev.ChatID != "" {
 		b = append(b, `,"chatId":`...)
-		b = appendString(b, ev.ChatID)
+		b = runtime.AppendJSONString(b, ev.ChatID)
 	}
 	b = append(b, `,"type":`...)
-	b = appendString(b, string(ev.Type))
+	b = runtime.AppendJSONString(b, string(ev.Type))
 	if ev.NodeID != "" {
 		b = append(b, `,"nodeId":`...)
-		b = appendString(b, ev.NodeID)
+		b = runtime.AppendJSONString(b, ev.NodeID)
 	}
 	if ev.Attempt != 0 {
 		b = append(b, `,"attempt":`...)
@@ -67,20 +67,6 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 	}
 	b = append(b, '}')
 	return frame{Seq: ev.Seq, Type: ev.Type, JSON: b}, nil
-}
-
-// appendString appends s as a JSON string, escaped as encoding/json
-// escapes it (HTML-safe).
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // maxBacklog bounds the frames a live topic keeps: it keeps between half
