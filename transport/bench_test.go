@@ -195,6 +195,19 @@ type latencyResult struct {
 	Errors               []string
 }
 
+// latencies returns the deltas' latencies (µs): all of them, and those
+// of the deltas emitted in the steady window.
+func (res latencyResult) latencies() (all, steady []float64) {
+	all = make([]float64, 0, len(res.Deltas))
+	for _, x := range res.Deltas {
+		all = append(all, x.Latency)
+		if !x.Emitted.Before(res.SteadyFrom) && !x.Emitted.After(res.SteadyTo) {
+			steady = append(steady, x.Latency)
+		}
+	}
+	return all, steady
+}
+
 // runLatencyClients runs load's clients and returns what they read.
 func runLatencyClients(load latencyLoad) latencyResult {
 	var (
@@ -477,14 +490,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			b.ReportMetric(published.interpolated(0.5)*1e6, "publish-p50-µs")
 			b.ReportMetric(published.interpolated(0.99)*1e6, "publish-p99-µs")
 		}
-		lat := make([]float64, 0, len(res.Deltas))
-		var steady []float64
-		for _, x := range res.Deltas {
-			lat = append(lat, x.Latency)
-			if !x.Emitted.Before(res.SteadyFrom) && !x.Emitted.After(res.SteadyTo) {
-				steady = append(steady, x.Latency)
-			}
-		}
+		lat, steady := res.latencies()
 		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
 		b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
 		if remote {

@@ -1,0 +1,330 @@
+package transport_test
+
+import (
+	"bufio"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// BenchmarkEventLatencyFloor measures what the saturated load of
+// BenchmarkEventLatencyWebSocket costs on this machine with no chatgraph
+// in the way: the same in-process clients (runLatencyClients: 1,000
+// turns of 100 words 20 ms apart over 50 WebSocket connections) against
+// a server that does only what commit-then-publish must. Each turn is a
+// goroutine that wakes on a timer for each word and adds its event's
+// frame to a shared buffer; one committer writes what the buffer holds to
+// a file and, with fsync=on, syncs it (fdatasync) while the next frames
+// gather; one publisher then writes each connection's frames of that
+// commit with one system call. No graph, run state, store schema, hub or
+// chat: the rest of BenchmarkEventLatencyWebSocket's latency and CPU is
+// chatgraph's own.
+func BenchmarkEventLatencyFloor(b *testing.B) {
+	for _, fsync := range []bool{true, false} {
+		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
+			benchLatencyFloor(b, fsync, 20, 100)
+		})
+	}
+}
+
+func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int) {
+	const runs, conns = 1000, 50
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(b.TempDir(), "log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond, wake: make(chan struct{}, 1)}
+	go fl.commit()
+	go fl.serve(ln)
+	defer func() {
+		ln.Close()
+		fl.close()
+	}()
+	chats := make([]string, runs)
+	for i := range chats {
+		chats[i] = "chat" + strconv.Itoa(i)
+	}
+	for b.Loop() {
+		commits0 := fl.commitCount()
+		fl.syncTimes()
+		start, cpu0 := time.Now(), cpuTime()
+		res := runLatencyClients(latencyLoad{URL: "http://" + ln.Addr().String(), Chats: chats, Conns: conns,
+			Words: words, TokenDelayMs: tokenDelayMs, Start: start})
+		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
+		for _, msg := range res.Errors {
+			b.Error(msg)
+		}
+		lat, steady := res.latencies()
+		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
+		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
+		b.ReportMetric(quantile(steady, 0.5), "steady-p50-µs")
+		b.ReportMetric(quantile(steady, 0.99), "steady-p99-µs")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
+		b.ReportMetric(float64(res.Events)/took.Seconds(), "events/s")
+		b.ReportMetric(float64(fl.commitCount()-commits0)/took.Seconds(), "commits/s")
+		if syncs := fl.syncTimes(); len(syncs) > 0 {
+			b.ReportMetric(quantile(syncs, 0.5), "sync-p50-µs")
+			b.ReportMetric(quantile(syncs, 0.99), "sync-p99-µs")
+		}
+	}
+}
+
+// floor is BenchmarkEventLatencyFloor's server.
+type floor struct {
+	log   *os.File
+	fsync bool
+	words int
+	delay time.Duration
+
+	mu      sync.Mutex
+	pending []floorFrame // emitted, not yet written to the log
+	done    bool
+	wake    chan struct{} // the committer's: pending has frames
+	commits int
+	syncs   []float64 // each fdatasync's time (µs)
+	conns   []*floorConn
+}
+
+// floorFrame is one event's WebSocket frame and the connection it goes
+// to.
+type floorFrame struct {
+	conn  *floorConn
+	bytes []byte
+}
+
+type floorConn struct {
+	c   net.Conn
+	buf []byte // the frames of the commit being published
+}
+
+func (fl *floor) commitCount() int {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.commits
+}
+
+// syncTimes returns the fdatasyncs' times (µs) and forgets them.
+func (fl *floor) syncTimes() []float64 {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	s := fl.syncs
+	fl.syncs = nil
+	return s
+}
+
+func (fl *floor) close() {
+	fl.mu.Lock()
+	fl.done = true
+	for _, c := range fl.conns {
+		c.c.Close()
+	}
+	fl.mu.Unlock()
+	fl.signal()
+}
+
+func (fl *floor) signal() {
+	select {
+	case fl.wake <- struct{}{}:
+	default:
+	}
+}
+
+// emit adds a frame for conn.
+func (fl *floor) emit(c *floorConn, frame []byte) {
+	fl.mu.Lock()
+	fl.pending = append(fl.pending, floorFrame{c, frame})
+	fl.mu.Unlock()
+	fl.signal()
+}
+
+// commit writes the pending frames to the log, syncs it, and hands them
+// to the publisher, which writes them while the next commit gathers and
+// syncs.
+func (fl *floor) commit() {
+	batches := make(chan []floorFrame, 1)
+	go func() {
+		for batch := range batches {
+			fl.publish(batch)
+		}
+	}()
+	defer close(batches)
+	var buf []byte
+	for range fl.wake {
+		fl.mu.Lock()
+		if fl.done {
+			fl.mu.Unlock()
+			return
+		}
+		batch := fl.pending
+		fl.pending = nil
+		fl.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		buf = buf[:0]
+		for _, fr := range batch {
+			buf = append(buf, fr.bytes...)
+		}
+		if _, err := fl.log.Write(buf); err != nil {
+			panic(err)
+		}
+		var took time.Duration
+		if fl.fsync {
+			at := time.Now()
+			if err := syscall.Fdatasync(int(fl.log.Fd())); err != nil {
+				panic(err)
+			}
+			took = time.Since(at)
+		}
+		fl.mu.Lock()
+		fl.commits++
+		if fl.fsync {
+			fl.syncs = append(fl.syncs, float64(took.Microseconds()))
+		}
+		fl.mu.Unlock()
+		batches <- batch
+	}
+}
+
+// publish writes each connection's frames of a commit with one write.
+func (fl *floor) publish(batch []floorFrame) {
+	var touched []*floorConn
+	for _, fr := range batch {
+		if len(fr.conn.buf) == 0 {
+			touched = append(touched, fr.conn)
+		}
+		fr.conn.buf = append(fr.conn.buf, fr.bytes...)
+	}
+	for _, c := range touched {
+		_, _ = c.c.Write(c.buf)
+		c.buf = c.buf[:0]
+	}
+}
+
+func (fl *floor) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go fl.conn(c)
+	}
+}
+
+// conn takes a WebSocket connection: the handshake, then the turns the
+// client sends, each a goroutine that streams its words.
+func (fl *floor) conn(c net.Conn) {
+	r := bufio.NewReader(c)
+	req, err := http.ReadRequest(r)
+	if err != nil {
+		c.Close()
+		return
+	}
+	h := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	if _, err := io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Protocol: chatgraph.v1\r\nSec-WebSocket-Accept: "+base64.StdEncoding.EncodeToString(h[:])+"\r\n\r\n"); err != nil {
+		c.Close()
+		return
+	}
+	fc := &floorConn{c: c}
+	fl.mu.Lock()
+	fl.conns = append(fl.conns, fc)
+	fl.mu.Unlock()
+	run := 0
+	for {
+		msg, err := readClientFrame(r)
+		if err != nil {
+			return
+		}
+		chat := gjson.GetBytes(msg, "chatId").Str
+		run++
+		go fl.turn(fc, c.RemoteAddr().String()+"-"+strconv.Itoa(run), chat)
+	}
+}
+
+// turn streams one turn's words, one frame each, then its end.
+func (fl *floor) turn(c *floorConn, runID, chatID string) {
+	t := time.NewTimer(0)
+	<-t.C
+	for seq := 1; seq <= fl.words+1; seq++ {
+		typ, data := "node_delta", `{"text":"word "}`
+		if seq > fl.words {
+			typ, data = "run_completed", `{}`
+		}
+		ev := `{"type":"event","event":{"seq":` + strconv.Itoa(seq) + `,"runId":"` + runID + `","chatId":"` + chatID +
+			`","type":"` + typ + `","nodeId":"agent","attempt":1,"time":"` + time.Now().UTC().Format(time.RFC3339Nano) +
+			`","data":` + data + `}}`
+		fl.emit(c, serverFrame([]byte(ev)))
+		if seq < fl.words {
+			t.Reset(fl.delay)
+			<-t.C
+		}
+	}
+}
+
+// serverFrame is p as one unmasked, final text frame.
+func serverFrame(p []byte) []byte {
+	b := make([]byte, 0, len(p)+4)
+	if n := len(p); n <= 125 {
+		b = append(b, 0x81, byte(n))
+	} else {
+		b = append(b, 0x81, 126, byte(n>>8), byte(n))
+	}
+	return append(b, p...)
+}
+
+// readClientFrame reads one masked, final frame from a client.
+func readClientFrame(r *bufio.Reader) ([]byte, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, err
+	}
+	if h[0]&0x0f == 0x8 {
+		return nil, errors.New("closed")
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var x [2]byte
+		if _, err := io.ReadFull(r, x[:]); err != nil {
+			return nil, err
+		}
+		n = uint64(binary.BigEndian.Uint16(x[:]))
+	case 127:
+		var x [8]byte
+		if _, err := io.ReadFull(r, x[:]); err != nil {
+			return nil, err
+		}
+		n = binary.BigEndian.Uint64(x[:])
+	}
+	var mask [4]byte
+	if _, err := io.ReadFull(r, mask[:]); err != nil {
+		return nil, err
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return nil, err
+	}
+	for i := range p {
+		p[i] ^= mask[i%4]
+	}
+	return p, nil
+}
