@@ -40,6 +40,17 @@ func BenchmarkEventLatencyFloor(b *testing.B) {
 	}
 }
 
+// BenchmarkEventLatencyFloorPaced: the floor of
+// BenchmarkEventLatencyWebSocketPaced's load (1,000 runs of 20 words 100
+// ms apart, 10,000 deltas/s offered).
+func BenchmarkEventLatencyFloorPaced(b *testing.B) {
+	for _, fsync := range []bool{true, false} {
+		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
+			benchLatencyFloor(b, fsync, 100, 20)
+		})
+	}
+}
+
 func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int) {
 	const runs, conns = 1000, 50
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
