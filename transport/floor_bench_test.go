@@ -27,15 +27,15 @@ import (
 // a server that does only what commit-then-publish must. Each turn is a
 // goroutine that wakes on a timer for each word and adds its event's
 // frame to a shared buffer; one committer writes what the buffer holds to
-// a file and, with fsync=on, syncs it (fdatasync) while the next frames
-// gather; one publisher then writes each connection's frames of that
-// commit with one system call. No graph, run state, store schema, hub or
+// a file; one publisher syncs it (fdatasync, with fsync=on) and then
+// writes each connection's frames of what the sync made durable with one
+// system call, while the committer writes the next frames. No graph, run state, store schema, hub or
 // chat: the rest of BenchmarkEventLatencyWebSocket's latency and CPU is
 // chatgraph's own.
 func BenchmarkEventLatencyFloor(b *testing.B) {
 	for _, fsync := range []bool{true, false} {
 		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 20, 100)
+			benchLatencyFloor(b, fsync, 20, 100, false)
 		})
 	}
 }
@@ -46,12 +46,25 @@ func BenchmarkEventLatencyFloor(b *testing.B) {
 func BenchmarkEventLatencyFloorPaced(b *testing.B) {
 	for _, fsync := range []bool{true, false} {
 		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 100, 20)
+			benchLatencyFloor(b, fsync, 100, 20, false)
 		})
 	}
 }
 
-func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int) {
+// BenchmarkEventLatencyFloorRates: the floor of
+// BenchmarkEventLatencyWebSocketRates/…/clients=goroutines (the runs'
+// starts spread over a word interval, their words paced to offer
+// `deltas` deltas a second), with fsync.
+func BenchmarkEventLatencyFloorRates(b *testing.B) {
+	for _, rate := range []int{2500, 5000, 10000, 20000} {
+		b.Run("deltas="+strconv.Itoa(rate), func(b *testing.B) {
+			delayMs := 1000 * 1000 / rate
+			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true)
+		})
+	}
+}
+
+func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread bool) {
 	const runs, conns = 1000, 50
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +91,7 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int) {
 		fl.syncTimes()
 		start, cpu0 := time.Now(), cpuTime()
 		res := runLatencyClients(latencyLoad{URL: "http://" + ln.Addr().String(), Chats: chats, Conns: conns,
-			Words: words, TokenDelayMs: tokenDelayMs, Start: start})
+			Words: words, TokenDelayMs: tokenDelayMs, Spread: spread, Start: start})
 		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
 		for _, msg := range res.Errors {
 			b.Error(msg)
@@ -166,17 +179,17 @@ func (fl *floor) emit(c *floorConn, frame []byte) {
 	fl.signal()
 }
 
-// commit writes the pending frames to the log, syncs it, and hands them
-// to the publisher, which writes them while the next commit gathers and
-// syncs.
+// commit writes the pending frames to the log as they come and hands
+// each write to the publisher. The publisher syncs the log (with fsync)
+// once for every write made before the sync began, then writes those
+// writes' frames at once, with no other goroutine in between; the writes
+// made meanwhile wait for its next sync. This is the pipeline of the
+// engine's committer with a store that defers its sync (runtime.md,
+// "Durability").
 func (fl *floor) commit() {
-	batches := make(chan []floorFrame, 1)
-	go func() {
-		for batch := range batches {
-			fl.publish(batch)
-		}
-	}()
-	defer close(batches)
+	written := make(chan []floorFrame, 1024)
+	go fl.publisher(written)
+	defer close(written)
 	var buf []byte
 	for range fl.wake {
 		fl.mu.Lock()
@@ -197,6 +210,25 @@ func (fl *floor) commit() {
 		if _, err := fl.log.Write(buf); err != nil {
 			panic(err)
 		}
+		written <- batch
+	}
+}
+
+// publisher syncs and publishes what commit wrote.
+func (fl *floor) publisher(written chan []floorFrame) {
+	for batch := range written {
+	more:
+		for {
+			select {
+			case next, ok := <-written:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next...)
+			default:
+				break more
+			}
+		}
 		var took time.Duration
 		if fl.fsync {
 			at := time.Now()
@@ -211,7 +243,7 @@ func (fl *floor) commit() {
 			fl.syncs = append(fl.syncs, float64(took.Microseconds()))
 		}
 		fl.mu.Unlock()
-		batches <- batch
+		fl.publish(batch)
 	}
 }
 
