@@ -117,18 +117,27 @@ func TestEventDataAppendsItself(t *testing.T) {
 		e, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: store})
 		require.NoError(t, err)
 		t.Cleanup(e.Close)
-		var got []byte
+		var (
+			mu     sync.Mutex
+			got    []byte
+			encErr error
+		)
 		sink := runtime.SinkFunc(func(ev runtime.Event) {
 			if ev.Type == "said" {
 				b, err := ev.DataJSON()
-				require.NoError(t, err)
-				got = b
+				mu.Lock()
+				got, encErr = b, err
+				mu.Unlock()
 			}
 		})
 		g := &runtime.Graph{ID: "g", PlanVersion: 1, Nodes: []runtime.Node{{ID: "a", Type: "talk"}}}
 		res, err := e.Invoke(t.Context(), runtime.RunRequest{Graph: g, Sink: sink})
 		require.NoError(t, err)
 		require.Equal(t, runtime.RunCompleted, res.Status)
-		require.Equal(t, `{"appended":true}`, string(got))
+		mu.Lock()
+		b, err := got, encErr
+		mu.Unlock()
+		require.NoError(t, err)
+		require.Equal(t, `{"appended":true}`, string(b))
 	}
 }
