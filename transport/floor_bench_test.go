@@ -75,7 +75,7 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 		b.Fatal(err)
 	}
 	defer f.Close()
-	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond, wake: make(chan struct{}, 1)}
+	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	go fl.commit()
 	go fl.serve(ln)
 	defer func() {
@@ -122,6 +122,7 @@ type floor struct {
 	pending []floorFrame // emitted, not yet written to the log
 	done    bool
 	wake    chan struct{} // the committer's: pending has frames
+	stopped chan struct{} // closed once the publisher has returned
 	commits int
 	syncs   []float64 // each fdatasync's time (µs)
 	conns   []*floorConn
@@ -162,6 +163,7 @@ func (fl *floor) close() {
 	}
 	fl.mu.Unlock()
 	fl.signal()
+	<-fl.stopped // the log closes after its last write
 }
 
 func (fl *floor) signal() {
@@ -216,6 +218,7 @@ func (fl *floor) commit() {
 
 // publisher syncs and publishes what commit wrote.
 func (fl *floor) publisher(written chan []floorFrame) {
+	defer close(fl.stopped)
 	for batch := range written {
 	more:
 		for {
