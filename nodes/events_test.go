@@ -55,3 +55,68 @@ func FuzzNodeDeltaAppendJSON(f *testing.F) {
 		require.Equal(t, "x"+string(want), string((&nodes.NodeDeltaData{Text: s}).AppendJSON([]byte("x"))))
 	})
 }
+
+// A message's Value is what a JSON round trip of it gives, whether it is
+// built directly (valid UTF-8, plain metadata) or through the round trip
+// (anything else): the same output, checkpoint and inputs hash either
+// way.
+func FuzzMessageValue(f *testing.F) {
+	f.Add("assistant", "hello <world> & \"you\"", "A", "n1", 1.5, int64(42), 0)
+	f.Add("user", "bad \xff utf-8", "", "", 0.0, int64(0), 1)
+	f.Add("assistant", "text", "B", "m\xfe", -0.0, int64(1)<<60, 2)
+	f.Add("system", "", "", "model", 1e300, int64(-7), 3)
+	f.Add("assistant", "é 🙂", "C", "tag", 2.25, int64(12345), 2)
+	f.Add("assistant", "x", "", "s", 0.5, int64(1), 4)
+	f.Fuzz(func(t *testing.T, role, content, name, str string, num float64, n int64, shape int) {
+		m := nodes.Message{Role: role, Content: content, Name: name}
+		switch shape % 5 {
+		case 1:
+			m.Metadata = map[string]any{"nodeId": str, "model": "echo", "score": num}
+		case 2:
+			m.Metadata = map[string]any{"usage": map[string]any{"totalTokens": int(n), "modelCalls": n}, "tags": []any{str, num, nil, true}}
+		case 3:
+			m.Metadata = map[string]any{"empty": map[string]any(nil), "none": []any(nil), str: false}
+		case 4:
+			m.Metadata = map[string]any{"other": struct{ X string }{str}}
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Skip("a message that does not encode (a NaN or infinite number)")
+		}
+		var want any
+		require.NoError(t, json.Unmarshal(b, &want))
+		require.Equal(t, want, m.Value())
+	})
+}
+
+// A chat input's Value is what a JSON round trip of it gives, built
+// directly or not.
+func FuzzChatInputValue(f *testing.F) {
+	f.Add("hello <you>", "u1", "c_1", "m_1", "m_0", "pinned", "calculator", 0)
+	f.Add("bad \xff", "", "", "", "", "", "", 1)
+	f.Add("hi", "a\xfe", "c", "m", "p\xff", "x", "t", 2)
+	f.Add("é 🙂", "earlier", "c_2", "m_9", "m_8", "", "", 3)
+	f.Add("q", "h", "c", "m", "m", "p", "tool", 4)
+	f.Add("go on", "h", "c_3", "m_3", "m_2", "kept", "search", 2)
+	f.Fuzz(func(t *testing.T, content, hist, chatID, msgID, pinID, pinned, tool string, shape int) {
+		c := nodes.ChatInput{Content: content}
+		switch shape % 5 {
+		case 1:
+			c.History = []nodes.Message{{Role: "user", Content: hist}, {Role: "assistant", Content: pinned, Name: "A",
+				Metadata: map[string]any{"nodeId": "a", "score": 1}}}
+		case 2:
+			c.HistoryFrom = &nodes.HistoryRef{ChatID: chatID, MessageID: msgID, Pinned: map[string]string{pinID: pinned}}
+			c.UserTools = []string{tool}
+		case 3:
+			c.HistoryFrom = &nodes.HistoryRef{ChatID: chatID, MessageID: msgID}
+			c.History = []nodes.Message{{Role: "user", Content: hist}}
+		case 4:
+			c.ClientTools = []nodes.ClientTool{{Name: tool, Parameters: json.RawMessage(`{"type":"object"}`)}}
+		}
+		b, err := json.Marshal(c)
+		require.NoError(t, err)
+		var want any
+		require.NoError(t, json.Unmarshal(b, &want))
+		require.Equal(t, want, c.Value())
+	})
+}

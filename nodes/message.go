@@ -3,7 +3,9 @@ package nodes
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // Message roles.
@@ -31,8 +33,73 @@ type Message struct {
 }
 
 // Value returns m as canonical JSON values (map[string]any), the form
-// nodes use as output.
-func (m Message) Value() any { return jsonValue(m) }
+// nodes use as output: what a JSON round trip of m gives, built directly
+// when its strings are valid UTF-8 and its metadata plain values (every
+// agent and output node of a turn makes one, and the round trip was a
+// visible share of a turn's CPU).
+func (m Message) Value() any {
+	if !utf8.ValidString(m.Role) || !utf8.ValidString(m.Content) || !utf8.ValidString(m.Name) {
+		return jsonValue(m)
+	}
+	v := make(map[string]any, 4)
+	v["role"], v["content"] = m.Role, m.Content
+	if m.Name != "" {
+		v["name"] = m.Name
+	}
+	if len(m.Metadata) > 0 {
+		md, ok := plainCopy(m.Metadata)
+		if !ok {
+			return jsonValue(m)
+		}
+		v["metadata"] = md
+	}
+	return v
+}
+
+// plainCopy returns what a JSON round trip of v gives, when v is made of
+// values whose round trip is known: nil, bools, valid UTF-8 strings,
+// finite float64s, ints (as float64s), and maps with valid UTF-8 keys and
+// slices of them. ok is false for anything else.
+func plainCopy(v any) (out any, ok bool) {
+	switch x := v.(type) {
+	case nil, bool:
+		return x, true
+	case string:
+		return x, utf8.ValidString(x)
+	case float64:
+		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case map[string]any:
+		if x == nil {
+			return nil, true // null
+		}
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return nil, false
+			}
+			if m[k], ok = plainCopy(e); !ok {
+				return nil, false
+			}
+		}
+		return m, true
+	case []any:
+		if x == nil {
+			return nil, true // null
+		}
+		s := make([]any, len(x))
+		for i, e := range x {
+			if s[i], ok = plainCopy(e); !ok {
+				return nil, false
+			}
+		}
+		return s, true
+	}
+	return nil, false
+}
 
 // ChatInput is the run input of a chat run (what the server passes as
 // RunRequest.Input): the message branch before this turn (inline, or a
@@ -84,8 +151,60 @@ type ClientTool struct {
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
-// Value returns c as canonical JSON values.
-func (c ChatInput) Value() any { return jsonValue(c) }
+// Value returns c as canonical JSON values: what a JSON round trip of c
+// gives, built directly when it holds no client tools (their parameters
+// are JSON text to decode) and only valid UTF-8 strings (a chat turn makes
+// one).
+func (c ChatInput) Value() any {
+	if len(c.ClientTools) > 0 || !utf8.ValidString(c.Content) {
+		return jsonValue(c)
+	}
+	v := make(map[string]any, 4)
+	if len(c.History) > 0 {
+		h := make([]any, len(c.History))
+		for i, m := range c.History {
+			if h[i] = m.Value(); !isObject(h[i]) {
+				return jsonValue(c) // a message that does not encode
+			}
+		}
+		v["history"] = h
+	}
+	if r := c.HistoryFrom; r != nil {
+		if !utf8.ValidString(r.ChatID) || !utf8.ValidString(r.MessageID) {
+			return jsonValue(c)
+		}
+		ref := map[string]any{"chatId": r.ChatID, "messageId": r.MessageID}
+		if len(r.Pinned) > 0 {
+			pinned := make(map[string]any, len(r.Pinned))
+			for id, content := range r.Pinned {
+				if !utf8.ValidString(id) || !utf8.ValidString(content) {
+					return jsonValue(c)
+				}
+				pinned[id] = content
+			}
+			ref["pinned"] = pinned
+		}
+		v["historyFrom"] = ref
+	}
+	v["content"] = c.Content
+	if len(c.UserTools) > 0 {
+		tools := make([]any, len(c.UserTools))
+		for i, name := range c.UserTools {
+			if !utf8.ValidString(name) {
+				return jsonValue(c)
+			}
+			tools[i] = name
+		}
+		v["userTools"] = tools
+	}
+	return v
+}
+
+// isObject reports whether v is a JSON object's canonical value.
+func isObject(v any) bool {
+	_, ok := v.(map[string]any)
+	return ok
+}
 
 // AsChatInput reads a run input: a ChatInput (value or pointer), its JSON
 // object form, or a plain string (the content, no history).
