@@ -36,6 +36,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeValidate -fuzztime 60s ./runtime
 	$(GO) test -run '^$$' -fuzz FuzzStreamDecoder -fuzztime 60s ./nodes/llm
 	$(GO) test -run '^$$' -fuzz FuzzDecodeChunk -fuzztime 60s ./runtime/store/sqlite
+	$(GO) test -run '^$$' -fuzz FuzzNodeDeltaAppendJSON -fuzztime 30s ./nodes
+	$(GO) test -run '^$$' -fuzz FuzzMessageValue -fuzztime 30s ./nodes
+	$(GO) test -run '^$$' -fuzz FuzzChatInputValue -fuzztime 30s ./nodes
 
 # The MCP servers the Go tests run for real (pinned in
 # internal/mcptest/package-lock.json; see internal/mcptest).
