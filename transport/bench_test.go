@@ -41,11 +41,25 @@ import (
 // benchEnv is a server for benchmarks in durability mode d: no run or
 // connection limits, no pings; opts change the rest.
 func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
+	maxStarting := 0
+	if v := os.Getenv(maxStartingEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			b.Fatalf("%s=%q: want a count of turns", maxStartingEnv, v)
+		}
+		maxStarting = n
+	}
 	return newEnvTB(b, append([]option{func(c *transportConfig) {
 		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
 		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
+		c.MaxStartingTurns = maxStarting
 	}}, opts...)...)
 }
+
+// maxStartingEnv, when set, bounds the chat calls the benchmarks' server
+// starts at once (chat.Config.MaxStartingTurns, the server's
+// --max-starting-turns); unset, as by default, nothing bounds them.
+const maxStartingEnv = "CHATGRAPH_BENCH_MAX_STARTING_TURNS"
 
 // writeCounter counts the run store's write transactions and sums the
 // time group commits (write_batches) take, waiting for the writer
