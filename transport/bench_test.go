@@ -39,7 +39,8 @@ import (
 // and see docs/api.md for results.
 
 // benchEnv is a server for benchmarks in durability mode d: no run or
-// connection limits, no pings; opts change the rest.
+// connection limits, no pings, no bound on the turns starting at once
+// unless maxStartingEnv sets one; opts change the rest.
 func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
 	maxStarting := 0
 	if v := os.Getenv(maxStartingEnv); v != "" {
