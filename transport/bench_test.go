@@ -211,16 +211,33 @@ type latencyResult struct {
 }
 
 // latencies returns the deltas' latencies (µs): all of them, and those
-// of the deltas emitted in the steady window.
-func (res latencyResult) latencies() (all, steady []float64) {
+// of the deltas emitted before, in and after the steady window (while
+// turns still start, while all stream, while turns end).
+func (res latencyResult) latencies() (all, start, steady, end []float64) {
 	all = make([]float64, 0, len(res.Deltas))
 	for _, x := range res.Deltas {
 		all = append(all, x.Latency)
-		if !x.Emitted.Before(res.SteadyFrom) && !x.Emitted.After(res.SteadyTo) {
+		switch {
+		case x.Emitted.Before(res.SteadyFrom):
+			start = append(start, x.Latency)
+		case x.Emitted.After(res.SteadyTo):
+			end = append(end, x.Latency)
+		default:
 			steady = append(steady, x.Latency)
 		}
 	}
-	return all, steady
+	return all, start, steady, end
+}
+
+// reportPhases reports the p99 of the deltas emitted before and after
+// the steady window (see latencies).
+func reportPhases(b *testing.B, start, end []float64) {
+	if len(start) > 0 {
+		b.ReportMetric(quantile(start, 0.99), "start-p99-µs")
+	}
+	if len(end) > 0 {
+		b.ReportMetric(quantile(end, 0.99), "end-p99-µs")
+	}
 }
 
 // runLatencyClients runs load's clients and returns what they read.
@@ -505,7 +522,8 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			b.ReportMetric(published.interpolated(0.5)*1e6, "publish-p50-µs")
 			b.ReportMetric(published.interpolated(0.99)*1e6, "publish-p99-µs")
 		}
-		lat, steady := res.latencies()
+		lat, starting, steady, ending := res.latencies()
+		reportPhases(b, starting, ending)
 		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
 		b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
 		if remote {

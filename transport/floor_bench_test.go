@@ -96,7 +96,8 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 		for _, msg := range res.Errors {
 			b.Error(msg)
 		}
-		lat, steady := res.latencies()
+		lat, starting, steady, ending := res.latencies()
+		reportPhases(b, starting, ending)
 		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
 		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
 		b.ReportMetric(quantile(steady, 0.5), "steady-p50-µs")
