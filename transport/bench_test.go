@@ -107,7 +107,9 @@ func quantile(xs []float64, q float64) float64 {
 // starting a turn costs far more than streaming a delta, so the deltas
 // emitted while runs still start wait behind that burst: steady-p50 and
 // steady-p99 take only the deltas emitted while all 1,000 runs stream
-// (after the last run's first delta and before the first run's last).
+// (after the last run's first delta and before the first run's last),
+// start-p99 those emitted before (while turns start) and end-p99 those
+// emitted after (while turns end).
 // first-delta-p50-ms and first-delta-p99-ms are what starting a turn
 // took: from a client sending it to reading its first delta (the echo
 // model sends its first word at once). steal-% is the share of the
