@@ -231,15 +231,29 @@ func (res latencyResult) latencies() (all, start, steady, end []float64) {
 	return all, start, steady, end
 }
 
-// reportPhases reports the p99 of the deltas emitted before and after
-// the steady window (see latencies).
-func reportPhases(b *testing.B, start, end []float64) {
-	if len(start) > 0 {
-		b.ReportMetric(quantile(start, 0.99), "start-p99-µs")
+// reportLatency reports what a latency benchmark's clients read (their
+// errors fail it): the deltas' p50 and p99, the steady window's, the p99
+// before it (while turns start) and after it (while turns end), and the
+// process's CPU per event and the events a second over took. It returns
+// the steady window's latencies.
+func reportLatency(b *testing.B, res latencyResult, cpu, took time.Duration) (steady []float64) {
+	for _, msg := range res.Errors {
+		b.Error(msg)
 	}
-	if len(end) > 0 {
-		b.ReportMetric(quantile(end, 0.99), "end-p99-µs")
+	lat, starting, steady, ending := res.latencies()
+	b.ReportMetric(quantile(lat, 0.5), "p50-µs")
+	b.ReportMetric(quantile(lat, 0.99), "p99-µs")
+	b.ReportMetric(quantile(steady, 0.5), "steady-p50-µs")
+	b.ReportMetric(quantile(steady, 0.99), "steady-p99-µs")
+	if len(starting) > 0 {
+		b.ReportMetric(quantile(starting, 0.99), "start-p99-µs")
 	}
+	if len(ending) > 0 {
+		b.ReportMetric(quantile(ending, 0.99), "end-p99-µs")
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
+	b.ReportMetric(float64(res.Events)/took.Seconds(), "events/s")
+	return steady
 }
 
 // runLatencyClients runs load's clients and returns what they read.
@@ -505,9 +519,6 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		if steal, machine := machineTimes(); machine > machine0 {
 			b.ReportMetric(100*float64(steal-steal0)/float64(machine-machine0), "steal-%")
 		}
-		for _, msg := range res.Errors {
-			b.Error(msg)
-		}
 		sched := sched0.since()
 		b.ReportMetric(sched.quantile(0.5)*1e6, "sched-p50-µs")
 		b.ReportMetric(sched.quantile(0.99)*1e6, "sched-p99-µs")
@@ -524,23 +535,16 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 			b.ReportMetric(published.interpolated(0.5)*1e6, "publish-p50-µs")
 			b.ReportMetric(published.interpolated(0.99)*1e6, "publish-p99-µs")
 		}
-		lat, starting, steady, ending := res.latencies()
-		reportPhases(b, starting, ending)
-		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
-		b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
+		steady := reportLatency(b, res, cpu, took)
 		if remote {
 			b.ReportMetric(float64(clientCPU.Microseconds())/float64(res.Events), "client-cpu-µs/event")
 		}
-		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
 		b.ReportMetric(quantile(res.FirstDelta, 0.5)/1e3, "first-delta-p50-ms")
 		b.ReportMetric(quantile(res.FirstDelta, 0.99)/1e3, "first-delta-p99-ms")
-		b.ReportMetric(quantile(steady, 0.5), "steady-p50-µs")
-		b.ReportMetric(quantile(steady, 0.99), "steady-p99-µs")
 		if w := res.SteadyTo.Sub(res.SteadyFrom).Seconds(); w > 0 {
 			b.ReportMetric(float64(len(steady))/w, "steady-deltas/s")
 			b.ReportMetric(peakRate(res.Deltas, res.SteadyFrom, res.SteadyTo), "peak-deltas/s")
 		}
-		b.ReportMetric(float64(res.Events)/took.Seconds(), "events/s")
 		b.ReportMetric(float64(writes.n.Load()-writes0)/took.Seconds(), "writes/s")
 		b.ReportMetric(float64(fsyncs)/took.Seconds(), "fsyncs/s")
 		if n := writes.commits.Load() - commits0; n > 0 {

@@ -93,17 +93,7 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 		res := runLatencyClients(latencyLoad{URL: "http://" + ln.Addr().String(), Chats: chats, Conns: conns,
 			Words: words, TokenDelayMs: tokenDelayMs, Spread: spread, Start: start})
 		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
-		for _, msg := range res.Errors {
-			b.Error(msg)
-		}
-		lat, starting, steady, ending := res.latencies()
-		reportPhases(b, starting, ending)
-		b.ReportMetric(quantile(lat, 0.5), "p50-µs")
-		b.ReportMetric(quantile(lat, 0.99), "p99-µs")
-		b.ReportMetric(quantile(steady, 0.5), "steady-p50-µs")
-		b.ReportMetric(quantile(steady, 0.99), "steady-p99-µs")
-		b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
-		b.ReportMetric(float64(res.Events)/took.Seconds(), "events/s")
+		reportLatency(b, res, cpu, took)
 		b.ReportMetric(float64(fl.commitCount()-commits0)/took.Seconds(), "commits/s")
 		if syncs := fl.syncTimes(); len(syncs) > 0 {
 			b.ReportMetric(quantile(syncs, 0.5), "sync-p50-µs")
