@@ -163,7 +163,8 @@ func (c ChatInput) Value() any {
 	if len(c.History) > 0 {
 		h := make([]any, len(c.History))
 		for i, m := range c.History {
-			if h[i] = m.Value(); !isObject(h[i]) {
+			h[i] = m.Value()
+			if _, ok := h[i].(map[string]any); !ok {
 				return jsonValue(c) // a message that does not encode
 			}
 		}
@@ -198,12 +199,6 @@ func (c ChatInput) Value() any {
 		v["userTools"] = tools
 	}
 	return v
-}
-
-// isObject reports whether v is a JSON object's canonical value.
-func isObject(v any) bool {
-	_, ok := v.(map[string]any)
-	return ok
 }
 
 // AsChatInput reads a run input: a ChatInput (value or pointer), its JSON
@@ -367,12 +362,16 @@ func AsMessage(v any) Message {
 }
 
 // jsonValue converts v to plain JSON values (map[string]any, []any,
-// string, float64, bool, nil) by a JSON round trip; v is returned as is
-// when it cannot be encoded.
+// string, float64, bool, nil) by a JSON round trip, or by plainCopy when v
+// is made of plain values already (a node's output map, say); v is
+// returned as is when it cannot be encoded.
 func jsonValue(v any) any {
 	switch v.(type) {
 	case nil, string, bool, float64:
 		return v
+	}
+	if out, ok := plainCopy(v); ok {
+		return out // plain values: their round trip is known
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
