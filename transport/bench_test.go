@@ -526,10 +526,13 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		if wsWrites > wsWrites0 {
 			b.ReportMetric((frames-frames0)/(wsWrites-wsWrites0), "frames/write")
 		}
-		p50, p99, fsyncs := walSyncs.quantiles()
+		p50, p99, longest, fsyncs := walSyncs.quantiles()
 		if fsyncs > 0 {
 			b.ReportMetric(p50, "sync-p50-µs")
 			b.ReportMetric(p99, "sync-p99-µs")
+			// A sync of tens of milliseconds or more is the disk
+			// stalling: every delta in flight waits for it.
+			b.ReportMetric(longest, "sync-max-µs")
 		}
 		if published := publishDelays(e).minus(published0); len(published.counts) > 0 {
 			b.ReportMetric(published.interpolated(0.5)*1e6, "publish-p50-µs")
@@ -686,13 +689,16 @@ func (t *syncTimes) reset() {
 	t.mu.Unlock()
 }
 
-// quantiles returns the median and 99th percentile, and how many syncs
-// there were.
-func (t *syncTimes) quantiles() (p50, p99 float64, n int) {
+// quantiles returns the median, the 99th percentile and the longest,
+// and how many syncs there were.
+func (t *syncTimes) quantiles() (p50, p99, longest float64, n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	us := slices.Clone(t.us)
-	return quantile(us, 0.5), quantile(us, 0.99), len(us)
+	if len(us) > 0 {
+		longest = slices.Max(us)
+	}
+	return quantile(us, 0.5), quantile(us, 0.99), longest, len(us)
 }
 
 // BenchmarkIdleWebSockets: 9,000 idle WebSocket connections held by a

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -98,6 +99,7 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 		if syncs := fl.syncTimes(); len(syncs) > 0 {
 			b.ReportMetric(quantile(syncs, 0.5), "sync-p50-µs")
 			b.ReportMetric(quantile(syncs, 0.99), "sync-p99-µs")
+			b.ReportMetric(slices.Max(syncs), "sync-max-µs")
 		}
 	}
 }
