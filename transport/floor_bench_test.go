@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"chatgraph/transport"
 )
 
 // BenchmarkEventLatencyFloor measures what the saturated load of
@@ -311,23 +313,12 @@ func (fl *floor) turn(c *floorConn, runID, chatID string) {
 		ev := `{"type":"event","event":{"seq":` + strconv.Itoa(seq) + `,"runId":"` + runID + `","chatId":"` + chatID +
 			`","type":"` + typ + `","nodeId":"agent","attempt":1,"time":"` + time.Now().UTC().Format(time.RFC3339Nano) +
 			`","data":` + data + `}}`
-		fl.emit(c, serverFrame([]byte(ev)))
+		fl.emit(c, transport.AppendTextFrame(nil, []byte(ev)))
 		if seq < fl.words {
 			t.Reset(fl.delay)
 			<-t.C
 		}
 	}
-}
-
-// serverFrame is p as one unmasked, final text frame.
-func serverFrame(p []byte) []byte {
-	b := make([]byte, 0, len(p)+4)
-	if n := len(p); n <= 125 {
-		b = append(b, 0x81, byte(n))
-	} else {
-		b = append(b, 0x81, 126, byte(n>>8), byte(n))
-	}
-	return append(b, p...)
 }
 
 // readClientFrame reads one masked, final frame from a client.
