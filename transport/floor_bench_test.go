@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -91,18 +90,14 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 	}
 	for b.Loop() {
 		commits0 := fl.commitCount()
-		fl.syncTimes()
+		fl.syncs.reset()
 		start, cpu0 := time.Now(), cpuTime()
 		res := runLatencyClients(latencyLoad{URL: "http://" + ln.Addr().String(), Chats: chats, Conns: conns,
 			Words: words, TokenDelayMs: tokenDelayMs, Spread: spread, Start: start})
 		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
 		reportLatency(b, res, cpu, took)
 		b.ReportMetric(float64(fl.commitCount()-commits0)/took.Seconds(), "commits/s")
-		if syncs := fl.syncTimes(); len(syncs) > 0 {
-			b.ReportMetric(quantile(syncs, 0.5), "sync-p50-µs")
-			b.ReportMetric(quantile(syncs, 0.99), "sync-p99-µs")
-			b.ReportMetric(slices.Max(syncs), "sync-max-µs")
-		}
+		fl.syncs.report(b)
 	}
 }
 
@@ -119,8 +114,8 @@ type floor struct {
 	wake    chan struct{} // the committer's: pending has frames
 	stopped chan struct{} // closed once the publisher has returned
 	commits int
-	syncs   []float64 // each fdatasync's time (µs)
 	conns   []*floorConn
+	syncs   syncTimes // each fdatasync's time, with fsync=on
 }
 
 // floorFrame is one event's WebSocket frame and the connection it goes
@@ -139,15 +134,6 @@ func (fl *floor) commitCount() int {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	return fl.commits
-}
-
-// syncTimes returns the fdatasyncs' times (µs) and forgets them.
-func (fl *floor) syncTimes() []float64 {
-	fl.mu.Lock()
-	defer fl.mu.Unlock()
-	s := fl.syncs
-	fl.syncs = nil
-	return s
 }
 
 func (fl *floor) close() {
@@ -227,19 +213,15 @@ func (fl *floor) publisher(written chan []floorFrame) {
 				break more
 			}
 		}
-		var took time.Duration
 		if fl.fsync {
 			at := time.Now()
 			if err := syscall.Fdatasync(int(fl.log.Fd())); err != nil {
 				panic(err)
 			}
-			took = time.Since(at)
+			fl.syncs.observe(time.Since(at), nil)
 		}
 		fl.mu.Lock()
 		fl.commits++
-		if fl.fsync {
-			fl.syncs = append(fl.syncs, float64(took.Microseconds()))
-		}
 		fl.mu.Unlock()
 		fl.publish(batch)
 	}
