@@ -238,19 +238,15 @@ func (res latencyResult) latencies() (all, start, steady, end []float64) {
 // p99 <= 5 ms.
 const p99BudgetUs = 5000
 
-// overBudget returns the share (%) of all n deltas that are among lat
-// and took longer than p99BudgetUs.
-func overBudget(lat []float64, n int) float64 {
-	if n == 0 {
-		return 0
-	}
+// overBudget counts the latencies in lat over p99BudgetUs.
+func overBudget(lat []float64) int {
 	over := 0
 	for _, l := range lat {
 		if l > p99BudgetUs {
 			over++
 		}
 	}
-	return 100 * float64(over) / float64(n)
+	return over
 }
 
 // reportLatency reports what a latency benchmark's clients read (their
@@ -276,13 +272,14 @@ func reportLatency(b *testing.B, res latencyResult, cpu, took time.Duration) (st
 	// The p99 is within budget when at most 1 % of the deltas are over
 	// it: each phase's share of all deltas over it says which phase
 	// spends that 1 %.
-	for _, phase := range []struct {
-		name string
-		lat  []float64
-	}{{"start", starting}, {"steady", steady}, {"end", ending}} {
-		b.ReportMetric(overBudget(phase.lat, len(lat)), phase.name+"-over-5ms-%")
-	}
-	b.ReportMetric(overBudget(lat, len(lat)), "over-5ms-%")
+	// The phases partition the deltas, so their counts add up to the
+	// whole run's.
+	share := func(n int) float64 { return 100 * float64(n) / float64(max(len(lat), 1)) }
+	start, steadyOver, end := overBudget(starting), overBudget(steady), overBudget(ending)
+	b.ReportMetric(share(start), "start-over-5ms-%")
+	b.ReportMetric(share(steadyOver), "steady-over-5ms-%")
+	b.ReportMetric(share(end), "end-over-5ms-%")
+	b.ReportMetric(share(start+steadyOver+end), "over-5ms-%")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(res.Events), "cpu-µs/event")
 	b.ReportMetric(float64(res.Events)/took.Seconds(), "events/s")
 	return steady
