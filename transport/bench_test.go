@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"sort"
 	"strconv"
@@ -890,26 +891,119 @@ func benchThroughput(b *testing.B, d rt.Durability) {
 
 // profilePhaseEnv names a file for a CPU profile of a latency
 // benchmark's measured phase alone (the clients' run, not the chats'
-// creation before it); unset, nothing is profiled. The returned func
-// ends the profile.
-const profilePhaseEnv = "CHATGRAPH_BENCH_CPUPROFILE"
+// creation before it), tracePhaseEnv one for an execution trace of it
+// (runtime/trace: go tool trace reads it, and golang.org/x/exp/trace
+// gives each goroutine's waits for a processor); unset, nothing is
+// recorded. profileFromEnv and profileForEnv narrow both to a window of
+// the phase, as Go durations: where it begins, counted from the phase's
+// start, and how long it lasts — the 1,000 turns starting (FOR=300ms),
+// say, or ending (FROM=2.05s), apart from the streaming between.
+const (
+	profilePhaseEnv = "CHATGRAPH_BENCH_CPUPROFILE"
+	tracePhaseEnv   = "CHATGRAPH_BENCH_TRACE"
+	profileFromEnv  = "CHATGRAPH_BENCH_PROFILE_FROM"
+	profileForEnv   = "CHATGRAPH_BENCH_PROFILE_FOR"
+)
 
+// profilePhase starts what the environment asks for (profilePhaseEnv,
+// tracePhaseEnv), in its window; the returned func ends it, if the
+// window has not ended it already.
 func profilePhase(b *testing.B) func() {
-	path := os.Getenv(profilePhaseEnv)
-	if path == "" {
+	p := &phaseProfile{b: b}
+	for _, out := range []struct {
+		env  string
+		file **os.File
+	}{{profilePhaseEnv, &p.cpu}, {tracePhaseEnv, &p.trace}} {
+		if path := os.Getenv(out.env); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			*out.file = f
+		}
+	}
+	if p.cpu == nil && p.trace == nil {
 		return func() {}
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
+	from, span := envDuration(b, profileFromEnv), envDuration(b, profileForEnv)
+	p.from = from
+	if from > 0 {
+		time.AfterFunc(from, p.start)
+	} else {
+		p.start()
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		b.Fatal(err)
+	if span > 0 {
+		time.AfterFunc(from+span, p.stop)
 	}
-	return func() {
+	return p.stop
+}
+
+// envDuration is the Go duration in the environment variable env (0 when
+// unset).
+func envDuration(b *testing.B, env string) time.Duration {
+	v := os.Getenv(env)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		b.Fatalf("%s=%q: want a duration such as 300ms", env, v)
+	}
+	return d
+}
+
+// phaseProfile is the CPU profile and execution trace of a latency
+// benchmark's measured phase (profilePhase): started once, stopped once,
+// never started after it stopped.
+type phaseProfile struct {
+	b          *testing.B
+	cpu, trace *os.File      // nil: not asked for
+	from       time.Duration // the window's start
+
+	mu               sync.Mutex
+	started, stopped bool
+}
+
+func (p *phaseProfile) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.started = true
+	if p.cpu != nil {
+		if err := pprof.StartCPUProfile(p.cpu); err != nil {
+			p.b.Error(err)
+		}
+	}
+	if p.trace != nil {
+		if err := trace.Start(p.trace); err != nil {
+			p.b.Error(err)
+		}
+	}
+}
+
+func (p *phaseProfile) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	if !p.started {
+		p.b.Errorf("%s=%v: the measured phase ended before the window began; nothing recorded", profileFromEnv, p.from)
+	}
+	if p.started && p.cpu != nil {
 		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			b.Error(err)
+	}
+	if p.started && p.trace != nil {
+		trace.Stop()
+	}
+	for _, f := range []*os.File{p.cpu, p.trace} {
+		if f != nil {
+			if err := f.Close(); err != nil {
+				p.b.Error(err)
+			}
 		}
 	}
 }
