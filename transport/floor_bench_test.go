@@ -37,7 +37,24 @@ import (
 func BenchmarkEventLatencyFloor(b *testing.B) {
 	for _, fsync := range []bool{true, false} {
 		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 20, 100, false)
+			benchLatencyFloor(b, fsync, 20, 100, false, false)
+		})
+	}
+}
+
+// BenchmarkEventLatencyFloorLeader: BenchmarkEventLatencyFloor's load
+// against a floor that commits with no goroutine of its own. A turn that
+// emits a frame while no commit is in progress leads: it writes what is
+// pending, syncs it and writes the connections' frames itself, and goes
+// on doing so while frames are pending; the turns that emit meanwhile
+// only add their frames. No frame waits for a goroutine to be woken
+// between its write, its sync and its publishing, at the cost of one
+// publishing no longer overlapping the next sync. The best floor found
+// on this machine (docs/benchmarks.md).
+func BenchmarkEventLatencyFloorLeader(b *testing.B) {
+	for _, fsync := range []bool{true, false} {
+		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
+			benchLatencyFloor(b, fsync, 20, 100, false, true)
 		})
 	}
 }
@@ -48,7 +65,7 @@ func BenchmarkEventLatencyFloor(b *testing.B) {
 func BenchmarkEventLatencyFloorPaced(b *testing.B) {
 	for _, fsync := range []bool{true, false} {
 		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 100, 20, false)
+			benchLatencyFloor(b, fsync, 100, 20, false, false)
 		})
 	}
 }
@@ -61,12 +78,15 @@ func BenchmarkEventLatencyFloorRates(b *testing.B) {
 	for _, rate := range []int{2500, 5000, 10000, 20000} {
 		b.Run("deltas="+strconv.Itoa(rate), func(b *testing.B) {
 			delayMs := 1000 * 1000 / rate
-			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true)
+			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true, false)
 		})
 	}
 }
 
-func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread bool) {
+// benchLatencyFloor runs the floor's load; leader picks the floor that
+// commits on the emitting turns' goroutines (BenchmarkEventLatencyFloorLeader)
+// over the one with a committer and a publisher.
+func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread, leader bool) {
 	const runs, conns = 1000, 50
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,8 +97,13 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 		b.Fatal(err)
 	}
 	defer f.Close()
-	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
-	go fl.commit()
+	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond,
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}), leader: leader}
+	if leader {
+		go fl.sweep()
+	} else {
+		go fl.commit()
+	}
 	go fl.serve(ln)
 	defer func() {
 		ln.Close()
@@ -116,6 +141,11 @@ type floor struct {
 	commits int
 	conns   []*floorConn
 	syncs   syncTimes // each fdatasync's time, with fsync=on
+
+	// leader: the turns commit (lead); leading says one does.
+	leader  bool
+	leading bool
+	buf     []byte // the leader's write, reused
 }
 
 // floorFrame is one event's WebSocket frame and the connection it goes
@@ -154,12 +184,87 @@ func (fl *floor) signal() {
 	}
 }
 
-// emit adds a frame for conn.
+// emit adds a frame for conn; in a leader floor the caller commits it
+// itself when no other turn does.
 func (fl *floor) emit(c *floorConn, frame []byte) {
 	fl.mu.Lock()
 	fl.pending = append(fl.pending, floorFrame{c, frame})
+	if fl.leader {
+		lead := !fl.leading
+		fl.leading = true
+		fl.mu.Unlock()
+		if lead {
+			fl.lead()
+		}
+		return
+	}
 	fl.mu.Unlock()
 	fl.signal()
+}
+
+// lead commits in a leader floor: while frames are pending it writes
+// them to the log, syncs them (with fsync) and writes each connection's
+// frames, and then it is the leader no longer. (fl.leading set by the
+// caller)
+func (fl *floor) lead() {
+	for {
+		fl.mu.Lock()
+		batch := fl.pending
+		fl.pending = nil
+		if len(batch) == 0 || fl.done {
+			fl.leading = false
+			fl.mu.Unlock()
+			return
+		}
+		fl.mu.Unlock()
+		fl.buf = fl.buf[:0]
+		for _, fr := range batch {
+			fl.buf = append(fl.buf, fr.bytes...)
+		}
+		if _, err := fl.log.Write(fl.buf); err != nil {
+			panic(err)
+		}
+		fl.sync()
+		fl.mu.Lock()
+		fl.commits++
+		fl.mu.Unlock()
+		fl.publish(batch)
+	}
+}
+
+// sweep leads, in a leader floor, when frames are pending and no turn
+// leads (a turn's last frames, emitted while another led), and closes
+// fl.stopped once the floor is done and no leader writes.
+func (fl *floor) sweep() {
+	defer close(fl.stopped)
+	for {
+		time.Sleep(time.Millisecond)
+		fl.mu.Lock()
+		done, lead := fl.done, !fl.leading && len(fl.pending) > 0
+		if done && !fl.leading {
+			fl.mu.Unlock()
+			return
+		}
+		if lead && !done {
+			fl.leading = true
+		}
+		fl.mu.Unlock()
+		if lead && !done {
+			fl.lead()
+		}
+	}
+}
+
+// sync makes the log's writes durable (with fsync) and times it.
+func (fl *floor) sync() {
+	if !fl.fsync {
+		return
+	}
+	at := time.Now()
+	if err := syscall.Fdatasync(int(fl.log.Fd())); err != nil {
+		panic(err)
+	}
+	fl.syncs.observe(time.Since(at), nil)
 }
 
 // commit writes the pending frames to the log as they come and hands
@@ -213,13 +318,7 @@ func (fl *floor) publisher(written chan []floorFrame) {
 				break more
 			}
 		}
-		if fl.fsync {
-			at := time.Now()
-			if err := syscall.Fdatasync(int(fl.log.Fd())); err != nil {
-				panic(err)
-			}
-			fl.syncs.observe(time.Since(at), nil)
-		}
+		fl.sync()
 		fl.mu.Lock()
 		fl.commits++
 		fl.mu.Unlock()
