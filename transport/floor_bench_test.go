@@ -100,7 +100,7 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), leader: leader}
 	if leader {
-		go fl.sweep()
+		go fl.stopWhenIdle()
 	} else {
 		go fl.commit()
 	}
@@ -232,25 +232,20 @@ func (fl *floor) lead() {
 	}
 }
 
-// sweep leads, in a leader floor, when frames are pending and no turn
-// leads (a turn's last frames, emitted while another led), and closes
-// fl.stopped once the floor is done and no leader writes.
-func (fl *floor) sweep() {
+// stopWhenIdle closes fl.stopped, in a leader floor, once the floor is
+// done and no turn leads: a leader stops at its next batch once done.
+// (Frames are never left pending without a leader: a leader takes what
+// was added while it wrote, and the first frame added after it stopped
+// makes its turn the next.)
+func (fl *floor) stopWhenIdle() {
 	defer close(fl.stopped)
 	for {
 		time.Sleep(time.Millisecond)
 		fl.mu.Lock()
-		done, lead := fl.done, !fl.leading && len(fl.pending) > 0
-		if done && !fl.leading {
-			fl.mu.Unlock()
-			return
-		}
-		if lead && !done {
-			fl.leading = true
-		}
+		idle := fl.done && !fl.leading
 		fl.mu.Unlock()
-		if lead && !done {
-			fl.lead()
+		if idle {
+			return
 		}
 	}
 }
