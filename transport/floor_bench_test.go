@@ -99,9 +99,8 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 	defer f.Close()
 	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), leader: leader}
-	if leader {
-		go fl.stopWhenIdle()
-	} else {
+	fl.idle.L = &fl.mu
+	if !leader {
 		go fl.commit()
 	}
 	go fl.serve(ln)
@@ -142,10 +141,12 @@ type floor struct {
 	conns   []*floorConn
 	syncs   syncTimes // each fdatasync's time, with fsync=on
 
-	// leader: the turns commit (lead); leading says one does.
+	// leader: the turns commit (lead); leading says one does, and idle
+	// is signalled when it stops.
 	leader  bool
 	leading bool
-	buf     []byte // the leader's write, reused
+	idle    sync.Cond
+	buf     []byte // the log write being made, reused (one writer at a time)
 }
 
 // floorFrame is one event's WebSocket frame and the connection it goes
@@ -171,6 +172,15 @@ func (fl *floor) close() {
 	fl.done = true
 	for _, c := range fl.conns {
 		c.c.Close()
+	}
+	if fl.leader {
+		// A leader stops at its next batch now; the log closes after its
+		// last write.
+		for fl.leading {
+			fl.idle.Wait()
+		}
+		fl.mu.Unlock()
+		return
 	}
 	fl.mu.Unlock()
 	fl.signal()
@@ -204,8 +214,10 @@ func (fl *floor) emit(c *floorConn, frame []byte) {
 
 // lead commits in a leader floor: while frames are pending it writes
 // them to the log, syncs them (with fsync) and writes each connection's
-// frames, and then it is the leader no longer. (fl.leading set by the
-// caller)
+// frames, and then it is the leader no longer. Frames are never left
+// pending without a leader: a leader takes what was added while it
+// wrote, and the first frame added after it stopped makes its turn the
+// next. (fl.leading set by the caller)
 func (fl *floor) lead() {
 	for {
 		fl.mu.Lock()
@@ -213,41 +225,35 @@ func (fl *floor) lead() {
 		fl.pending = nil
 		if len(batch) == 0 || fl.done {
 			fl.leading = false
+			fl.idle.Broadcast()
 			fl.mu.Unlock()
 			return
 		}
 		fl.mu.Unlock()
-		fl.buf = fl.buf[:0]
-		for _, fr := range batch {
-			fl.buf = append(fl.buf, fr.bytes...)
-		}
-		if _, err := fl.log.Write(fl.buf); err != nil {
-			panic(err)
-		}
-		fl.sync()
-		fl.mu.Lock()
-		fl.commits++
-		fl.mu.Unlock()
-		fl.publish(batch)
+		fl.write(batch)
+		fl.syncAndPublish(batch)
 	}
 }
 
-// stopWhenIdle closes fl.stopped, in a leader floor, once the floor is
-// done and no turn leads: a leader stops at its next batch once done.
-// (Frames are never left pending without a leader: a leader takes what
-// was added while it wrote, and the first frame added after it stopped
-// makes its turn the next.)
-func (fl *floor) stopWhenIdle() {
-	defer close(fl.stopped)
-	for {
-		time.Sleep(time.Millisecond)
-		fl.mu.Lock()
-		idle := fl.done && !fl.leading
-		fl.mu.Unlock()
-		if idle {
-			return
-		}
+// write appends a batch's frames to the log.
+func (fl *floor) write(batch []floorFrame) {
+	fl.buf = fl.buf[:0]
+	for _, fr := range batch {
+		fl.buf = append(fl.buf, fr.bytes...)
 	}
+	if _, err := fl.log.Write(fl.buf); err != nil {
+		panic(err)
+	}
+}
+
+// syncAndPublish makes the written batch durable (with fsync), counts
+// the commit and publishes it.
+func (fl *floor) syncAndPublish(batch []floorFrame) {
+	fl.sync()
+	fl.mu.Lock()
+	fl.commits++
+	fl.mu.Unlock()
+	fl.publish(batch)
 }
 
 // sync makes the log's writes durable (with fsync) and times it.
@@ -273,7 +279,6 @@ func (fl *floor) commit() {
 	written := make(chan []floorFrame, 1024)
 	go fl.publisher(written)
 	defer close(written)
-	var buf []byte
 	for range fl.wake {
 		fl.mu.Lock()
 		if fl.done {
@@ -286,13 +291,7 @@ func (fl *floor) commit() {
 		if len(batch) == 0 {
 			continue
 		}
-		buf = buf[:0]
-		for _, fr := range batch {
-			buf = append(buf, fr.bytes...)
-		}
-		if _, err := fl.log.Write(buf); err != nil {
-			panic(err)
-		}
+		fl.write(batch)
 		written <- batch
 	}
 }
@@ -313,11 +312,7 @@ func (fl *floor) publisher(written chan []floorFrame) {
 				break more
 			}
 		}
-		fl.sync()
-		fl.mu.Lock()
-		fl.commits++
-		fl.mu.Unlock()
-		fl.publish(batch)
+		fl.syncAndPublish(batch)
 	}
 }
 
