@@ -971,14 +971,20 @@ func (p *phaseProfile) start() {
 		return
 	}
 	p.started = true
+	// What did not start is let go here, so that stop does not end a
+	// profile or trace someone else started (-test.cpuprofile, say).
 	if p.cpu != nil {
 		if err := pprof.StartCPUProfile(p.cpu); err != nil {
 			p.b.Error(err)
+			p.cpu.Close()
+			p.cpu = nil
 		}
 	}
 	if p.trace != nil {
 		if err := trace.Start(p.trace); err != nil {
 			p.b.Error(err)
+			p.trace.Close()
+			p.trace = nil
 		}
 	}
 }
