@@ -83,6 +83,28 @@ func BenchmarkEventLatencyFloorRates(b *testing.B) {
 	}
 }
 
+// BenchmarkEventLatencyFloorLeaderPaced: the leader floor
+// (BenchmarkEventLatencyFloorLeader) of BenchmarkEventLatencyWebSocketPaced's
+// load.
+func BenchmarkEventLatencyFloorLeaderPaced(b *testing.B) {
+	for _, fsync := range []bool{true, false} {
+		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
+			benchLatencyFloor(b, fsync, 100, 20, false, true)
+		})
+	}
+}
+
+// BenchmarkEventLatencyFloorLeaderRates: the leader floor of
+// BenchmarkEventLatencyWebSocketRates/…/clients=goroutines, with fsync.
+func BenchmarkEventLatencyFloorLeaderRates(b *testing.B) {
+	for _, rate := range []int{2500, 5000, 10000, 20000} {
+		b.Run("deltas="+strconv.Itoa(rate), func(b *testing.B) {
+			delayMs := 1000 * 1000 / rate
+			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true, true)
+		})
+	}
+}
+
 // benchLatencyFloor runs the floor's load; leader picks the floor that
 // commits on the emitting turns' goroutines (BenchmarkEventLatencyFloorLeader)
 // over the one with a committer and a publisher.
