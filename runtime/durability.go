@@ -380,6 +380,8 @@ func (r *run) beforeExecute(pn *pnode) {
 // each commit of a lightly loaded server would grow its stack anew in
 // SQLite's deep calls every time.
 type committer struct {
+	mode    Durability
+	observe func(GroupCommit) // Config.CommitObserver (nil: none)
 	st      *storeView
 	group   *atomic.Pointer[func(publish func())] // the engine's SetPublishGroup
 	every   time.Duration                         // 0: commit at once
@@ -434,7 +436,7 @@ func (e *Engine) committerFor(d Durability) *committer {
 	c := e.commits[d]
 	if c == nil {
 		c = &committer{st: e.store, group: &e.publishGroup, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1),
-			wake: make(chan struct{}, 1), quit: e.quit, synced: make(chan struct{}, 1)}
+			wake: make(chan struct{}, 1), quit: e.quit, synced: make(chan struct{}, 1), mode: d, observe: e.observeCommit}
 		if d == DurabilityBatched {
 			c.every = e.batchEvery
 		}
@@ -609,6 +611,10 @@ func (c *committer) commit() {
 	}
 	refused := append(bufs.refused[:0], make([]bool, len(batches))...)
 	bufs.gens, bufs.batches, bufs.owners, bufs.refused = gens, batches, owners, refused
+	var gc *GroupCommit
+	if c.observe != nil {
+		gc = newGroupCommit(c.mode, batches)
+	}
 	ctx, deferred := withSyncDeferral(context.Background())
 	if err := applyBatches(ctx, c.st, batches); err != nil {
 		if len(batches) == 1 {
@@ -624,7 +630,13 @@ func (c *committer) commit() {
 			}
 		}
 	}
+	if gc != nil {
+		gc.Written = time.Since(gc.Began)
+	}
 	c.after(deferred, func(err error) {
+		if gc != nil {
+			gc.Durable = time.Since(gc.Began)
+		}
 		if err != nil {
 			// Not known to be durable: none of it may be published.
 			for i := range batches {
@@ -646,11 +658,61 @@ func (c *committer) commit() {
 		} else {
 			publish()
 		}
+		if gc != nil {
+			gc.Published = time.Since(gc.Began)
+			for i := range batches {
+				if refused[i] {
+					gc.Refused++
+				}
+			}
+		}
 		for i, r := range runs {
 			r.committed(gens[i])
 		}
 		bufs.put()
+		if gc != nil {
+			c.observe(*gc)
+		}
 	})
+}
+
+// GroupCommit is what Config.CommitObserver learns of one group commit:
+// the writes the committer took together (one WriteBatches call, one
+// transaction for the stores that support it) and the time from its
+// taking them (Began) to each stage — the store returning (Written,
+// waiting for the store's writer included), the commit being durable
+// (Durable: the store's deferred sync returned; Written for a store that
+// returns durable), and its events handed to the runs' sinks (Published).
+// A delta's wait for its commit is about Published plus the time it
+// waited to be taken.
+type GroupCommit struct {
+	Durability Durability
+	Began      time.Time
+	Written    time.Duration
+	Durable    time.Duration
+	Published  time.Duration
+	// Runs is the runs whose writes the commit carried, Creates and
+	// Finishes those it created and ended, Events the events it appended.
+	Runs, Creates, Finishes, Events int
+	// Refused is how many runs' writes the store refused (fenced, or not
+	// durable): their events were not published.
+	Refused int
+}
+
+// newGroupCommit begins the record of a commit of batches in mode d.
+func newGroupCommit(d Durability, batches []WriteBatch) *GroupCommit {
+	gc := &GroupCommit{Durability: d, Began: time.Now(), Runs: len(batches)}
+	for i := range batches {
+		b := &batches[i]
+		if b.Create != nil {
+			gc.Creates++
+		}
+		if b.Finish != nil {
+			gc.Finishes++
+		}
+		gc.Events += len(b.Events)
+	}
+	return gc
 }
 
 // commitBufs are a commit's lists: the runs it took, their write

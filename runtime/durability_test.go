@@ -838,3 +838,75 @@ func TestPublishGroupWrapsEveryGroupCommit(t *testing.T) {
 		})
 	}
 }
+
+// The commit observer hears of every group commit of the sync and
+// batched committers, in stage order, and of nothing in exit mode: the
+// commits' events add up to what the runs' sinks received, and each run
+// is created and ended in one of them.
+func TestCommitObserverSeesEveryGroupCommit(t *testing.T) {
+	t.Parallel()
+	for _, mode := range allModes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			k := newKit(t)
+			var mu sync.Mutex
+			var commits []runtime.GroupCommit
+			e := k.engine(t, newMem(), func(c *runtime.Config) {
+				c.Durability = mode
+				c.CommitObserver = func(gc runtime.GroupCommit) {
+					mu.Lock()
+					defer mu.Unlock()
+					commits = append(commits, gc)
+				}
+			})
+			var received atomic.Int64
+			sink := runtime.SinkFunc(func(runtime.Event) { received.Add(1) })
+			g := newGraph("co").node("s", "start").node("a", "step").node("b", "step").flow("s", "a").flow("a", "b").build()
+			const runs = 10
+			var wg sync.WaitGroup
+			for i := range runs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: fmt.Sprintf("co-%s-%d", mode, i), Sink: sink})
+					require.NoError(t, err)
+					require.Equal(t, runtime.RunCompleted, res.Status)
+				}()
+			}
+			wg.Wait()
+			sum := func() (creates, finishes, events int) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, gc := range commits {
+					creates, finishes, events = creates+gc.Creates, finishes+gc.Finishes, events+gc.Events
+				}
+				return
+			}
+			if mode == runtime.DurabilityExit {
+				time.Sleep(20 * time.Millisecond)
+				mu.Lock()
+				defer mu.Unlock()
+				require.Empty(t, commits, "exit mode has no group commits")
+				return
+			}
+			// A run's last commit is observed after the run has ended.
+			require.Eventually(t, func() bool {
+				_, finishes, events := sum()
+				return finishes == runs && int64(events) == received.Load()
+			}, 5*time.Second, time.Millisecond)
+			creates, _, _ := sum()
+			require.Equal(t, runs, creates)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, gc := range commits {
+				require.Equal(t, mode, gc.Durability)
+				require.Positive(t, gc.Runs)
+				require.Zero(t, gc.Refused)
+				require.False(t, gc.Began.IsZero())
+				require.LessOrEqual(t, time.Duration(0), gc.Written)
+				require.LessOrEqual(t, gc.Written, gc.Durable)
+				require.LessOrEqual(t, gc.Durable, gc.Published)
+			}
+		})
+	}
+}

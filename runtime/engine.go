@@ -57,6 +57,13 @@ type Config struct {
 	// makes, with the call's name, duration and error (see StoreObserver).
 	// Default: none, and the engine calls the store directly.
 	StoreObserver StoreObserver
+	// CommitObserver, when set, is called once for every group commit of
+	// the sync and batched modes' committers, after its events were handed
+	// to the runs' sinks, with what it carried and how long each of its
+	// stages took (GroupCommit). It is called on the committer's
+	// publishing path, in commit order: it must return quickly. Default:
+	// none.
+	CommitObserver func(GroupCommit)
 }
 
 // Engine compiles graphs and executes runs. It is safe for concurrent use.
@@ -87,9 +94,11 @@ type Engine struct {
 	// publishGroup wraps each group commit's publishing
 	// (SetPublishGroup; nil: none).
 	publishGroup atomic.Pointer[func(publish func())]
-	quit         chan struct{} // closed by Close
-	closeOnce    sync.Once
-	renewals     leaseRenewals // the leases of the engine's runs
+	// observeCommit is Config.CommitObserver (nil: none).
+	observeCommit func(GroupCommit)
+	quit          chan struct{} // closed by Close
+	closeOnce     sync.Once
+	renewals      leaseRenewals // the leases of the engine's runs
 
 	// held counts, per run id, the reasons this engine holds the run
 	// (starting, executing, claimed by a recovery pass): recovery never
@@ -141,6 +150,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.owner = "engine-" + hex.EncodeToString(b[:])
 	}
 	e.durability, e.batchEvery, e.batchSize = cfg.Durability, cfg.BatchInterval, cfg.BatchSize
+	e.observeCommit = cfg.CommitObserver
 	switch e.durability {
 	case "":
 		e.durability = DurabilitySync

@@ -181,10 +181,12 @@ func BenchmarkEventLatencyWebSocketRates(b *testing.B) {
 }
 
 // delta is one node_delta a benchmark client read: when the run emitted
-// it and how long it took to arrive (µs).
+// it, how long it took to arrive (µs), and whether it was its run's
+// first.
 type delta struct {
 	Emitted time.Time
 	Latency float64
+	First   bool
 }
 
 // latencyLoad is what the clients of a latency benchmark do: Conns
@@ -394,9 +396,9 @@ func runLatencyClients(load latencyLoad) latencyResult {
 						fail(fmt.Errorf("event time %q: %w", strings.Clone(t), err))
 						return
 					}
-					local = append(local, delta{at, float64(now.Sub(at).Microseconds())})
 					run := ev.Get("runId").Str
 					sp := runs[run]
+					local = append(local, delta{at, float64(now.Sub(at).Microseconds()), sp == nil})
 					if sp == nil {
 						sp = &span{first: at}
 						runs[strings.Clone(run)] = sp
@@ -503,7 +505,13 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		defer debug.SetGCPercent(debug.SetGCPercent(serverGCPercent))
 	}
 	var writes writeCounter
-	e := benchEnv(b, d, func(c *transportConfig) { c.Engine.StoreObserver = writes.observe })
+	timeline := newCommitTimeline(b)
+	e := benchEnv(b, d, func(c *transportConfig) {
+		c.Engine.StoreObserver = writes.observe
+		if timeline != nil {
+			c.Engine.CommitObserver = timeline.observe
+		}
+	})
 	graphID, _ := e.newChat(basicGraph(fmt.Sprintf(`{"tokenDelayMs": %d}`, tokenDelayMs)))
 	chats := make([]string, runs)
 	for i := range chats {
@@ -531,6 +539,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		alloc0, gcs0 := heapCounters()
 		stopProfile := profilePhase(b)
 		start, cpu0 := time.Now(), cpuTime()
+		timeline.begin(start)
 		steal0, machine0 := machineTimes()
 		if remote {
 			// The helper starts in a few milliseconds; its spread starts
@@ -543,6 +552,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		}
 		took, cpu := res.Ended.Sub(res.Began), cpuTime()-cpu0
 		stopProfile()
+		timeline.write(res.Deltas)
 		alloc, gcs := heapCounters()
 		b.ReportMetric(float64(alloc-alloc0)/float64(res.Events), "alloc-B/event")
 		b.ReportMetric(float64(gcs-gcs0), "gc-cycles")
@@ -1011,5 +1021,116 @@ func (p *phaseProfile) stop() {
 				p.b.Error(err)
 			}
 		}
+	}
+}
+
+// timelineEnv names a file for a timeline of a latency benchmark's
+// measured phase (unset: none): a line per timelineStep of the phase,
+// from its start, with the group commits the committer began in it
+// (runtime.Config.CommitObserver) — how many, how long the store took to
+// write them in all and at most, the longest time one took to be
+// published, the runs they created and ended, the events they carried —
+// and the deltas emitted in it: how many, how many took over 5 ms, and
+// how many of each were their run's first. Where the deltas over budget
+// lie, beside what the committer was doing then.
+const timelineEnv = "CHATGRAPH_BENCH_TIMELINE"
+
+// timelineStep is the span of a line of the timeline.
+const timelineStep = 25 * time.Millisecond
+
+// commitTimeline records the group commits of a latency benchmark's
+// measured phase for its timeline.
+type commitTimeline struct {
+	b     *testing.B
+	path  string
+	mu    sync.Mutex
+	start time.Time // the phase's (zero: not begun)
+	gcs   []rt.GroupCommit
+}
+
+// newCommitTimeline returns a recorder when timelineEnv asks for a
+// timeline, else nil (whose methods do nothing).
+func newCommitTimeline(b *testing.B) *commitTimeline {
+	path := os.Getenv(timelineEnv)
+	if path == "" {
+		return nil
+	}
+	return &commitTimeline{b: b, path: path}
+}
+
+func (t *commitTimeline) observe(gc rt.GroupCommit) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.start.IsZero() && !gc.Began.Before(t.start) {
+		t.gcs = append(t.gcs, gc)
+	}
+}
+
+// begin starts recording the commits of a phase that starts at start.
+func (t *commitTimeline) begin(start time.Time) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.start, t.gcs = start, nil
+}
+
+// write writes the timeline of the phase, with the deltas its clients
+// read, to the file (the last phase's, when the benchmark runs several).
+func (t *commitTimeline) write(deltas []delta) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	start, gcs := t.start, t.gcs
+	t.start, t.gcs = time.Time{}, nil
+	t.mu.Unlock()
+	type step struct {
+		commits, creates, finishes, events int
+		deltas, over, first, firstOver     int
+		written, maxWritten, maxPublished  time.Duration
+	}
+	var steps []step
+	at := func(tm time.Time) *step {
+		i := max(0, int(tm.Sub(start)/timelineStep))
+		for len(steps) <= i {
+			steps = append(steps, step{})
+		}
+		return &steps[i]
+	}
+	for _, gc := range gcs {
+		s := at(gc.Began)
+		s.commits++
+		s.creates += gc.Creates
+		s.finishes += gc.Finishes
+		s.events += gc.Events
+		s.written += gc.Written
+		s.maxWritten = max(s.maxWritten, gc.Written)
+		s.maxPublished = max(s.maxPublished, gc.Published)
+	}
+	for _, d := range deltas {
+		s := at(d.Emitted)
+		over := d.Latency > 5000
+		s.deltas++
+		if over {
+			s.over++
+		}
+		if d.First {
+			s.first++
+			if over {
+				s.firstOver++
+			}
+		}
+	}
+	var out bytes.Buffer
+	out.WriteString("from_ms\tcommits\twritten_ms\tmax_written_ms\tmax_published_ms\tcreates\tfinishes\tevents\tdeltas\tover_5ms\tfirst\tfirst_over_5ms\n")
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	for i, s := range steps {
+		fmt.Fprintf(&out, "%d\t%d\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", i*int(timelineStep/time.Millisecond),
+			s.commits, ms(s.written), ms(s.maxWritten), ms(s.maxPublished), s.creates, s.finishes, s.events, s.deltas, s.over, s.first, s.firstOver)
+	}
+	if err := os.WriteFile(t.path, out.Bytes(), 0o644); err != nil {
+		t.b.Error(err)
 	}
 }

@@ -95,6 +95,12 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	} else {
 		ecfg.StoreObserver = observe
 	}
+	observeCommit := transport.CommitObserver(cfg.Metrics)
+	if extra := cfg.Engine.CommitObserver; extra != nil {
+		ecfg.CommitObserver = func(gc runtime.GroupCommit) { observeCommit(gc); extra(gc) }
+	} else {
+		ecfg.CommitObserver = observeCommit
+	}
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,

@@ -104,3 +104,28 @@ func StoreObserver(reg prometheus.Registerer) func(op string, d time.Duration, e
 		h.WithLabelValues("runs", op).Observe(d.Seconds())
 	}
 }
+
+// CommitObserver returns a function that records the engine's group
+// commits in reg — chatgraph_group_commit_duration_seconds{stage}, the
+// time from the committer taking the runs' writes to the store returning
+// (written), to the commit being durable (durable) and to its events
+// being handed to subscribers (published), and chatgraph_group_commit_runs,
+// the runs each commit carried; pass it as the engine's
+// runtime.Config.CommitObserver. A commit's published time is what its
+// deltas waited once taken: where a stream's latency goes between the
+// store's writer and its disk.
+func CommitObserver(reg prometheus.Registerer) func(runtime.GroupCommit) {
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chatgraph_group_commit_duration_seconds",
+		Help:    "Time from the committer taking a group commit's writes to each stage: the store returned (written), the commit is durable (durable), its events went to subscribers (published).",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 18)}, []string{"stage"})
+	runs := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "chatgraph_group_commit_runs",
+		Help: "Runs whose writes a group commit carried.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)})
+	reg.MustRegister(stages, runs)
+	written, durable, published := stages.WithLabelValues("written"), stages.WithLabelValues("durable"), stages.WithLabelValues("published")
+	return func(gc runtime.GroupCommit) {
+		written.Observe(gc.Written.Seconds())
+		durable.Observe(gc.Durable.Seconds())
+		published.Observe(gc.Published.Seconds())
+		runs.Observe(float64(gc.Runs))
+	}
+}

@@ -306,6 +306,34 @@ func TestMetricsTimeTheStoresSyncs(t *testing.T) {
 	require.Positive(t, count, "/metrics counts no WAL sync")
 }
 
+// /metrics counts the engine's group commits by stage: a chat turn in
+// the default sync mode is committed, synced and published in them.
+func TestMetricsTimeTheGroupCommits(t *testing.T) {
+	s := startServer(t, t.TempDir())
+	chatID := newChat(t, s.url, `{"name":"Helper"}`)
+	types, _ := sse(t, s.url+"/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "hello"})
+	require.Equal(t, "run_completed", types[len(types)-1])
+	counts := map[string]float64{}
+	for _, line := range strings.Split(metricsText(t, s.url), "\n") {
+		for _, stage := range []string{"written", "durable", "published"} {
+			if rest, ok := strings.CutPrefix(line, `chatgraph_group_commit_duration_seconds_count{stage="`+stage+`"} `); ok {
+				n, err := strconv.ParseFloat(rest, 64)
+				require.NoError(t, err)
+				counts[stage] = n
+			}
+		}
+		if rest, ok := strings.CutPrefix(line, "chatgraph_group_commit_runs_sum "); ok {
+			n, err := strconv.ParseFloat(rest, 64)
+			require.NoError(t, err)
+			counts["runs"] = n
+		}
+	}
+	require.Positive(t, counts["published"], "/metrics counts no group commit")
+	require.Equal(t, counts["published"], counts["written"])
+	require.Equal(t, counts["published"], counts["durable"])
+	require.GreaterOrEqual(t, counts["runs"], counts["published"], "every commit carries a run's writes")
+}
+
 // /metrics carries the scheduler's metrics beside the Go collector's
 // defaults: the goroutines the server started (what make bench-server
 // divides by the turns) and scheduling latencies.

@@ -33,7 +33,8 @@ func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Set
 		s.ObserveSyncs(func(d time.Duration, err error) { observe(walSyncOp, d, err) })
 	}
 	eng, err := runtime.NewEngine(runtime.Config{Registry: reg, Store: st.runs, Durability: runtime.Durability(c.durability),
-		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: observe, Owner: c.owner, LeaseTTL: c.leaseTTL})
+		MaxRunDuration: c.maxRunDuration, Logger: log, StoreObserver: observe, CommitObserver: transport.CommitObserver(metrics),
+		Owner: c.owner, LeaseTTL: c.leaseTTL})
 	if err != nil {
 		return nil, err
 	}
