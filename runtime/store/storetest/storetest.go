@@ -1490,3 +1490,66 @@ func BenchRenewLeases(b *testing.B, open func(tb testing.TB) runtime.Store) {
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/lease")
 	})
 }
+
+// BenchTurnWrites measures what a chat turn's runs cost a store's group
+// commits, as the sync committer sends them: a commit of perCommit runs
+// starting (each created with its lease, with its start node's
+// checkpoint, its agent's running checkpoint and five events), then one
+// of the same runs ending (four events, two checkpoints, the final
+// record and the lease's release). It reports µs/start and µs/end: the
+// store's time per run in each, the commit's own cost shared. It skips
+// stores that are not BatchFinishers.
+func BenchTurnWrites(b *testing.B, open func(tb testing.TB) runtime.Store) {
+	const perCommit = 16
+	st := open(b)
+	bw, ok := st.(runtime.BatchFinisher)
+	if !ok {
+		b.Skipf("%T is not a runtime.BatchFinisher", st)
+	}
+	ctx := context.Background()
+	type text struct {
+		Text string `json:"text"`
+	}
+	event := func(id string, seq int64, typ runtime.EventType, node string, data any) runtime.Event {
+		return runtime.Event{Seq: seq, RunID: id, ChatID: "chat-1", Type: typ, NodeID: node, Attempt: 1, Time: at(time.Duration(seq)), Data: data}
+	}
+	checkpoint := func(id, node string, status runtime.NodeStatus, output any) *runtime.Checkpoint {
+		return &runtime.Checkpoint{RunID: id, NodeID: node, Status: status, PlanVersion: 3, InputsHash: "h-" + node,
+			Effect: runtime.EffectExternal, Output: output, Attempt: 1, AttemptID: node + "-1", StartedAt: t0, UpdatedAt: t0, Token: 1}
+	}
+	var startTook, endTook time.Duration
+	starts, ends := make([]runtime.WriteBatch, perCommit), make([]runtime.WriteBatch, perCommit)
+	n := 0
+	for b.Loop() {
+		for j := range starts {
+			n++
+			id := fmt.Sprintf("turn-%07d", n)
+			r := newRun(id)
+			r.Token = 0
+			lease := &runtime.Lease{RunID: id, Owner: "bench", Token: 1, ExpiresAt: t0.Add(time.Hour)}
+			starts[j] = runtime.WriteBatch{RunID: id, Token: 1, Create: r, Lease: lease,
+				Checkpoints: []*runtime.Checkpoint{checkpoint(id, "start", runtime.NodeSucceeded, text{"hello"}), checkpoint(id, "agent", runtime.NodeRunning, nil)},
+				Events: []runtime.Event{event(id, 1, runtime.EventRunStarted, "", nil), event(id, 2, runtime.EventNodeStarted, "start", nil),
+					event(id, 3, runtime.EventNodeCompleted, "start", text{"hello"}), event(id, 4, runtime.EventNodeStarted, "agent", nil),
+					event(id, 5, "node_delta", "agent", text{"hello"})}}
+			fin := *r
+			fin.Token, fin.Status, fin.UpdatedAt = 1, runtime.RunCompleted, t0.Add(time.Minute)
+			ends[j] = runtime.WriteBatch{RunID: id, Token: 1, Finish: &fin, Release: lease,
+				Checkpoints: []*runtime.Checkpoint{checkpoint(id, "agent", runtime.NodeSucceeded, text{"hello there"}), checkpoint(id, "out", runtime.NodeSucceeded, text{"hello there"})},
+				Events: []runtime.Event{event(id, 6, runtime.EventNodeCompleted, "agent", text{"hello there"}), event(id, 7, runtime.EventNodeStarted, "out", nil),
+					event(id, 8, runtime.EventNodeCompleted, "out", text{"hello there"}), event(id, 9, runtime.EventRunCompleted, "", nil)}}
+		}
+		t := time.Now()
+		if err := bw.WriteBatches(ctx, starts); err != nil {
+			b.Fatal(err)
+		}
+		startTook += time.Since(t)
+		t = time.Now()
+		if err := bw.WriteBatches(ctx, ends); err != nil {
+			b.Fatal(err)
+		}
+		endTook += time.Since(t)
+	}
+	b.ReportMetric(float64(startTook.Microseconds())/float64(n), "µs/start")
+	b.ReportMetric(float64(endTook.Microseconds())/float64(n), "µs/end")
+}
