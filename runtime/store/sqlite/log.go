@@ -66,7 +66,7 @@ func insertRows(left int) int {
 // runs every time (the tail's inserts and one-row reads) run on the
 // writer's driver connection and are prepared there (rawexec.go).
 var txQueries = []string{logStateQuery, saveCheckpointQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
-	createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
+	createRunQuery, updateRunQuery, finishQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
 	leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
 	startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, restartSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
 	truncateQuery, segmentQuery}
@@ -251,11 +251,17 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				if err := s.createClaimed(ctx, tx, b.Create, *b.Lease); err != nil {
 					return err
 				}
+				lt.created(b.Create.ID, b.Lease.Token, b.Create.LastSeq)
 			}
 			for _, cp := range b.Checkpoints {
 				if err := s.saveCheckpoint(ctx, tx, cp); err != nil {
 					return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
 				}
+			}
+			if b.Finish != nil {
+				// The end's compaction leaves the log's last seq to the
+				// finish (finishRun).
+				lt.finishing, lt.finishLast = b.RunID, 0
 			}
 			if len(b.Events) > 0 {
 				if err := lt.append(b.RunID, b.Token, b.Events, end); err != nil {
@@ -266,12 +272,16 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 					return wrap(err, "append events to %s", b.RunID)
 				}
 			}
+			released := false
 			if b.Finish != nil {
-				if err := s.finishRun(ctx, tx, b.Finish); err != nil {
+				var err error
+				last := lt.finishLast
+				lt.finishing, lt.finishLast = "", 0
+				if released, err = s.finishRun(ctx, tx, b.Finish, last, b.Release); err != nil {
 					return err
 				}
 			}
-			if b.Release != nil {
+			if b.Release != nil && !released {
 				// Nothing to release when the lease already passed on:
 				// Finish was fenced above in that case.
 				if _, err := s.ws.execIn(ctx, tx, releaseQuery, b.Release.RunID, b.Release.Token, b.Release.Owner); err != nil {

@@ -165,14 +165,62 @@ const updateRunQuery = `UPDATE runs SET parent_id = ?, root_id = ?, chat_id = ?,
 	interrupts = ?, answers = ?, created_at = ?, updated_at = ?, token = ?
 WHERE id = ? AND token <= ?`
 
-// finishRun is UpdateRun inside a batch's transaction.
-func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord) error {
+// finishRun is UpdateRun inside a batch's transaction, with the log's
+// last seq its end compacted (0: none; the runs row's last_seq takes it)
+// and the lease the batch releases (nil: none). It reports whether it
+// released the lease: otherwise the caller still must.
+//
+// A run's end is one statement (finishQuery) in the common case: it
+// writes only what a finish changes — leaving the indexed columns a run
+// keeps from its creation alone, so SQLite maintains two of the runs'
+// five indexes, not all five — and takes the log's last seq and the
+// lease's release with it, where they were three statements. It changes
+// the row only if the columns it does not write are those of r; when
+// they are not (or the write is fenced, or the run missing) it writes
+// step by step as before: the last seq, the whole record (UpdateRun),
+// and leaves the release to the caller.
+func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, last int64, rel *runtime.Lease) (released bool, err error) {
 	args, err := runArgs(r)
 	if err != nil {
-		return fmt.Errorf("finish run %s: %w", r.ID, err)
+		return false, fmt.Errorf("finish run %s: %w", r.ID, err)
 	}
-	return s.updateRun(ctx, tx, "finish run", r, args)
+	// A release after the finish matches the token the finish wrote.
+	release, owner := rel != nil && rel.Token == r.Token, ""
+	if rel != nil {
+		owner = rel.Owner
+	}
+	// args: parent_id, root_id, chat_id, graph_id, plan_version, kind,
+	// attrs, entry_node_ids, input, options, status, error, interrupts,
+	// answers, created_at, updated_at (runArgs).
+	res, err := s.ws.execIn(ctx, tx, finishQuery, args[6], args[10], args[11], args[12], args[13], args[15], r.Token, last,
+		release, owner, release, owner,
+		r.ID, r.Token, args[0], args[1], args[2], args[3], args[4], args[5], args[7], args[8], args[9], args[14])
+	if err != nil {
+		return false, fmt.Errorf("finish run %s: %w", r.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, err
+	} else if n == 1 {
+		return release, nil
+	}
+	if last > 0 {
+		if _, err := s.ws.execIn(ctx, tx, compactedQuery, last, r.ID); err != nil {
+			return false, err
+		}
+	}
+	return false, s.updateRun(ctx, tx, "finish run", r, args)
 }
+
+// finishQuery is a run's end in one statement (finishRun): the columns a
+// finish changes, the log's last seq, and the lease's release when the
+// batch releases the lease the finish's token names, on condition that
+// the run's other columns are the record's.
+const finishQuery = `UPDATE runs SET attrs = ?, status = ?, error = ?, interrupts = ?, answers = ?, updated_at = ?,
+	token = ?, last_seq = max(last_seq, ?),
+	lease_owner = CASE WHEN ? AND lease_owner IN (?, '') THEN '' ELSE lease_owner END,
+	lease_expires_at = CASE WHEN ? AND lease_owner IN (?, '') THEN NULL ELSE lease_expires_at END
+WHERE id = ? AND token <= ? AND parent_id = ? AND root_id = ? AND chat_id = ? AND graph_id = ?
+	AND plan_version = ? AND kind = ? AND entry_node_ids IS ? AND input IS ? AND options IS ? AND created_at = ?`
 
 // updateRun writes r, whose column values runArgs returned as args, in
 // tx, conditional on its token. op prefixes the statement's errors.

@@ -261,6 +261,42 @@ type logTx struct {
 	// truncated is the first row kept by the transaction's truncation
 	// (0: none).
 	truncated int64
+	// finishing is the run whose batch ends it while its events are
+	// appended: its end's compaction leaves the log's last seq in
+	// finishLast for the finish's statement to write (finishRun).
+	finishing  string
+	finishLast int64
+	// fresh are the runs the transaction created and whose log it has
+	// not yet written (created): their token and last seq are the ones
+	// it inserted, and they have no segment, so their first append needs
+	// no read of the run's state (nil: none).
+	fresh map[string]freshRun
+}
+
+// freshRun is a run a write transaction created: the token and last seq
+// it inserted.
+type freshRun struct{ token, last int64 }
+
+// created records that the transaction inserted runID with token and
+// last seq last.
+func (l *logTx) created(runID string, token, last int64) {
+	if l.fresh == nil {
+		l.fresh = map[string]freshRun{}
+	}
+	l.fresh[runID] = freshRun{token, last}
+}
+
+// state is logState in the transaction: a run it created and has not
+// yet appended to is known without a read.
+func (l *logTx) state(runID string, token int64) (last, from int64, err error) {
+	if fr, ok := l.fresh[runID]; ok {
+		delete(l.fresh, runID) // its first append writes a segment
+		if token < fr.token {
+			return 0, 0, fmt.Errorf("%w: run %s holds token %d, write has %d", runtime.ErrFenced, runID, fr.token, token)
+		}
+		return fr.last, 0, nil
+	}
+	return l.s.logState(l.ctx, l.tx, runID, token)
 }
 
 // newLogTx starts a logTx in tx, reading the tail's epoch and next row id.
@@ -352,7 +388,7 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	}
 	from := seg.from
 	if !grown {
-		last, f, err := l.s.logState(l.ctx, l.tx, runID, token)
+		last, f, err := l.state(runID, token)
 		if err != nil {
 			return err
 		}
@@ -483,7 +519,7 @@ func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bo
 // end moves runID's segment, if it has one, into event_chunks: the run stops
 // writing its log.
 func (l *logTx) end(runID string, token int64) error {
-	last, from, err := l.s.logState(l.ctx, l.tx, runID, token)
+	last, from, err := l.state(runID, token)
 	if err != nil || from == 0 {
 		return err
 	}
@@ -549,7 +585,10 @@ func (l *logTx) compact(runID string, token, from int64, rows []eventRow, last i
 		*l.newSegment(runID) = segment{from: l.next, fileLast: last, token: token, gen: l.gen}
 		return nil
 	}
-	if last > 0 {
+	switch {
+	case last > 0 && runID == l.finishing:
+		l.finishLast = last
+	case last > 0:
 		if _, err := l.s.ws.execIn(l.ctx, l.tx, compactedQuery, last, runID); err != nil {
 			return err
 		}

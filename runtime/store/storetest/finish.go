@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,6 +71,47 @@ func (s *suite) testWriteBatchFinish(t *testing.T) {
 	require.Equal(t, runtime.RunRunning, getRun(t, st, "f2").Status)
 	_, err = ls.ClaimRun(ctx, "f2", "C", time.Hour)
 	require.ErrorIs(t, err, runtime.ErrLeaseHeld, "B's lease is untouched")
+
+	// The stored record is the finish's whole record, whichever columns
+	// it changed — those a run's end changes, or any other — with the
+	// log's last seq of a log longer than a store's segments, and the
+	// lease released in the same write.
+	for i, tc := range []struct {
+		name   string
+		change func(r *runtime.RunRecord)
+	}{
+		{"the end's columns", func(r *runtime.RunRecord) {
+			r.Status, r.Error, r.UpdatedAt = runtime.RunInterrupted, "waiting", at(time.Hour)
+			r.Attrs = map[string]any{"messageId": "m-2", "more": true}
+			r.Answers = map[string]any{"int-1": "yes"}
+			r.Interrupts = []runtime.InterruptInfo{{ID: "int-2", NodeID: "ask", Reason: "approval"}}
+		}},
+		{"every column", func(r *runtime.RunRecord) {
+			r.Status, r.UpdatedAt = runtime.RunFailed, at(2*time.Hour)
+			r.ParentID, r.RootID, r.ChatID, r.GraphID = "p-2", "root-2", "chat-2", "graph-2"
+			r.PlanVersion, r.Kind, r.CreatedAt = 9, "background", at(-time.Hour)
+			r.EntryNodeIDs = []string{"other"}
+			r.Input = map[string]any{"text": "changed"}
+			r.Options.MaxParallel = 9
+		}},
+		{"nothing but the status", func(r *runtime.RunRecord) { r.Status = runtime.RunCompleted }},
+	} {
+		id := fmt.Sprintf("fx%d", i)
+		r := newRun(id)
+		r.Token = 1
+		l := runtime.Lease{RunID: id, Owner: "A", Token: 1, ExpiresAt: time.Now().Add(time.Hour)}
+		require.NoError(t, bf.WriteBatches(ctx, []runtime.WriteBatch{{RunID: id, Token: 1, Create: r, Lease: &l, Events: mkEvents(id, 1, 40)}}), tc.name)
+		require.NoError(t, bf.WriteBatches(ctx, []runtime.WriteBatch{{RunID: id, Token: 1, Events: mkEvents(id, 41, 40)}}), tc.name)
+		final := getRun(t, st, id)
+		tc.change(final)
+		require.NoError(t, bf.WriteBatches(ctx, []runtime.WriteBatch{{RunID: id, Token: 1, Events: mkEvents(id, 81, 3),
+			Finish: final, Release: &l}}), tc.name)
+		final.LastSeq = 83
+		requireRun(t, final, getRun(t, st, id))
+		requireEvents(t, mkEvents(id, 1, 83), events(t, st, id, 0, 0))
+		_, err = ls.ClaimRun(ctx, id, "B", time.Hour)
+		require.NoError(t, err, "%s: the lease was released", tc.name)
+	}
 }
 
 // testWriteBatchCreate: a BatchFinisher creates a run with its first
