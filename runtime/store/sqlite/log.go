@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/internal/rowjson"
@@ -26,6 +27,26 @@ ON CONFLICT (run_id, node_id) DO UPDATE SET
 	interrupt = excluded.interrupt, resumes = excluded.resumes, attempt = excluded.attempt,
 	attempt_id = excluded.attempt_id, replayed = excluded.replayed, started_at = excluded.started_at,
 	updated_at = excluded.updated_at, next_attempt_at = excluded.next_attempt_at, token = excluded.token`
+
+// saveCheckpointsQueries are the upserts of n checkpoints (n a power of
+// two up to maxCheckpointRows), each row fenced as saveCheckpointQuery
+// fences one (v.column1 is its run, v.column21 its token): a group
+// commit's checkpoints in a few statements, not one each.
+var saveCheckpointsQueries = func() map[int]string {
+	row := `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	_, set, _ := strings.Cut(saveCheckpointQuery, "ON CONFLICT")
+	m := map[int]string{}
+	for n := 1; n <= maxCheckpointRows; n *= 2 {
+		m[n] = `INSERT INTO checkpoints (run_id, ` + cpCols + `)
+SELECT * FROM (VALUES ` + row + strings.Repeat(", "+row, n-1) + `) AS v
+WHERE EXISTS (SELECT 1 FROM runs WHERE id = v.column1 AND token <= v.column21)
+ON CONFLICT` + set
+	}
+	return m
+}()
+
+// maxCheckpointRows is the most checkpoints one upsert carries.
+const maxCheckpointRows = 32
 
 // maxInsertRows is the most rows one event INSERT carries. A group commit
 // inserts its events with one statement per power of two in their count
@@ -52,10 +73,10 @@ var insertTailQueries = func() map[int]string {
 const insertChunkQuery = `INSERT INTO event_chunks (run_id, first_seq, last_seq, data) VALUES (?, ?, ?, ?)`
 
 // insertRows is the row count of the next INSERT for left rows: the
-// largest power of two not above left, capped at maxInsertRows.
-func insertRows(left int) int {
+// largest power of two not above left, capped at maxRows.
+func insertRows(left, maxRows int) int {
 	n := 1
-	for n*2 <= left && n*2 <= maxInsertRows {
+	for n*2 <= left && n*2 <= maxRows {
 		n *= 2
 	}
 	return n
@@ -100,6 +121,56 @@ func (s *Store) inTxOp(ctx context.Context, fn func(*sql.Tx) error, format strin
 func (s *Store) SaveCheckpoint(ctx context.Context, cp *runtime.Checkpoint) error {
 	err := s.inTx(ctx, func(tx *sql.Tx) error { return s.saveCheckpoint(ctx, tx, cp) })
 	return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
+}
+
+// saveCheckpoints upserts cps in tx, in order, as saveCheckpoint would
+// one by one, up to maxCheckpointRows in one statement (on the writer's
+// driver connection). A statement that wrote fewer rows than it carried
+// met a fenced checkpoint (or a missing run): its checkpoints are then
+// saved one by one, which names the refused one.
+func (s *Store) saveCheckpoints(ctx context.Context, tx *sql.Tx, cps []*runtime.Checkpoint) error {
+	args := s.cpArgs[:0]
+	defer func() {
+		clear(args) // keep no checkpoint alive
+		s.cpArgs = args[:0]
+	}()
+	for len(cps) > 0 {
+		n := insertRows(len(cps), maxCheckpointRows)
+		args = args[:0]
+		for _, cp := range cps[:n] {
+			output, err := jsonText(cp.Output)
+			if err != nil {
+				return wrap(fmt.Errorf("output: %w", err), "checkpoint %s/%s", cp.RunID, cp.NodeID)
+			}
+			var interrupt any
+			if cp.Interrupt != nil {
+				if interrupt, err = jsonText(cp.Interrupt); err != nil {
+					return wrap(fmt.Errorf("interrupt: %w", err), "checkpoint %s/%s", cp.RunID, cp.NodeID)
+				}
+			}
+			replayed := int64(0)
+			if cp.Replayed {
+				replayed = 1
+			}
+			args = append(args, cp.RunID, cp.NodeID, string(cp.Status), cp.PlanVersion, cp.InputsHash, string(cp.Effect), output,
+				cp.Summary, cp.Error, cp.ErrorCode, cp.ErrorTrace, cp.SkipReason, interrupt, int64(cp.Resumes), int64(cp.Attempt),
+				cp.AttemptID, replayed, micros(cp.StartedAt), micros(cp.UpdatedAt), micros(cp.NextAttemptAt), cp.Token)
+		}
+		wrote, err := s.execHotRows(ctx, saveCheckpointsQueries[n], args)
+		if err != nil {
+			return fmt.Errorf("save checkpoints: %w", err)
+		}
+		if wrote < int64(n) {
+			for _, cp := range cps[:n] {
+				if err := s.saveCheckpoint(ctx, tx, cp); err != nil {
+					return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
+				}
+			}
+			return fmt.Errorf("sqlite store: %d of %d checkpoints written, and none refused one by one", wrote, n)
+		}
+		cps = cps[n:]
+	}
+	return nil
 }
 
 func (s *Store) saveCheckpoint(ctx context.Context, tx *sql.Tx, cp *runtime.Checkpoint) error {
@@ -197,7 +268,7 @@ func (s *Store) insertTail(ctx context.Context, tx *sql.Tx, rows []eventRow) err
 	var runID, typ, chat, node any
 	var prev *runtime.Event
 	for len(rows) > 0 {
-		n := insertRows(len(rows))
+		n := insertRows(len(rows), maxInsertRows)
 		args = args[:0]
 		for _, r := range rows[:n] {
 			e := r.ev
@@ -235,6 +306,11 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 		// The events of every batch are inserted together at the end,
 		// after the joined writes (which must not read them: see Write).
 		tx := lt.tx
+		cps := s.cpBuf[:0]
+		defer func() {
+			clear(cps)
+			s.cpBuf = cps[:0]
+		}()
 		for _, b := range batches {
 			// A run that ends or lets go of its lease moves its log's
 			// segment into event_chunks.
@@ -253,11 +329,9 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				}
 				lt.created(b.Create.ID, b.Lease.Token, b.Create.LastSeq)
 			}
-			for _, cp := range b.Checkpoints {
-				if err := s.saveCheckpoint(ctx, tx, cp); err != nil {
-					return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
-				}
-			}
+			// The checkpoints of every batch are saved together, once
+			// every batch's run is created (the upsert's fence reads it).
+			cps = append(cps, b.Checkpoints...)
 			if b.Finish != nil {
 				// The end's compaction leaves the log's last seq to the
 				// finish (finishRun).
@@ -298,7 +372,7 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				}
 			}
 		}
-		return nil
+		return s.saveCheckpoints(ctx, tx, cps)
 	})
 	return wrap(err, "write batches")
 }

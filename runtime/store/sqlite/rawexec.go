@@ -42,6 +42,23 @@ func (s *Store) execHot(ctx context.Context, q string, args []any) error {
 	return s.wconn.Raw(func(dc any) error { return s.raw.exec(ctx, dc, q, args) })
 }
 
+// execHotRows is execHot reporting the rows q changed.
+func (s *Store) execHotRows(ctx context.Context, q string, args []any) (int64, error) {
+	if s.wconn == nil {
+		return 0, errNoWriter
+	}
+	var n int64
+	err := s.wconn.Raw(func(dc any) error {
+		res, err := s.raw.execResult(ctx, dc, q, args)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
 // queryRowHot runs q, a query of one row, with args in the writer's
 // transaction (commitGated's), on its driver connection. Its scanner
 // scans integers and text.
@@ -60,17 +77,22 @@ func (s *Store) queryRowHot(ctx context.Context, q string, args ...any) scanner 
 
 // exec runs q with args on dc, preparing q there the first time.
 func (r *rawStmts) exec(ctx context.Context, dc any, q string, args []any) error {
+	_, err := r.execResult(ctx, dc, q, args)
+	return err
+}
+
+// execResult is exec returning the statement's result.
+func (r *rawStmts) execResult(ctx context.Context, dc any, q string, args []any) (driver.Result, error) {
 	st, nv, err := r.bind(ctx, dc, q, args)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.unbind(nv)
 	ex, ok := st.(driver.StmtExecContext)
 	if !ok {
-		return fmt.Errorf("sqlite store: driver statement %T cannot execute", st)
+		return nil, fmt.Errorf("sqlite store: driver statement %T cannot execute", st)
 	}
-	_, err = ex.ExecContext(ctx, nv)
-	return err
+	return ex.ExecContext(ctx, nv)
 }
 
 // queryRow runs q with args on dc and returns its first row's values

@@ -80,6 +80,10 @@ type Store struct {
 	tails tails
 	// insertArgs is insertTail's buffer (the writer's).
 	insertArgs []any
+	// cpBuf and cpArgs are a group commit's checkpoints and their
+	// upserts' values (WriteBatches, saveCheckpoints: the writer's).
+	cpBuf  []*runtime.Checkpoint
+	cpArgs []any
 	// wconn is the writer's connection while commitGated's transaction
 	// holds it, and raw the statements prepared on its driver connection
 	// (rawexec.go); both are the writer's, used under the gate.
