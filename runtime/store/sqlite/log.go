@@ -124,51 +124,76 @@ func (s *Store) SaveCheckpoint(ctx context.Context, cp *runtime.Checkpoint) erro
 }
 
 // saveCheckpoints upserts cps in tx, in order, as saveCheckpoint would
-// one by one, up to maxCheckpointRows in one statement (on the writer's
-// driver connection). A statement that wrote fewer rows than it carried
-// met a fenced checkpoint (or a missing run): its checkpoints are then
-// saved one by one, which names the refused one.
+// one by one, up to maxCheckpointRows in one statement (execRows): a
+// statement that changed fewer rows than it carried met a fenced
+// checkpoint (or a missing run), which saving its checkpoints one by one
+// names.
 func (s *Store) saveCheckpoints(ctx context.Context, tx *sql.Tx, cps []*runtime.Checkpoint) error {
-	args := s.cpArgs[:0]
-	defer func() {
-		clear(args) // keep no checkpoint alive
-		s.cpArgs = args[:0]
-	}()
-	for len(cps) > 0 {
-		n := insertRows(len(cps), maxCheckpointRows)
-		args = args[:0]
-		for _, cp := range cps[:n] {
-			output, err := jsonText(cp.Output)
-			if err != nil {
-				return wrap(fmt.Errorf("output: %w", err), "checkpoint %s/%s", cp.RunID, cp.NodeID)
-			}
-			var interrupt any
-			if cp.Interrupt != nil {
-				if interrupt, err = jsonText(cp.Interrupt); err != nil {
-					return wrap(fmt.Errorf("interrupt: %w", err), "checkpoint %s/%s", cp.RunID, cp.NodeID)
-				}
-			}
-			replayed := int64(0)
-			if cp.Replayed {
-				replayed = 1
-			}
-			args = append(args, cp.RunID, cp.NodeID, string(cp.Status), cp.PlanVersion, cp.InputsHash, string(cp.Effect), output,
-				cp.Summary, cp.Error, cp.ErrorCode, cp.ErrorTrace, cp.SkipReason, interrupt, int64(cp.Resumes), int64(cp.Attempt),
-				cp.AttemptID, replayed, micros(cp.StartedAt), micros(cp.UpdatedAt), micros(cp.NextAttemptAt), cp.Token)
+	return execRows(ctx, s, cps, maxCheckpointRows, saveCheckpointsQueries, checkpointArgs,
+		func(cp *runtime.Checkpoint) error {
+			return wrap(s.saveCheckpoint(ctx, tx, cp), "checkpoint %s/%s", cp.RunID, cp.NodeID)
+		}, "save checkpoints")
+}
+
+// checkpointArgs appends the values saveCheckpointsQueries insert for cp
+// to args.
+func checkpointArgs(args []any, cp *runtime.Checkpoint) ([]any, error) {
+	output, err := jsonText(cp.Output)
+	if err != nil {
+		return nil, wrap(fmt.Errorf("output: %w", err), "checkpoint %s/%s", cp.RunID, cp.NodeID)
+	}
+	var interrupt any
+	if cp.Interrupt != nil {
+		if interrupt, err = jsonText(cp.Interrupt); err != nil {
+			return nil, wrap(fmt.Errorf("interrupt: %w", err), "checkpoint %s/%s", cp.RunID, cp.NodeID)
 		}
-		wrote, err := s.execHotRows(ctx, saveCheckpointsQueries[n], args)
+	}
+	replayed := int64(0)
+	if cp.Replayed {
+		replayed = 1
+	}
+	return append(args, cp.RunID, cp.NodeID, string(cp.Status), cp.PlanVersion, cp.InputsHash, string(cp.Effect), output,
+		cp.Summary, cp.Error, cp.ErrorCode, cp.ErrorTrace, cp.SkipReason, interrupt, int64(cp.Resumes), int64(cp.Attempt),
+		cp.AttemptID, replayed, micros(cp.StartedAt), micros(cp.UpdatedAt), micros(cp.NextAttemptAt), cp.Token), nil
+}
+
+// execRows writes items in tx with the multi-row statements queries (of
+// n rows, n a power of two up to maxRows), values appending an item's
+// values to a statement's: a group commit's rows of one kind in a few
+// statements, on the writer's driver connection, instead of one each.
+// Each item's row is conditional (a fence, a conflict): when a statement
+// changed fewer rows than it carried, one writes its items one by one,
+// in order, and the first refused names itself (the transaction is then
+// rolled back whole, so what the statement wrote does not stay).
+func execRows[T any](ctx context.Context, s *Store, items []T, maxRows int, queries map[int]string,
+	values func([]any, T) ([]any, error), one func(T) error, what string) error {
+	args := s.rowArgs[:0]
+	defer func() {
+		clear(args) // keep no value alive
+		s.rowArgs = args[:0]
+	}()
+	for len(items) > 0 {
+		n := insertRows(len(items), maxRows)
+		args = args[:0]
+		for _, it := range items[:n] {
+			var err error
+			if args, err = values(args, it); err != nil {
+				return err
+			}
+		}
+		wrote, err := s.execHotRows(ctx, queries[n], args)
 		if err != nil {
-			return fmt.Errorf("save checkpoints: %w", err)
+			return fmt.Errorf("sqlite store: %s: %w", what, err)
 		}
 		if wrote < int64(n) {
-			for _, cp := range cps[:n] {
-				if err := s.saveCheckpoint(ctx, tx, cp); err != nil {
-					return wrap(err, "checkpoint %s/%s", cp.RunID, cp.NodeID)
+			for _, it := range items[:n] {
+				if err := one(it); err != nil {
+					return err
 				}
 			}
-			return fmt.Errorf("sqlite store: %d of %d checkpoints written, and none refused one by one", wrote, n)
+			return fmt.Errorf("sqlite store: %s: %d of %d rows changed, and none refused one by one", what, wrote, n)
 		}
-		cps = cps[n:]
+		items = items[n:]
 	}
 	return nil
 }
@@ -306,6 +331,27 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 		// The events of every batch are inserted together at the end,
 		// after the joined writes (which must not read them: see Write).
 		tx := lt.tx
+		// The runs the batches create come first, together (their
+		// checkpoints and segments read their records).
+		creates := s.createBuf[:0]
+		defer func() {
+			clear(creates)
+			s.createBuf = creates[:0]
+		}()
+		for i := range batches {
+			if b := &batches[i]; b.Create != nil {
+				if b.Lease == nil {
+					return fmt.Errorf("sqlite store: create %s in a batch needs its lease", b.Create.ID)
+				}
+				creates = append(creates, b)
+			}
+		}
+		if err := s.createClaimedAll(ctx, tx, creates); err != nil {
+			return err
+		}
+		for _, b := range creates {
+			lt.created(b.Create.ID, b.Lease.Token, b.Create.LastSeq)
+		}
 		cps := s.cpBuf[:0]
 		defer func() {
 			clear(cps)
@@ -319,15 +365,6 @@ func (s *Store) WriteBatches(ctx context.Context, batches []runtime.WriteBatch) 
 				// Writes other than the log's own are not examined: any
 				// may move the tail's epoch (a run's token, say).
 				lt.moved = true
-			}
-			if b.Create != nil {
-				if b.Lease == nil {
-					return fmt.Errorf("sqlite store: create %s in a batch needs its lease", b.Create.ID)
-				}
-				if err := s.createClaimed(ctx, tx, b.Create, *b.Lease); err != nil {
-					return err
-				}
-				lt.created(b.Create.ID, b.Lease.Token, b.Create.LastSeq)
 			}
 			// The checkpoints of every batch are saved together, once
 			// every batch's run is created (the upsert's fence reads it).

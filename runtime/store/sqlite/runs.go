@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"chatgraph/runtime"
@@ -246,14 +247,53 @@ func (s *Store) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner s
 
 // createClaimed inserts r holding lease l in tx.
 func (s *Store) createClaimed(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, l runtime.Lease) error {
-	args, err := runArgs(r)
+	args, err := createClaimedArgs(nil, r, l)
 	if err != nil {
-		return fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
+		return err
 	}
-	args = append([]any{r.ID}, args...)
-	args = append(args, r.LastSeq, l.Token, l.Owner, micros(l.ExpiresAt))
 	return s.insertRun(ctx, tx, "create run", createClaimedQuery, r.ID, args)
 }
+
+// createClaimedArgs appends the values createClaimedQuery inserts for r
+// holding lease l to args.
+func createClaimedArgs(args []any, r *runtime.RunRecord, l runtime.Lease) ([]any, error) {
+	cols, err := runArgs(r)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: create run %s: %w", r.ID, err)
+	}
+	args = append(append(append(args, r.ID), cols...), r.LastSeq, l.Token, l.Owner, micros(l.ExpiresAt))
+	return args, nil
+}
+
+// createClaimedAll inserts the runs of the batches that create one
+// (Create, holding Lease), in tx, as createClaimed would one by one, up
+// to maxCreateRows in one statement (execRows): a statement that changed
+// fewer rows than it carried met a run that exists, which creating its
+// runs one by one names.
+func (s *Store) createClaimedAll(ctx context.Context, tx *sql.Tx, creates []*runtime.WriteBatch) error {
+	return execRows(ctx, s, creates, maxCreateRows, createClaimedQueries,
+		func(args []any, b *runtime.WriteBatch) ([]any, error) {
+			return createClaimedArgs(args, b.Create, *b.Lease)
+		},
+		func(b *runtime.WriteBatch) error { return s.createClaimed(ctx, tx, b.Create, *b.Lease) }, "create runs")
+}
+
+// maxCreateRows is the most runs one insert creates.
+const maxCreateRows = 32
+
+// createClaimedQueries are the inserts of n runs holding their first
+// lease (n a power of two up to maxCreateRows), each over a reservation
+// as createClaimedQuery.
+var createClaimedQueries = func() map[int]string {
+	head, rest, _ := strings.Cut(createClaimedQuery, "VALUES ")
+	row, tail, _ := strings.Cut(rest, ")")
+	row += ")"
+	m := map[int]string{}
+	for n := 1; n <= maxCreateRows; n *= 2 {
+		m[n] = head + "VALUES " + row + strings.Repeat(", "+row, n-1) + tail
+	}
+	return m
+}()
 
 const createClaimedQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token,

@@ -80,10 +80,13 @@ type Store struct {
 	tails tails
 	// insertArgs is insertTail's buffer (the writer's).
 	insertArgs []any
-	// cpBuf and cpArgs are a group commit's checkpoints and their
-	// upserts' values (WriteBatches, saveCheckpoints: the writer's).
-	cpBuf  []*runtime.Checkpoint
-	cpArgs []any
+	// cpBuf is a group commit's checkpoints, rowArgs the values of its
+	// multi-row statements (WriteBatches, execRows: the writer's).
+	cpBuf   []*runtime.Checkpoint
+	rowArgs []any
+	// createBuf is a group commit's batches that create their run
+	// (WriteBatches: the writer's).
+	createBuf []*runtime.WriteBatch
 	// wconn is the writer's connection while commitGated's transaction
 	// holds it, and raw the statements prepared on its driver connection
 	// (rawexec.go); both are the writer's, used under the gate.

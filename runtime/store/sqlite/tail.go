@@ -484,23 +484,26 @@ func (t *tails) freeSegment(seg *segment) {
 const maxFreeSegments = 4096
 
 // growKnown is append's common case: evs continue the segment the store
-// remembers and stay in the tail; grown says it grew it. A segment
-// verified in this generation grows with no statement at all (the fast
-// grow, see the top of this file), provided token is not below the one
-// it was verified with. Any other known segment is verified with one
-// conditional UPDATE, which checks that the file has it as remembered
-// and the token, and moves run_tails.last_seq. Otherwise append checks
-// and writes step by step.
+// remembers; grown says it is that segment, grown. A segment verified in
+// this generation grows with no statement at all (the fast grow, see the
+// top of this file), provided token is not below the one it was verified
+// with — and so needs none to be checked before it moves into
+// event_chunks (end, or full). Any other known segment that stays in the
+// tail is verified with one conditional UPDATE, which checks that the
+// file has it as remembered and the token, and moves run_tails.last_seq.
+// Otherwise append checks and writes step by step.
 func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bool) (seg segment, grown bool, err error) {
 	known := l.known(runID)
-	if end || known == nil || len(known.rows)+len(evs) >= compactAt {
-		return segment{}, false, nil
-	}
-	if evs[0].Seq != known.last()+1 {
+	if known == nil || evs[0].Seq != known.last()+1 {
 		return segment{}, false, nil
 	}
 	if known.gen == l.gen && token >= known.token {
+		// Verified in this generation: as the file has it, whether it
+		// grows or moves into event_chunks now (end, or full).
 		return *known, true, nil
+	}
+	if end || len(known.rows)+len(evs) >= compactAt {
+		return segment{}, false, nil
 	}
 	newLast := evs[len(evs)-1].Seq
 	l.moved = true
