@@ -48,15 +48,15 @@ var _ chat.Joiner = (*Store)(nil)
 
 // txQueries are the statements of a turn's writes, prepared at Open: a
 // turn runs them every time, and parsing SQL costs more than running it.
+// In the run store's writer transaction (a group commit's joined writes,
+// Update) exec runs them on the writer's driver connection instead,
+// prepared there on first use (rsqlite.Store.Exec).
 var txQueries = []string{touchChatQuery, insertMessageQuery, claimMessageQuery, finishMessageQuery, messageRunQuery}
 
-// exec runs q (prepared when it is one of txQueries) in tx.
+// exec runs q, a write, in tx, a transaction on the run store's writer:
+// on its driver connection (rsqlite.Store.Exec).
 func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
-	st, err := s.runs.Stmt(ctx, tx, q)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(ctx, args...)
+	return s.runs.Exec(ctx, tx, q, args...)
 }
 
 // update runs fn in a transaction on the run store's writer (see

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -157,4 +158,56 @@ func BenchmarkGetChat(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkTurnWrites applies the joined writes of 16 chat turns in one
+// transaction of the run store's writer, as a group commit carries them:
+// each turn's TurnWrite (the chat's update, the user's message and the
+// assistant's pending one), then in a second transaction each answer's
+// FinishWrite. It reports µs/turn: what a turn's chat writes cost the
+// writer, the two transactions' own cost shared.
+func BenchmarkTurnWrites(b *testing.B) {
+	const perCommit = 16
+	// Without the WAL's sync, which the run store's group commits wait
+	// for off the writer: the writes' own cost.
+	runs, err := rsqlite.Open(b.Context(), rsqlite.Config{Path: filepath.Join(b.TempDir(), "chatgraph.db"), Synchronous: rsqlite.SyncNormal})
+	require.NoError(b, err)
+	b.Cleanup(func() { require.NoError(b, runs.Close()) })
+	cs, err := sqlite.Open(b.Context(), runs)
+	require.NoError(b, err)
+	b.Cleanup(func() { require.NoError(b, cs.Close()) })
+	ctx := b.Context()
+	require.NoError(b, cs.CreateGraph(ctx, &chat.Graph{ID: "g1", Name: "g", Body: json.RawMessage(`{}`)}))
+	chats := make([]string, perCommit)
+	for i := range chats {
+		chats[i] = fmt.Sprintf("c%d", i)
+		require.NoError(b, cs.CreateChat(ctx, &chat.Chat{ID: chats[i], GraphID: "g1"}, 0))
+	}
+	apply := func(writes []any) {
+		require.NoError(b, runs.Update(ctx, func(tx *sql.Tx) error {
+			for _, w := range writes {
+				if err := w.(rsqlite.Write)(ctx, tx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	n := 0
+	for b.Loop() {
+		var begins, finishes []any
+		for _, chatID := range chats {
+			n++
+			user := &chat.Message{ID: fmt.Sprintf("u%d", n), Role: chat.RoleUser, Content: "hello", Status: chat.StatusCompleted}
+			answer := &chat.Message{ID: fmt.Sprintf("a%d", n), ParentID: user.ID, Role: chat.RoleAssistant, Status: chat.StatusPending,
+				RunID: fmt.Sprintf("r%d", n)}
+			begins = append(begins, cs.TurnWrite(chat.Turn{ChatID: chatID, ActiveLeafID: answer.ID, Messages: []*chat.Message{user, answer}}))
+			done := *answer
+			done.ChatID, done.Content, done.Status = chatID, "hello there", chat.StatusCompleted
+			finishes = append(finishes, cs.FinishWrite(&done))
+		}
+		apply(begins)
+		apply(finishes)
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(n), "µs/turn")
 }

@@ -42,6 +42,30 @@ func (s *Store) Stmt(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, erro
 	return s.ws.in(ctx, tx, q)
 }
 
+// Exec runs q, a write statement, with args in tx, a transaction on the
+// store's writer (a joined write's, or Update's): on the writer's driver
+// connection, prepared there once, without database/sql's per-call
+// conversions and statement binding — as the store's own group-commit
+// statements run (rawexec.go). A turn's writes in the chat store so cost
+// the one goroutine every streaming delta waits for a little less.
+func (s *Store) Exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	if s.wconn == nil {
+		// Not in the writer's transaction: as Stmt.
+		st, err := s.ws.in(ctx, tx, q)
+		if err != nil {
+			return nil, err
+		}
+		return st.ExecContext(ctx, args...)
+	}
+	var res sql.Result
+	err := s.wconn.Raw(func(dc any) error {
+		var err error
+		res, err = s.raw.execResult(ctx, dc, q, args)
+		return err
+	})
+	return res, err
+}
+
 // ReadStmt returns q's statement on the read pool, prepared on first use
 // and kept until the store closes (the caller must not close it).
 func (s *Store) ReadStmt(ctx context.Context, q string) (*sql.Stmt, error) {
