@@ -471,9 +471,9 @@ func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) e
 		return 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	s.wconn = conn
+	s.wconn, s.wtx = conn, tx
 	err = fn(tx)
-	s.wconn = nil
+	s.wconn, s.wtx = nil, nil
 	if err != nil {
 		return 0, err
 	}

@@ -47,10 +47,11 @@ func (s *Store) Stmt(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, erro
 // connection, prepared there once, without database/sql's per-call
 // conversions and statement binding — as the store's own group-commit
 // statements run (rawexec.go). A turn's writes in the chat store so cost
-// the one goroutine every streaming delta waits for a little less.
+// the one goroutine every streaming delta waits for a little less. Any
+// other transaction runs q as Stmt would.
 func (s *Store) Exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
-	if s.wconn == nil {
-		// Not in the writer's transaction: as Stmt.
+	if tx != s.wtx || s.wconn == nil {
+		// Not the writer's transaction: as Stmt.
 		st, err := s.ws.in(ctx, tx, q)
 		if err != nil {
 			return nil, err

@@ -88,9 +88,10 @@ type Store struct {
 	// (WriteBatches: the writer's).
 	createBuf []*runtime.WriteBatch
 	// wconn is the writer's connection while commitGated's transaction
-	// holds it, and raw the statements prepared on its driver connection
-	// (rawexec.go); both are the writer's, used under the gate.
+	// (wtx) holds it, and raw the statements prepared on its driver
+	// connection (rawexec.go); all are the writer's, used under the gate.
 	wconn *sql.Conn
+	wtx   *sql.Tx
 	raw   rawStmts
 	// tailRows is the writer's buffer of a logTx's rows to insert into
 	// the tail (logTx.tail).
