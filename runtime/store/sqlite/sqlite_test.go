@@ -236,10 +236,10 @@ func BenchmarkGroupCommit(b *testing.B) {
 	}
 }
 
-func BenchmarkTurnWrites(b *testing.B) {
+func BenchmarkStartsAndEnds(b *testing.B) {
 	for _, sync := range []sqlite.Synchronous{sqlite.SyncFull, sqlite.SyncNormal} {
 		b.Run("sync="+string(sync), func(b *testing.B) {
-			storetest.BenchTurnWrites(b, func(tb testing.TB) runtime.Store {
+			storetest.BenchStartsAndEnds(b, func(tb testing.TB) runtime.Store {
 				return openAt(tb, filepath.Join(tb.TempDir(), "bench.db"), sync)
 			})
 		})

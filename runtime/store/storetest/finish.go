@@ -84,11 +84,11 @@ func (s *suite) testWriteBatchFinish(t *testing.T) {
 			r.Status, r.Error, r.UpdatedAt = runtime.RunInterrupted, "waiting", at(time.Hour)
 			r.Attrs = map[string]any{"messageId": "m-2", "more": true}
 			r.Answers = map[string]any{"int-1": "yes"}
-			r.Interrupts = []runtime.InterruptInfo{{ID: "int-2", NodeID: "ask", Reason: "approval"}}
+			r.Interrupts = []runtime.InterruptInfo{{ID: "int-2", NodeID: "wait", Reason: "input"}}
 		}},
 		{"every column", func(r *runtime.RunRecord) {
 			r.Status, r.UpdatedAt = runtime.RunFailed, at(2*time.Hour)
-			r.ParentID, r.RootID, r.ChatID, r.GraphID = "p-2", "root-2", "chat-2", "graph-2"
+			r.ParentID, r.RootID, r.ChatID, r.GraphID = "p-2", "root-2", "c-2", "graph-2"
 			r.PlanVersion, r.Kind, r.CreatedAt = 9, "background", at(-time.Hour)
 			r.EntryNodeIDs = []string{"other"}
 			r.Input = map[string]any{"text": "changed"}

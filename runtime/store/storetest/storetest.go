@@ -1491,15 +1491,15 @@ func BenchRenewLeases(b *testing.B, open func(tb testing.TB) runtime.Store) {
 	})
 }
 
-// BenchTurnWrites measures what a chat turn's runs cost a store's group
-// commits, as the sync committer sends them: a commit of perCommit runs
-// starting (each created with its lease, with its start node's
-// checkpoint, its agent's running checkpoint and five events), then one
-// of the same runs ending (four events, two checkpoints, the final
-// record and the lease's release). It reports µs/start and µs/end: the
-// store's time per run in each, the commit's own cost shared. It skips
-// stores that are not BatchFinishers.
-func BenchTurnWrites(b *testing.B, open func(tb testing.TB) runtime.Store) {
+// BenchStartsAndEnds measures what runs that start and end cost a
+// store's group commits, as the sync committer sends them: a commit of
+// perCommit runs starting (each created with its lease, with its first
+// node's checkpoint, its second node's running checkpoint and five
+// events), then one of the same runs ending (four events, two
+// checkpoints, the final record and the lease's release). It reports
+// µs/start and µs/end: the store's time per run in each, the commit's
+// own cost shared. It skips stores that are not BatchFinishers.
+func BenchStartsAndEnds(b *testing.B, open func(tb testing.TB) runtime.Store) {
 	const perCommit = 16
 	st := open(b)
 	bw, ok := st.(runtime.BatchFinisher)
@@ -1511,7 +1511,7 @@ func BenchTurnWrites(b *testing.B, open func(tb testing.TB) runtime.Store) {
 		Text string `json:"text"`
 	}
 	event := func(id string, seq int64, typ runtime.EventType, node string, data any) runtime.Event {
-		return runtime.Event{Seq: seq, RunID: id, ChatID: "chat-1", Type: typ, NodeID: node, Attempt: 1, Time: at(time.Duration(seq)), Data: data}
+		return runtime.Event{Seq: seq, RunID: id, ChatID: "c-1", Type: typ, NodeID: node, Attempt: 1, Time: at(time.Duration(seq)), Data: data}
 	}
 	checkpoint := func(id, node string, status runtime.NodeStatus, output any) *runtime.Checkpoint {
 		return &runtime.Checkpoint{RunID: id, NodeID: node, Status: status, PlanVersion: 3, InputsHash: "h-" + node,
@@ -1523,21 +1523,21 @@ func BenchTurnWrites(b *testing.B, open func(tb testing.TB) runtime.Store) {
 	for b.Loop() {
 		for j := range starts {
 			n++
-			id := fmt.Sprintf("turn-%07d", n)
+			id := fmt.Sprintf("run-%07d", n)
 			r := newRun(id)
 			r.Token = 0
 			lease := &runtime.Lease{RunID: id, Owner: "bench", Token: 1, ExpiresAt: t0.Add(time.Hour)}
 			starts[j] = runtime.WriteBatch{RunID: id, Token: 1, Create: r, Lease: lease,
-				Checkpoints: []*runtime.Checkpoint{checkpoint(id, "start", runtime.NodeSucceeded, text{"hello"}), checkpoint(id, "agent", runtime.NodeRunning, nil)},
-				Events: []runtime.Event{event(id, 1, runtime.EventRunStarted, "", nil), event(id, 2, runtime.EventNodeStarted, "start", nil),
-					event(id, 3, runtime.EventNodeCompleted, "start", text{"hello"}), event(id, 4, runtime.EventNodeStarted, "agent", nil),
-					event(id, 5, "node_delta", "agent", text{"hello"})}}
+				Checkpoints: []*runtime.Checkpoint{checkpoint(id, "first", runtime.NodeSucceeded, text{"hello"}), checkpoint(id, "stream", runtime.NodeRunning, nil)},
+				Events: []runtime.Event{event(id, 1, runtime.EventRunStarted, "", nil), event(id, 2, runtime.EventNodeStarted, "first", nil),
+					event(id, 3, runtime.EventNodeCompleted, "first", text{"hello"}), event(id, 4, runtime.EventNodeStarted, "stream", nil),
+					event(id, 5, "progress", "stream", text{"hello"})}}
 			fin := *r
 			fin.Token, fin.Status, fin.UpdatedAt = 1, runtime.RunCompleted, t0.Add(time.Minute)
 			ends[j] = runtime.WriteBatch{RunID: id, Token: 1, Finish: &fin, Release: lease,
-				Checkpoints: []*runtime.Checkpoint{checkpoint(id, "agent", runtime.NodeSucceeded, text{"hello there"}), checkpoint(id, "out", runtime.NodeSucceeded, text{"hello there"})},
-				Events: []runtime.Event{event(id, 6, runtime.EventNodeCompleted, "agent", text{"hello there"}), event(id, 7, runtime.EventNodeStarted, "out", nil),
-					event(id, 8, runtime.EventNodeCompleted, "out", text{"hello there"}), event(id, 9, runtime.EventRunCompleted, "", nil)}}
+				Checkpoints: []*runtime.Checkpoint{checkpoint(id, "stream", runtime.NodeSucceeded, text{"hello there"}), checkpoint(id, "last", runtime.NodeSucceeded, text{"hello there"})},
+				Events: []runtime.Event{event(id, 6, runtime.EventNodeCompleted, "stream", text{"hello there"}), event(id, 7, runtime.EventNodeStarted, "last", nil),
+					event(id, 8, runtime.EventNodeCompleted, "last", text{"hello there"}), event(id, 9, runtime.EventRunCompleted, "", nil)}}
 		}
 		t := time.Now()
 		if err := bw.WriteBatches(ctx, starts); err != nil {
