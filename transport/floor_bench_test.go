@@ -35,11 +35,7 @@ import (
 // chat: the rest of BenchmarkEventLatencyWebSocket's latency and CPU is
 // chatgraph's own.
 func BenchmarkEventLatencyFloor(b *testing.B) {
-	for _, fsync := range []bool{true, false} {
-		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 20, 100, false, false)
-		})
-	}
+	floorFsyncModes(b, 20, 100, false)
 }
 
 // BenchmarkEventLatencyFloorLeader: BenchmarkEventLatencyFloor's load
@@ -52,22 +48,14 @@ func BenchmarkEventLatencyFloor(b *testing.B) {
 // publishing no longer overlapping the next sync. The best floor found
 // on this machine (docs/benchmarks.md).
 func BenchmarkEventLatencyFloorLeader(b *testing.B) {
-	for _, fsync := range []bool{true, false} {
-		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 20, 100, false, true)
-		})
-	}
+	floorFsyncModes(b, 20, 100, true)
 }
 
 // BenchmarkEventLatencyFloorPaced: the floor of
 // BenchmarkEventLatencyWebSocketPaced's load (1,000 runs of 20 words 100
 // ms apart, 10,000 deltas/s offered).
 func BenchmarkEventLatencyFloorPaced(b *testing.B) {
-	for _, fsync := range []bool{true, false} {
-		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 100, 20, false, false)
-		})
-	}
+	floorFsyncModes(b, 100, 20, false)
 }
 
 // BenchmarkEventLatencyFloorRates: the floor of
@@ -75,32 +63,39 @@ func BenchmarkEventLatencyFloorPaced(b *testing.B) {
 // starts spread over a word interval, their words paced to offer
 // `deltas` deltas a second), with fsync.
 func BenchmarkEventLatencyFloorRates(b *testing.B) {
-	for _, rate := range []int{2500, 5000, 10000, 20000} {
-		b.Run("deltas="+strconv.Itoa(rate), func(b *testing.B) {
-			delayMs := 1000 * 1000 / rate
-			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true, false)
-		})
-	}
+	floorRates(b, false)
 }
 
 // BenchmarkEventLatencyFloorLeaderPaced: the leader floor
 // (BenchmarkEventLatencyFloorLeader) of BenchmarkEventLatencyWebSocketPaced's
 // load.
 func BenchmarkEventLatencyFloorLeaderPaced(b *testing.B) {
-	for _, fsync := range []bool{true, false} {
-		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, 100, 20, false, true)
-		})
-	}
+	floorFsyncModes(b, 100, 20, true)
 }
 
 // BenchmarkEventLatencyFloorLeaderRates: the leader floor of
 // BenchmarkEventLatencyWebSocketRates/…/clients=goroutines, with fsync.
 func BenchmarkEventLatencyFloorLeaderRates(b *testing.B) {
+	floorRates(b, true)
+}
+
+// floorFsyncModes runs a floor (leader: the leader floor) at a load of
+// 1,000 runs of words words tokenDelayMs apart, with and without fsync.
+func floorFsyncModes(b *testing.B, tokenDelayMs, words int, leader bool) {
+	for _, fsync := range []bool{true, false} {
+		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
+			benchLatencyFloor(b, fsync, tokenDelayMs, words, false, leader)
+		})
+	}
+}
+
+// floorRates runs a floor (leader: the leader floor) at
+// BenchmarkEventLatencyWebSocketRates' loads, with fsync.
+func floorRates(b *testing.B, leader bool) {
 	for _, rate := range []int{2500, 5000, 10000, 20000} {
 		b.Run("deltas="+strconv.Itoa(rate), func(b *testing.B) {
 			delayMs := 1000 * 1000 / rate
-			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true, true)
+			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true, leader)
 		})
 	}
 }
