@@ -20,7 +20,11 @@ const cpCols = `node_id, status, plan_version, inputs_hash, effect, output, summ
 const saveCheckpointQuery = `INSERT INTO checkpoints (run_id, ` + cpCols + `)
 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
 WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND token <= ?)
-ON CONFLICT (run_id, node_id) DO UPDATE SET
+` + checkpointUpsert
+
+// checkpointUpsert ends the inserts of checkpoints: a node's checkpoint
+// replaces its last.
+const checkpointUpsert = `ON CONFLICT (run_id, node_id) DO UPDATE SET
 	status = excluded.status, plan_version = excluded.plan_version, inputs_hash = excluded.inputs_hash,
 	effect = excluded.effect, output = excluded.output, summary = excluded.summary, error = excluded.error,
 	error_code = excluded.error_code, error_trace = excluded.error_trace, skip_reason = excluded.skip_reason,
@@ -34,13 +38,12 @@ ON CONFLICT (run_id, node_id) DO UPDATE SET
 // commit's checkpoints in a few statements, not one each.
 var saveCheckpointsQueries = func() map[int]string {
 	row := `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	_, set, _ := strings.Cut(saveCheckpointQuery, "ON CONFLICT")
 	m := map[int]string{}
 	for n := 1; n <= maxCheckpointRows; n *= 2 {
 		m[n] = `INSERT INTO checkpoints (run_id, ` + cpCols + `)
 SELECT * FROM (VALUES ` + row + strings.Repeat(", "+row, n-1) + `) AS v
 WHERE EXISTS (SELECT 1 FROM runs WHERE id = v.column1 AND token <= v.column21)
-ON CONFLICT` + set
+` + checkpointUpsert
 	}
 	return m
 }()

@@ -181,7 +181,7 @@ WHERE id = ? AND token <= ?`
 // step by step as before: the last seq, the whole record (UpdateRun),
 // and leaves the release to the caller.
 func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord, last int64, rel *runtime.Lease) (released bool, err error) {
-	args, err := runArgs(r)
+	j, err := rowjson.EncodeRun(r)
 	if err != nil {
 		return false, fmt.Errorf("finish run %s: %w", r.ID, err)
 	}
@@ -190,12 +190,11 @@ func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord,
 	if rel != nil {
 		owner = rel.Owner
 	}
-	// args: parent_id, root_id, chat_id, graph_id, plan_version, kind,
-	// attrs, entry_node_ids, input, options, status, error, interrupts,
-	// answers, created_at, updated_at (runArgs).
-	res, err := s.ws.execIn(ctx, tx, finishQuery, args[6], args[10], args[11], args[12], args[13], args[15], r.Token, last,
+	res, err := s.ws.execIn(ctx, tx, finishQuery,
+		text(j.Attrs), string(r.Status), r.Error, text(j.Interrupts), text(j.Answers), micros(r.UpdatedAt), r.Token, last,
 		release, owner, release, owner,
-		r.ID, r.Token, args[0], args[1], args[2], args[3], args[4], args[5], args[7], args[8], args[9], args[14])
+		r.ID, r.Token, r.ParentID, r.RootID, r.ChatID, r.GraphID, r.PlanVersion, r.Kind,
+		text(j.EntryNodeIDs), text(j.Input), text(j.Options), micros(r.CreatedAt))
 	if err != nil {
 		return false, fmt.Errorf("finish run %s: %w", r.ID, err)
 	}
@@ -208,6 +207,10 @@ func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord,
 		if _, err := s.ws.execIn(ctx, tx, compactedQuery, last, r.ID); err != nil {
 			return false, err
 		}
+	}
+	args, err := runArgs(r)
+	if err != nil {
+		return false, fmt.Errorf("finish run %s: %w", r.ID, err)
 	}
 	return false, s.updateRun(ctx, tx, "finish run", r, args)
 }
@@ -285,21 +288,24 @@ const maxCreateRows = 32
 // lease (n a power of two up to maxCreateRows), each over a reservation
 // as createClaimedQuery.
 var createClaimedQueries = func() map[int]string {
-	head, rest, _ := strings.Cut(createClaimedQuery, "VALUES ")
-	row, tail, _ := strings.Cut(rest, ")")
-	row += ")"
 	m := map[int]string{}
 	for n := 1; n <= maxCreateRows; n *= 2 {
-		m[n] = head + "VALUES " + row + strings.Repeat(", "+row, n-1) + tail
+		m[n] = createClaimedInto + "VALUES " + createClaimedRow + strings.Repeat(", "+createClaimedRow, n-1) + "\n" + overReservation
 	}
 	return m
 }()
 
-const createClaimedQuery = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
+const createClaimedQuery = createClaimedInto + "VALUES " + createClaimedRow + "\n" + overReservation
+
+// createClaimedInto and createClaimedRow are createClaimedQuery's
+// columns and a row of its values.
+const (
+	createClaimedInto = `INSERT INTO runs (id, parent_id, root_id, chat_id, graph_id, plan_version, kind,
 	attrs, entry_node_ids, input, options, status, error, interrupts, answers, created_at, updated_at, last_seq, token,
 	lease_owner, lease_expires_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-` + overReservation
+`
+	createClaimedRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
 
 // applied turns the result of a statement conditional on the run's token,
 // run in tx, into nil, ErrRunNotFound or ErrFenced.
