@@ -16,3 +16,15 @@ func LoadGraph(rec *Graph) (*runtime.Graph, error) {
 	g.ID, g.Name, g.PlanVersion = rec.ID, rec.Name, rec.PlanVersion
 	return &g, nil
 }
+
+// graphOf returns a saved graph version as the runtime's model: the
+// graph the engine compiled its cached plan from when it keeps one (a
+// graph's id and planVersion name one body for good: every change bumps
+// the version), else decoded from the record's body. The graph returned
+// is shared: read it, never change it.
+func (s *Service) graphOf(rec *Graph) (*runtime.Graph, error) {
+	if p := s.engine.CachedPlan(rec.ID, rec.PlanVersion); p != nil {
+		return p.Graph(), nil
+	}
+	return LoadGraph(rec)
+}

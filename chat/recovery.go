@@ -146,7 +146,7 @@ func (s *Service) planOf(ctx context.Context, rec *runtime.RunRecord, cache map[
 	if err != nil {
 		return nil, err
 	}
-	g, err := LoadGraph(grec)
+	g, err := s.graphOf(grec)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -643,4 +644,48 @@ func TestStartingTurnsAreBounded(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"turn 0", "turn 1", "turn 2"}, asked)
+}
+
+// A turn takes its graph from the engine's cached plan of that version
+// instead of decoding the body again, and a turn after the graph changed
+// runs the new version.
+func TestTurnsRunTheGraphVersionTheyRead(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	ctx := context.Background()
+	graphID, chatID := f.chatOn(`{"name":"Helper"}`)
+	v1, err := f.chats.GetGraph(ctx, graphID)
+	require.NoError(t, err)
+	before, err := f.svc.GraphOf(v1)
+	require.NoError(t, err)
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one"})
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, tk.MessageID).Status)
+
+	cached, err := f.svc.GraphOf(v1)
+	require.NoError(t, err)
+	again, err := f.svc.GraphOf(v1)
+	require.NoError(t, err)
+	require.Same(t, cached, again, "the compiled version's graph is shared, not decoded per turn")
+	require.NotSame(t, before, cached, "nothing was compiled before the first turn")
+	require.Equal(t, before, cached)
+
+	// The agent node renamed: a new plan version.
+	v2 := *v1
+	v2.Body = json.RawMessage(strings.ReplaceAll(string(v1.Body), `"helper"`, `"helper2"`))
+	require.NoError(t, f.chats.UpdateGraph(ctx, &v2, v1.PlanVersion))
+	require.Equal(t, v1.PlanVersion+1, v2.PlanVersion)
+	g2, err := f.svc.GraphOf(&v2)
+	require.NoError(t, err)
+	require.Equal(t, "helper2", g2.Nodes[1].ID)
+	require.Equal(t, v2.PlanVersion, g2.PlanVersion)
+
+	tk = f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "two"})
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, tk.MessageID).Status)
+	var agents []string
+	for _, ev := range f.pub.of(tk.RunID) {
+		if ev.Type == runtime.EventNodeStarted && strings.HasPrefix(ev.NodeID, "helper") {
+			agents = append(agents, ev.NodeID)
+		}
+	}
+	require.Equal(t, []string{"helper2"}, agents)
 }

@@ -471,7 +471,7 @@ func (s *Service) prepare(ctx context.Context, req Request) (*turn, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := LoadGraph(grec)
+	g, err := s.graphOf(grec)
 	if err != nil {
 		return nil, err
 	}

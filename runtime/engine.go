@@ -235,6 +235,17 @@ func (e *Engine) Compile(g *Graph) (*Plan, error) {
 	return p, nil
 }
 
+// CachedPlan returns the plan the engine keeps for a graph's id and
+// planVersion, or nil. With it, a caller that has read a saved graph's
+// id and version finds the graph it was compiled from (Plan.Graph)
+// without decoding the graph's body again.
+func (e *Engine) CachedPlan(graphID string, planVersion int64) *Plan {
+	if graphID == "" {
+		return nil
+	}
+	return e.plans.get(graphID, planVersion)
+}
+
 func (e *Engine) newRunID() string {
 	var b [32]byte
 	return string(strconv.AppendUint(append(b[:0], e.idPrefix...), e.idSeq.Add(1), 36))
