@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"encoding/json"
+	"slices"
+	"strconv"
 	"time"
 )
 
@@ -183,10 +185,38 @@ type RunStartedData struct {
 	Attrs         map[string]any `json:"-"`
 }
 
-// MarshalJSON flattens Attrs into the object; declared fields win.
+// MarshalJSON flattens Attrs into the object; declared fields win. It
+// writes the declared fields by hand (every run emits one run_started):
+// what encoding/json gives for them, then the attributes in key order.
 func (d RunStartedData) MarshalJSON() ([]byte, error) {
-	type plain RunStartedData
-	return mergeJSON(plain(d), d.Attrs)
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	if d.Kind != "" {
+		b = AppendJSONString(appendKey(b, "kind"), d.Kind)
+	}
+	b = AppendJSONString(appendKey(b, "graphId"), d.GraphID)
+	b = strconv.AppendInt(appendKey(b, "planVersion"), d.PlanVersion, 10)
+	b = appendJSONStrings(appendKey(b, "entryNodeIds"), d.EntryNodeIDs)
+	b = appendJSONStrings(appendKey(b, "activeNodeIds"), d.ActiveNodeIDs)
+	if d.ParentRunID != "" {
+		b = AppendJSONString(appendKey(b, "parentRunId"), d.ParentRunID)
+	}
+	if d.Resumed {
+		b = append(appendKey(b, "resumed"), "true"...)
+	}
+	return appendExtra(b, d.Attrs, func(k string) bool {
+		switch k {
+		case "graphId", "planVersion", "entryNodeIds", "activeNodeIds":
+			return true
+		case "kind":
+			return d.Kind != ""
+		case "parentRunId":
+			return d.ParentRunID != ""
+		case "resumed":
+			return d.Resumed
+		}
+		return false
+	})
 }
 
 // RunCompletedData is the payload of run_completed.
@@ -223,8 +253,12 @@ type NodeStartedData struct {
 
 // MarshalJSON flattens Details into the object; declared fields win.
 func (d NodeStartedData) MarshalJSON() ([]byte, error) {
-	type plain NodeStartedData
-	return mergeJSON(plain(d), d.Details)
+	b := make([]byte, 0, 64)
+	b = append(b, '{')
+	if d.Replayed {
+		b = append(appendKey(b, "replayed"), "true"...)
+	}
+	return appendExtra(b, d.Details, func(k string) bool { return k == "replayed" && d.Replayed })
 }
 
 // NodeCompletedData is the payload of node_completed.
@@ -289,19 +323,51 @@ type InterruptInfo struct {
 	Payload any    `json:"payload,omitempty"`
 }
 
-func mergeJSON(v any, extra map[string]any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil || len(extra) == 0 {
-		return b, err
+// appendKey appends an object member's key and colon to b, an object
+// being written (its last byte '{' while it has no member yet).
+func appendKey(b []byte, k string) []byte {
+	if b[len(b)-1] != '{' {
+		b = append(b, ',')
 	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
+	return append(AppendJSONString(b, k), ':')
+}
+
+// appendJSONStrings appends ss as encoding/json encodes a []string.
+func appendJSONStrings(b []byte, ss []string) []byte {
+	if ss == nil {
+		return append(b, "null"...)
 	}
-	for k, x := range extra {
-		if _, taken := m[k]; !taken {
-			m[k] = x
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
+// appendExtra ends b, an object being written, with extra's members
+// whose keys are not taken by the object's own, in key order.
+func appendExtra(b []byte, extra map[string]any, taken func(string) bool) ([]byte, error) {
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		if !taken(k) {
+			keys = append(keys, k)
 		}
 	}
-	return json.Marshal(m)
+	slices.Sort(keys)
+	for _, k := range keys {
+		b = appendKey(b, k)
+		if s, ok := extra[k].(string); ok {
+			b = AppendJSONString(b, s)
+			continue
+		}
+		v, err := json.Marshal(extra[k])
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, v...)
+	}
+	return append(b, '}'), nil
 }

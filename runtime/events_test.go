@@ -141,3 +141,74 @@ func TestEventDataAppendsItself(t *testing.T) {
 		require.Equal(t, `{"appended":true}`, string(b))
 	}
 }
+
+// mergedReference is how run_started and node_started payloads were
+// encoded before they were written by hand: the declared fields through
+// encoding/json, decoded into a map, the extra members whose keys the
+// declared fields left free added, and the map encoded.
+func mergedReference(t *testing.T, declared any, extra map[string]any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(declared)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	for k, x := range extra {
+		if _, taken := m[k]; !taken {
+			m[k] = x
+		}
+	}
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	m = nil
+	require.NoError(t, json.Unmarshal(b, &m))
+	return m
+}
+
+// The payloads that merge caller members into their own encode as the
+// old three-pass merge did: every declared member that is set, the
+// caller's members whose keys they leave free (declared ones win), and
+// strings escaped as encoding/json escapes them.
+func TestMergedPayloadsEncodeAsTheMerge(t *testing.T) {
+	t.Parallel()
+	// The payloads' types without their MarshalJSON: what encoding/json
+	// gives for the declared fields.
+	type plainRun runtime.RunStartedData
+	type plainNode runtime.NodeStartedData
+	attrs := []map[string]any{
+		nil,
+		{},
+		{"messageId": "m_1", "userMessageId": "m_0"},
+		{"kind": "shadowed?", "graphId": "never", "resumed": "free unless resumed", "parentRunId": 7},
+		{"text": "<b>&\"quoted\"\n\u00e9\xff</b>", "n": 2.5, "list": []any{"a", 1.0, nil}, "obj": map[string]any{"z": true, "a": "x"}},
+	}
+	runs := []runtime.RunStartedData{
+		{GraphID: "g", PlanVersion: 3, EntryNodeIDs: []string{"start"}, ActiveNodeIDs: []string{"start", "a", "out"}},
+		{Kind: "stream_chat", GraphID: "g<&>", PlanVersion: 1 << 40, ActiveNodeIDs: []string{}, ParentRunID: "r_1", Resumed: true},
+		{Kind: "é", EntryNodeIDs: []string{"\"q\""}},
+	}
+	for i, d := range runs {
+		for j, a := range attrs {
+			d.Attrs = a
+			b, err := json.Marshal(d)
+			require.NoError(t, err)
+			var got map[string]any
+			require.NoError(t, json.Unmarshal(b, &got), "%s", b)
+			require.Equal(t, mergedReference(t, plainRun(d), a),
+				got, "run %d, attrs %d: %s", i, j, b)
+			require.True(t, json.Valid(b))
+		}
+	}
+	for _, replayed := range []bool{false, true} {
+		for j, a := range attrs {
+			d := runtime.NodeStartedData{Replayed: replayed, Details: a}
+			b, err := json.Marshal(d)
+			require.NoError(t, err)
+			var got map[string]any
+			require.NoError(t, json.Unmarshal(b, &got), "%s", b)
+			require.Equal(t, mergedReference(t, plainNode(d), a), got, "replayed %v, details %d: %s", replayed, j, b)
+		}
+	}
+	// A member that cannot be encoded fails the payload, as before.
+	_, err := json.Marshal(runtime.RunStartedData{GraphID: "g", Attrs: map[string]any{"bad": make(chan int)}})
+	require.Error(t, err)
+}
