@@ -3,6 +3,7 @@ package chatscope
 import (
 	"encoding/json"
 	"sort"
+	"strconv"
 
 	"chatgraph/nodes"
 	"chatgraph/runtime"
@@ -38,7 +39,32 @@ type Scope struct {
 // the graph's entry nodes, every chat_start). The run's active subgraph
 // is the kernel's (Plan.ActiveNodes); this package only reads, within it,
 // which agents have an agent upstream and which chat_starts reach them.
+// A plan's scopes are computed once per set of entries and kept with
+// the plan (runtime.Plan.Memo).
 func New(p *runtime.Plan, entryIDs []string) *Scope {
+	if p == nil {
+		return newScope(nil, nil)
+	}
+	return p.Memo(scopeKeyOf(entryIDs), func() any { return newScope(p, entryIDs) }).(*Scope)
+}
+
+// scopeKey keys a plan's scope by its entries (Plan.Memo).
+type scopeKey string
+
+// scopeKeyOf is the key of entryIDs: each id after its length, so that
+// no two lists of ids have the same key.
+func scopeKeyOf(entryIDs []string) scopeKey {
+	var b []byte
+	for _, id := range entryIDs {
+		b = append(strconv.AppendInt(b, int64(len(id)), 10), ':')
+		b = append(b, id...)
+	}
+	return scopeKey(b)
+}
+
+// newScope computes the scope of a run of p (nil: an empty scope)
+// started at entryIDs.
+func newScope(p *runtime.Plan, entryIDs []string) *Scope {
 	s := &Scope{active: map[string]bool{}, entryAgents: map[string]bool{}, userTools: map[string]bool{}}
 	if p == nil {
 		return s

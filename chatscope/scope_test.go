@@ -210,6 +210,23 @@ func TestScope(t *testing.T) {
 	}
 }
 
+// A plan's scope is computed once per set of entries: runs of the same
+// plan and entries share it, and other entries have their own.
+func TestScopeKeptWithThePlan(t *testing.T) {
+	t.Parallel()
+	p := compile(t, graph("s"+cs, "a"+agent, "b"+agent, "s->a", "a->b"))
+	all := chatscope.New(p, nil)
+	require.Same(t, all, chatscope.New(p, nil))
+	require.Same(t, all, chatscope.New(p, []string{}), "no entries are the graph's entry nodes")
+	atB := chatscope.New(p, []string{"b"})
+	require.NotSame(t, all, atB)
+	require.Same(t, atB, chatscope.New(p, []string{"b"}))
+	require.Equal(t, []string{"a"}, all.EntryAgents())
+	require.Equal(t, []string{"b"}, atB.EntryAgents())
+	// Entries joined the same way are still different sets.
+	require.NotSame(t, chatscope.New(p, []string{"a", "b"}), chatscope.New(p, []string{"a\x00b"}))
+}
+
 func TestScopeNilGraph(t *testing.T) {
 	t.Parallel()
 	s := chatscope.New(nil, nil)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/cel-go/cel"
 )
@@ -52,6 +53,7 @@ type Plan struct {
 	byRank      []int32 // node indexes in priority order
 	diags       Diagnostics
 	actives     activeCache
+	memo        planMemo
 	// dispatches keeps the dispatcher state of ended runs for the next
 	// ones (see dispatch).
 	dispatches sync.Pool
@@ -90,6 +92,37 @@ func (p *Plan) Diagnostics() Diagnostics { return p.diags }
 
 // Graph returns the graph the plan was compiled from. Callers must not modify it.
 func (p *Plan) Graph() *Graph { return p.graph }
+
+// maxMemos bounds the values a plan memoizes (Plan.Memo).
+const maxMemos = 64
+
+// planMemo holds the values derived from a plan (Plan.Memo).
+type planMemo struct {
+	m sync.Map // key -> value
+	n atomic.Int32
+}
+
+// Memo returns the value derived from the plan under key, made by derive
+// the first time: what a layer above the kernel derives from a plan
+// alone, immutable as the plan is, is then derived once and lives as
+// long as the plan. Keys of a package's own type cannot meet another's.
+// A plan keeps at most maxMemos values; past that, derive's value is
+// returned and not kept.
+func (p *Plan) Memo(key any, derive func() any) any {
+	if v, ok := p.memo.m.Load(key); ok {
+		return v
+	}
+	v := derive()
+	if p.memo.n.Add(1) > maxMemos {
+		p.memo.n.Add(-1)
+		return v
+	}
+	if prev, loaded := p.memo.m.LoadOrStore(key, v); loaded {
+		p.memo.n.Add(-1)
+		return prev
+	}
+	return v
+}
 
 // Node returns the node with id.
 func (p *Plan) Node(id string) (*Node, bool) {
