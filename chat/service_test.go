@@ -689,3 +689,21 @@ func TestTurnsRunTheGraphVersionTheyRead(t *testing.T) {
 	}
 	require.Equal(t, []string{"helper2"}, agents)
 }
+
+// A chat whose graph was deleted takes no turn: the call is a conflict
+// that names the graph, and nothing is written.
+func TestTurnOnADeletedGraphIsAConflict(t *testing.T) {
+	t.Parallel()
+	f := newMemFixture(t)
+	ctx := context.Background()
+	graphID, chatID := f.chatOn(`{"name":"Helper"}`)
+	require.NoError(t, f.chats.DeleteGraph(ctx, graphID))
+	_, err := f.svc.Send(ctx, chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "hello"})
+	ce := requireCode(t, err, chat.CodeConflict)
+	require.Contains(t, ce.Message, graphID)
+	msgs, err := f.chats.ListMessages(ctx, chatID, 0, 0)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	_, err = f.svc.Send(ctx, chat.Request{Kind: chat.KindStreamChat, ChatID: "c_nope", Content: "hello"})
+	require.ErrorIs(t, err, chat.ErrNotFound)
+}

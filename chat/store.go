@@ -316,6 +316,10 @@ type Store interface {
 	CreateChat(ctx context.Context, c *Chat, maxOwned int) error
 	// GetChat returns the chat; ErrNotFound if absent.
 	GetChat(ctx context.Context, id string) (*Chat, error)
+	// GetChatGraph returns the chat and its graph (nil when the graph is
+	// absent or deleted) as one read: what every chat call reads first.
+	// ErrNotFound if the chat is absent.
+	GetChatGraph(ctx context.Context, id string) (*Chat, *Graph, error)
 	// ListChats returns the chats of graphID ("" = all), newest first
 	// (ties by id), one page of them (see Page).
 	ListChats(ctx context.Context, graphID string, p Page) ([]*Chat, error)

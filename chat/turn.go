@@ -460,16 +460,12 @@ func (s *Service) prepare(ctx context.Context, req Request) (*turn, error) {
 		}
 		req.ChatID, req.MessageID = rec.ChatID, mid
 	}
-	chat, err := s.chats.GetChat(ctx, req.ChatID)
+	chat, grec, err := s.chats.GetChatGraph(ctx, req.ChatID)
 	if err != nil {
 		return nil, err
 	}
-	grec, err := s.chats.GetGraph(ctx, chat.GraphID)
-	if errors.Is(err, ErrNotFound) {
+	if grec == nil {
 		return nil, conflict("the chat's graph %s was deleted", chat.GraphID)
-	}
-	if err != nil {
-		return nil, err
 	}
 	g, err := s.graphOf(grec)
 	if err != nil {

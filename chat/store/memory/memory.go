@@ -214,6 +214,22 @@ func (s *Store) GetChat(_ context.Context, id string) (*chat.Chat, error) {
 	return &cc, nil
 }
 
+// GetChatGraph implements chat.Store.
+func (s *Store) GetChatGraph(_ context.Context, id string) (*chat.Chat, *chat.Graph, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, err := s.chat(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	cc := c.chat
+	var g *chat.Graph
+	if rec, ok := s.graphs[cc.GraphID]; ok {
+		g = copyGraph(rec)
+	}
+	return &cc, g, nil
+}
+
 // ListChats implements chat.Store.
 func (s *Store) ListChats(_ context.Context, graphID string, p chat.Page) ([]*chat.Chat, error) {
 	s.mu.RLock()

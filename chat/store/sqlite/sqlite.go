@@ -297,6 +297,38 @@ func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
 	return c, err
 }
 
+// chatGraphQuery reads a chat and its live graph, if any, in one
+// statement: the chat's columns (chatCols), then the graph's (graphCols),
+// NULL when it is absent or deleted.
+const chatGraphQuery = `SELECT c.id, c.graph_id, c.title, c.active_leaf_id, c.owner, c.created_at, c.updated_at,
+	g.id, g.name, g.plan_version, g.body, g.created_at, g.updated_at
+FROM chats c LEFT JOIN graphs g ON g.id = c.graph_id AND g.deleted = 0 WHERE c.id = ?`
+
+// GetChatGraph implements chat.Store: one read where GetChat and GetGraph
+// take two, each of which, while the writer commits, rereads the pages
+// its connection's cache lost to the commits.
+func (s *Store) GetChatGraph(ctx context.Context, id string) (*chat.Chat, *chat.Graph, error) {
+	var c chat.Chat
+	var cr, up int64
+	var gid, gname sql.NullString
+	var gver, gcr, gup sql.NullInt64
+	var body []byte
+	err := s.runs.ReadRow(ctx, chatGraphQuery, id).Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &cr, &up,
+		&gid, &gname, &gver, &body, &gcr, &gup)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	c.CreatedAt, c.UpdatedAt = fromTS(cr), fromTS(up)
+	if !gid.Valid {
+		return &c, nil, nil
+	}
+	return &c, &chat.Graph{ID: gid.String, Name: gname.String, PlanVersion: gver.Int64, Body: json.RawMessage(body),
+		CreatedAt: fromTS(gcr.Int64), UpdatedAt: fromTS(gup.Int64)}, nil
+}
+
 // ListChats implements chat.Store.
 func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*chat.Chat, error) {
 	at, id, limit := pageArgs(p)

@@ -51,6 +51,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"Graphs", s.testGraphs},
 		{"GraphsNamed", s.testGraphsNamed},
 		{"ChatsAndMessageTrees", s.testChats},
+		{"ChatGraphReadTogether", s.testChatGraph},
 		{"BeginTurnWritesMessagesAndReservation", s.testBeginTurn},
 		{"BeginTurnRefusedWritesNothing", s.testBeginTurnAtomic},
 		{"BeginTurnClaim", s.testClaim},
@@ -254,6 +255,46 @@ func (s *suite) testGraphsNamed(t *testing.T) {
 	// A deleted id created again under the name matches again.
 	create("gone", "alpha")
 	require.ElementsMatch(t, []string{"solo", "gone"}, ids("alpha", 0))
+}
+
+// GetChatGraph reads what GetChat and GetGraph read, the graph's latest
+// version, and no graph when it is absent or deleted.
+func (s *suite) testChatGraph(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: "g1", Name: "one", Body: json.RawMessage(`{"v":1}`)}))
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1", Title: "first", Owner: "o1"}, 0))
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c2", GraphID: "nowhere"}, 0))
+	turn(t, cs, "c1", "", "r1")
+	both := func(id string) (*chat.Chat, *chat.Graph) {
+		t.Helper()
+		c, g, err := cs.GetChatGraph(ctx, id)
+		require.NoError(t, err)
+		alone, err := cs.GetChat(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, alone, c)
+		return c, g
+	}
+	c, g := both("c1")
+	require.Equal(t, "a-r1", c.ActiveLeafID)
+	want, err := cs.GetGraph(ctx, "g1")
+	require.NoError(t, err)
+	require.Equal(t, want, g)
+
+	require.NoError(t, cs.UpdateGraph(ctx, &chat.Graph{ID: "g1", Name: "two", Body: json.RawMessage(`{"v":2}`)}, 1))
+	_, g = both("c1")
+	require.EqualValues(t, 2, g.PlanVersion)
+	require.Equal(t, "two", g.Name)
+	require.JSONEq(t, `{"v":2}`, string(g.Body))
+
+	_, g = both("c2")
+	require.Nil(t, g, "a chat whose graph was never saved")
+	require.NoError(t, cs.DeleteGraph(ctx, "g1"))
+	_, g = both("c1")
+	require.Nil(t, g, "a deleted graph")
+
+	_, _, err = cs.GetChatGraph(ctx, "nope")
+	require.ErrorIs(t, err, chat.ErrNotFound)
 }
 
 func (s *suite) testChats(t *testing.T) {
