@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
@@ -60,11 +61,14 @@ type chunkRow struct {
 }
 
 // chunks encodes rows (a run's consecutive events) as event_chunks rows
-// of runID.
-func chunks(runID string, rows []eventRow) []chunkRow {
+// of runID. Each chunk is encoded in *scratch, which grows to the largest
+// and is kept for the next call, and copied out at its size: one
+// allocation a chunk, not one for each time its encoding outgrows its
+// buffer.
+func chunks(runID string, rows []eventRow, scratch *[]byte) []chunkRow {
 	var out []chunkRow
 	for len(rows) > 0 {
-		b := []byte{chunkVersion}
+		b := append((*scratch)[:0], chunkVersion)
 		var prev *runtime.Event
 		n := 0
 		for n < len(rows) && n < chunkEvents && (n == 0 || len(b) < chunkBytes) {
@@ -73,11 +77,17 @@ func chunks(runID string, rows []eventRow) []chunkRow {
 			prev = e
 			n++
 		}
-		out = append(out, chunkRow{runID: runID, first: rows[0].ev.Seq, last: rows[n-1].ev.Seq, data: b})
+		out = append(out, chunkRow{runID: runID, first: rows[0].ev.Seq, last: rows[n-1].ev.Seq, data: bytes.Clone(b)})
+		if cap(b) <= chunkScratchMax {
+			*scratch = b
+		}
 		rows = rows[n:]
 	}
 	return out
 }
+
+// chunkScratchMax bounds the encoding buffer a store keeps (chunks).
+const chunkScratchMax = 64 << 10
 
 // appendChunkEvent appends e's encoding, after prev (nil: e is first).
 func appendChunkEvent(b []byte, e, prev *runtime.Event) []byte {

@@ -51,7 +51,7 @@ func mixedEvents(n int) []runtime.Event {
 func TestChunkRoundTrip(t *testing.T) {
 	t.Parallel()
 	evs := mixedEvents(150)
-	cs := chunks("r1", chunkRows(evs))
+	cs := chunks("r1", chunkRows(evs), new([]byte))
 	require.Len(t, cs, 3, "at most chunkEvents events a chunk")
 	var got []runtime.Event
 	for _, c := range cs {
@@ -73,7 +73,7 @@ func TestChunksAreBoundedInBytes(t *testing.T) {
 		evs[i] = runtime.Event{Seq: int64(i + 1), RunID: "r1", Type: runtime.EventNodeCompleted,
 			Time: time.Unix(0, 0).UTC(), Data: json.RawMessage(`"` + strings.Repeat("x", chunkBytes/4) + `"`)}
 	}
-	cs := chunks("r1", chunkRows(evs))
+	cs := chunks("r1", chunkRows(evs), new([]byte))
 	require.Len(t, cs, 3)
 	require.Equal(t, []int64{1, 4, 5, 8, 9, 10}, []int64{cs[0].first, cs[0].last, cs[1].first, cs[1].last, cs[2].first, cs[2].last})
 }
@@ -82,7 +82,7 @@ func TestChunksAreBoundedInBytes(t *testing.T) {
 // wrong event.
 func TestDecodeChunkRefusesDamage(t *testing.T) {
 	t.Parallel()
-	good := chunks("r1", chunkRows(mixedEvents(10)))[0].data
+	good := chunks("r1", chunkRows(mixedEvents(10)), new([]byte))[0].data
 	for name, b := range map[string][]byte{
 		"empty":        nil,
 		"version":      append([]byte{2}, good[1:]...),
@@ -135,7 +135,7 @@ func TestEventsReadsRowsAndChunksAsOneLog(t *testing.T) {
 // FuzzDecodeChunk: any bytes decode to events with increasing seqs or to
 // errBadChunk, and what decodes encodes to a chunk that decodes the same.
 func FuzzDecodeChunk(f *testing.F) {
-	for _, c := range chunks("r1", chunkRows(mixedEvents(70))) {
+	for _, c := range chunks("r1", chunkRows(mixedEvents(70)), new([]byte)) {
 		f.Add(c.data)
 	}
 	f.Add([]byte{chunkVersion})
@@ -153,7 +153,7 @@ func FuzzDecodeChunk(f *testing.F) {
 			return
 		}
 		var again []runtime.Event
-		for _, c := range chunks("r1", chunkRows(evs)) {
+		for _, c := range chunks("r1", chunkRows(evs), new([]byte)) {
 			again, err = decodeChunk(again, "r1", c.data)
 			require.NoError(t, err)
 		}

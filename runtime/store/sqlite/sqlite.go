@@ -80,6 +80,8 @@ type Store struct {
 	tails tails
 	// insertArgs is insertTail's buffer (the writer's).
 	insertArgs []any
+	// chunkScratch is the buffer the writer encodes chunks in (chunks).
+	chunkScratch []byte
 	// cpBuf is a group commit's checkpoints, rowArgs the values of its
 	// multi-row statements (WriteBatches, execRows: the writer's).
 	cpBuf   []*runtime.Checkpoint

@@ -576,7 +576,7 @@ func (l *logTx) segment(runID string, from, last int64) (segment, error) {
 // verification. Otherwise the segment ends and runs.last_seq takes the
 // log's last seq.
 func (l *logTx) compact(runID string, token, from int64, rows []eventRow, last int64, end bool) error {
-	l.chunks = append(l.chunks, chunks(runID, rows)...)
+	l.chunks = append(l.chunks, chunks(runID, rows, &l.s.chunkScratch)...)
 	if len(rows) > 0 {
 		last = max(last, rows[len(rows)-1].ev.Seq)
 	}
