@@ -469,6 +469,7 @@ func (s *Store) commitGated(ctx context.Context, urgent bool, fn func(*sql.Tx) e
 		return 0, err
 	}
 	defer conn.Close()
+	defer s.releaseUnusable(conn) // after the transaction ends, before the release
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err

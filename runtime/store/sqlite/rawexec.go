@@ -126,7 +126,7 @@ func (r *rawStmts) bind(ctx context.Context, dc any, q string, args []any) (driv
 		// The pool has replaced the writer's connection (or this is the
 		// first use): statements belong to the connection they were
 		// prepared on.
-		if err := r.close(); err != nil {
+		if err := r.release(); err != nil {
 			return nil, nil, err
 		}
 		r.conn, r.m = dc, map[string]driver.Stmt{}
@@ -208,7 +208,8 @@ func driverValue(v any) (driver.Value, error) {
 	return driver.DefaultParameterConverter.ConvertValue(v)
 }
 
-// close finalizes the statements; their connection must not be in use.
+// close finalizes the statements; their connection must be open and not
+// in use.
 func (r *rawStmts) close() error {
 	var errs []error
 	for _, st := range r.m {
@@ -216,6 +217,46 @@ func (r *rawStmts) close() error {
 	}
 	r.conn, r.m = nil, nil
 	return errors.Join(errs...)
+}
+
+// release gives up the statements: it finalizes them when their
+// connection is usable, and otherwise only forgets them. The pool closes
+// a connection it finds unusable (driver.Validator: closed, or a
+// statement on it interrupted, as a cancelled context does) or that
+// failed with driver.ErrBadConn; closing it made its statements unusable,
+// and finalizing them after would use its freed state (it crashed the
+// process). releaseUnusable finalizes them first where the store sees
+// that coming; a connection closed without that (an ErrBadConn) keeps
+// SQLite's handle until the process ends.
+func (r *rawStmts) release() error {
+	if r.conn != nil && !usable(r.conn) {
+		r.conn, r.m = nil, nil
+		return nil
+	}
+	return r.close()
+}
+
+// usable reports whether dc, a driver connection, is one the pool keeps
+// (driver.Validator); one that cannot tell is taken to be.
+func usable(dc any) bool {
+	v, ok := dc.(driver.Validator)
+	return !ok || v.IsValid()
+}
+
+// releaseUnusable finalizes the writer's driver statements when its
+// connection, about to go back to the pool, is one the pool will close
+// (a statement on it was interrupted): now, while it is open. (conn is
+// the writer's, its transaction ended.)
+func (s *Store) releaseUnusable(conn *sql.Conn) {
+	if len(s.raw.m) == 0 {
+		return
+	}
+	_ = conn.Raw(func(dc any) error {
+		if dc == s.raw.conn && !usable(dc) {
+			return s.raw.close()
+		}
+		return nil
+	})
 }
 
 // closeRaw finalizes the writer's driver statements on its connection,
@@ -230,5 +271,10 @@ func (s *Store) closeRaw() error {
 		return err
 	}
 	defer conn.Close()
-	return conn.Raw(func(any) error { return s.raw.close() })
+	return conn.Raw(func(dc any) error {
+		if dc == s.raw.conn {
+			return s.raw.close() // open: the pool's, held here
+		}
+		return s.raw.release()
+	})
 }

@@ -3,11 +3,16 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"modernc.org/libc"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"chatgraph/runtime"
 )
@@ -16,15 +21,10 @@ import (
 // Close finalizes those statements first: a connection with statements
 // left open would stay open after Close, and the WAL with it.
 func TestCloseFinalizesTheWritersDriverStatements(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "t.db")
-	s, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	tailRun(t, s, "r1")
-	appendDeltas(t, s, "r1", 1, 12, 3)
-	require.NotEmpty(t, s.raw.m, "the inserts ran on the driver connection")
+	s, path := streamedOn(t)
 	requireLog(t, s, "r1", 12)
 	require.NoError(t, s.Close())
-	_, err = os.Stat(path + "-wal")
+	_, err := os.Stat(path + "-wal")
 	require.ErrorIs(t, err, os.ErrNotExist, "the last connection to the file closed and removed the WAL")
 
 	s, err = Open(t.Context(), Config{Path: path})
@@ -110,4 +110,78 @@ func TestRawQueryRowScansAsDatabaseSQL(t *testing.T) {
 
 	err := s.AppendEvents(ctx, "nobody", 0, deltas("nobody", 1, 2))
 	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+}
+
+// The pool may discard the writer's connection between two group
+// commits: a statement a cancelled context interrupted leaves it invalid
+// (driver.Validator), and a driver.ErrBadConn closes it. Finalized on a
+// closed connection, the statements the store prepared on it crashed the
+// process, in the next group commit or in Close. Now they are finalized
+// before the connection goes when the store sees it coming (interrupted:
+// nothing is left open after Close), and only dropped when it is closed
+// already (bad: SQLite keeps that connection's handle). Either way the
+// store goes on writing on the pool's next connection and closes.
+func TestWriterConnectionDiscardedByThePool(t *testing.T) {
+	for _, how := range []string{"bad", "interrupted"} {
+		t.Run(how, func(t *testing.T) {
+			s, path := streamedOn(t)
+			first := s.raw.conn
+			switch how {
+			case "bad":
+				// Another user of the writer's connection fails it.
+				conn, err := s.w.Conn(t.Context())
+				require.NoError(t, err)
+				require.ErrorIs(t, conn.Raw(func(any) error { return driver.ErrBadConn }), driver.ErrBadConn)
+				require.Error(t, conn.Close(), "the connection is gone")
+			case "interrupted":
+				// A write transaction whose connection is left interrupted
+				// (as a context's cancel can leave it after its last
+				// statement): the pool closes it once it is released.
+				var held *sql.Conn
+				_, err := s.commitGated(t.Context(), false, func(tx *sql.Tx) error {
+					held = s.wconn
+					return nil
+				}, func() {
+					require.NoError(t, held.Raw(func(dc any) error {
+						interrupt(dc)
+						require.False(t, usable(dc))
+						return nil
+					}))
+				})
+				require.NoError(t, err)
+				require.Empty(t, s.raw.m, "finalized before the release")
+			}
+			appendDeltas(t, s, "r1", 13, 24, 3)
+			require.NotSame(t, first, s.raw.conn, "the pool's next connection")
+			requireLog(t, s, "r1", 24)
+			require.NoError(t, s.Close())
+			if how == "interrupted" {
+				_, err := os.Stat(path + "-wal")
+				require.ErrorIs(t, err, os.ErrNotExist, "no connection was left open")
+			}
+		})
+	}
+}
+
+// streamedOn opens a store on a new file and streams 12 events of run r1
+// into it, so that the writer has its driver statements.
+func streamedOn(t *testing.T) (s *Store, path string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "t.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	tailRun(t, s, "r1")
+	appendDeltas(t, s, "r1", 1, 12, 3)
+	require.NotEmpty(t, s.raw.m, "the inserts ran on the driver connection")
+	return s, path
+}
+
+// interrupt interrupts the SQLite connection of dc, a driver connection
+// of modernc.org/sqlite, as its context handling does when a context ends
+// (sqlite3_interrupt): the connection reports itself invalid until its
+// next statement starts.
+func interrupt(dc any) {
+	c := reflect.ValueOf(dc).Elem()
+	tls := (*libc.TLS)(unsafe.Pointer(c.FieldByName("tls").Pointer()))
+	sqlite3.Xsqlite3_interrupt(tls, uintptr(c.FieldByName("db").Uint()))
 }
