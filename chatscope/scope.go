@@ -3,7 +3,6 @@ package chatscope
 import (
 	"encoding/json"
 	"sort"
-	"strconv"
 
 	"chatgraph/nodes"
 	"chatgraph/runtime"
@@ -45,22 +44,11 @@ func New(p *runtime.Plan, entryIDs []string) *Scope {
 	if p == nil {
 		return newScope(nil, nil)
 	}
-	return p.Memo(scopeKeyOf(entryIDs), func() any { return newScope(p, entryIDs) }).(*Scope)
+	return p.Memo(scopeKey(runtime.EntriesKey(entryIDs)), func() any { return newScope(p, entryIDs) }).(*Scope)
 }
 
 // scopeKey keys a plan's scope by its entries (Plan.Memo).
 type scopeKey string
-
-// scopeKeyOf is the key of entryIDs: each id after its length, so that
-// no two lists of ids have the same key.
-func scopeKeyOf(entryIDs []string) scopeKey {
-	var b []byte
-	for _, id := range entryIDs {
-		b = append(strconv.AppendInt(b, int64(len(id)), 10), ':')
-		b = append(b, id...)
-	}
-	return scopeKey(b)
-}
 
 // newScope computes the scope of a run of p (nil: an empty scope)
 // started at entryIDs.

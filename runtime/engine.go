@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,8 +219,8 @@ func (e *Engine) Validate(g *Graph) Diagnostics {
 // (g.ID, g.PlanVersion) exists. Graphs without an id are never cached. A
 // graph with errors returns a *GraphError.
 func (e *Engine) Compile(g *Graph) (*Plan, error) {
-	if g != nil && g.ID != "" {
-		if p := e.plans.get(g.ID, g.PlanVersion); p != nil {
+	if g != nil {
+		if p := e.CachedPlan(g.ID, g.PlanVersion); p != nil {
 			return p, nil
 		}
 	}
@@ -303,19 +302,29 @@ type activeSet struct {
 	err      error
 }
 
+// activeCache keeps the active set of the plan's default entries; those
+// of other entries are memoized with the plan (Plan.Memo, activeKey).
 type activeCache struct {
-	m        sync.Map // string(entry ids) -> *activeSet
 	defaults atomic.Pointer[activeSet]
 }
 
+// activeKey keys a plan's active set by its entries (Plan.Memo).
+type activeKey string
+
 func (p *Plan) active(entryIDs []string) *activeSet {
-	key := strings.Join(entryIDs, "\x00")
-	if v, ok := p.actives.m.Load(key); ok {
-		return v.(*activeSet)
+	return p.Memo(activeKey(EntriesKey(entryIDs)), func() any { return p.computeActive(entryIDs) }).(*activeSet)
+}
+
+// EntriesKey names a list of entry node ids by a string no other list
+// has (each id after its length): a key for what is derived from a plan
+// and a run's entries (Plan.Memo).
+func EntriesKey(entryIDs []string) string {
+	var b []byte
+	for _, id := range entryIDs {
+		b = append(strconv.AppendInt(b, int64(len(id)), 10), ':')
+		b = append(b, id...)
 	}
-	as := p.computeActive(entryIDs)
-	v, _ := p.actives.m.LoadOrStore(key, as)
-	return v.(*activeSet)
+	return string(b)
 }
 
 func (p *Plan) computeActive(entryIDs []string) *activeSet {
