@@ -2,7 +2,6 @@ package chat_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -82,17 +81,7 @@ func BenchmarkTurns(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer svc.Shutdown(ctx)
-	body, _ := json.Marshal(map[string]any{
-		"nodes": []map[string]any{
-			{"id": "start", "type": "chat_start", "data": map[string]any{}},
-			{"id": "helper", "type": "agent", "data": map[string]any{"name": "Helper"}},
-			{"id": "out", "type": "chat_output", "data": map[string]any{}},
-		},
-		"edges": []map[string]any{
-			{"id": "e1", "source": "start", "sourceHandle": "message", "target": "helper", "targetHandle": "input", "data": map[string]any{"channel": "flow"}},
-			{"id": "e2", "source": "helper", "sourceHandle": "output", "target": "out", "targetHandle": "input", "data": map[string]any{"channel": "flow"}},
-		},
-	})
+	body := agentGraph(`{"name":"Helper"}`)
 	if err := cs.CreateGraph(ctx, &chat.Graph{ID: "g_bench", Name: "bench", Body: body}); err != nil {
 		b.Fatal(err)
 	}

@@ -96,7 +96,18 @@ func newMemFixture(t *testing.T) *fixture {
 // opens a chat on it.
 func (f *fixture) chatOn(agentData string) (graphID, chatID string) {
 	f.t.Helper()
-	g := map[string]any{
+	body := agentGraph(agentData)
+	graphID, chatID = chat.NewID("g_"), chat.NewID("c_")
+	ctx := context.Background()
+	require.NoError(f.t, f.chats.CreateGraph(ctx, &chat.Graph{ID: graphID, Name: "test", Body: body}))
+	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: chatID, GraphID: graphID}, 0))
+	return graphID, chatID
+}
+
+// agentGraph is the body of a graph chat_start -> agent -> chat_output,
+// the agent's data given.
+func agentGraph(agentData string) json.RawMessage {
+	body, err := json.Marshal(map[string]any{
 		"nodes": []map[string]any{
 			{"id": "start", "type": "chat_start", "data": map[string]any{}},
 			{"id": "helper", "type": "agent", "data": json.RawMessage(agentData)},
@@ -106,14 +117,11 @@ func (f *fixture) chatOn(agentData string) (graphID, chatID string) {
 			{"id": "e1", "source": "start", "sourceHandle": "message", "target": "helper", "targetHandle": "input", "data": map[string]any{"channel": "flow"}},
 			{"id": "e2", "source": "helper", "sourceHandle": "output", "target": "out", "targetHandle": "input", "data": map[string]any{"channel": "flow"}},
 		},
+	})
+	if err != nil {
+		panic(err) // the data is the test's own JSON
 	}
-	body, err := json.Marshal(g)
-	require.NoError(f.t, err)
-	graphID, chatID = chat.NewID("g_"), chat.NewID("c_")
-	ctx := context.Background()
-	require.NoError(f.t, f.chats.CreateGraph(ctx, &chat.Graph{ID: graphID, Name: "test", Body: body}))
-	require.NoError(f.t, f.chats.CreateChat(ctx, &chat.Chat{ID: chatID, GraphID: graphID}, 0))
-	return graphID, chatID
+	return body
 }
 
 // settled waits until message id is final and returns it.
