@@ -382,6 +382,7 @@ func (r *run) beforeExecute(pn *pnode) {
 type committer struct {
 	mode    Durability
 	observe func(GroupCommit) // Config.CommitObserver (nil: none)
+	lag     *commitLag        // the engine's CommitLag
 	st      *storeView
 	group   *atomic.Pointer[func(publish func())] // the engine's SetPublishGroup
 	every   time.Duration                         // 0: commit at once
@@ -436,7 +437,7 @@ func (e *Engine) committerFor(d Durability) *committer {
 	c := e.commits[d]
 	if c == nil {
 		c = &committer{st: e.store, group: &e.publishGroup, maxSize: int64(e.batchSize), hurry: make(chan struct{}, 1),
-			wake: make(chan struct{}, 1), quit: e.quit, synced: make(chan struct{}, 1), mode: d, observe: e.observeCommit}
+			wake: make(chan struct{}, 1), quit: e.quit, synced: make(chan struct{}, 1), mode: d, observe: e.observeCommit, lag: &e.lag}
 		if d == DurabilityBatched {
 			c.every = e.batchEvery
 		}
@@ -596,6 +597,7 @@ func (c *committer) commit() {
 		bufs.put()
 		return
 	}
+	began := time.Now()
 	gens := append(bufs.gens[:0], make([]uint64, len(runs))...)
 	batches := bufs.batches[:0]
 	owners := bufs.owners[:0]
@@ -658,8 +660,10 @@ func (c *committer) commit() {
 		} else {
 			publish()
 		}
+		now := time.Now()
+		c.lag.note(now, now.Sub(began))
 		if gc != nil {
-			gc.Published = time.Since(gc.Began)
+			gc.Published = now.Sub(gc.Began)
 			for i := range batches {
 				if refused[i] {
 					gc.Refused++

@@ -18,7 +18,7 @@ import (
 // listed for committerIdle, and at once when the engine closes.
 func TestCommitterLoopWaitsForTheNextRun(t *testing.T) {
 	quit := make(chan struct{})
-	c := &committer{group: new(atomic.Pointer[func(func())]), hurry: make(chan struct{}, 1), wake: make(chan struct{}, 1), quit: quit}
+	c := &committer{group: new(atomic.Pointer[func(func())]), hurry: make(chan struct{}, 1), wake: make(chan struct{}, 1), quit: quit, lag: new(commitLag)}
 	running := func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()

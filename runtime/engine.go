@@ -95,6 +95,7 @@ type Engine struct {
 	publishGroup atomic.Pointer[func(publish func())]
 	// observeCommit is Config.CommitObserver (nil: none).
 	observeCommit func(GroupCommit)
+	lag           commitLag     // CommitLag
 	quit          chan struct{} // closed by Close
 	closeOnce     sync.Once
 	renewals      leaseRenewals // the leases of the engine's runs
