@@ -79,8 +79,24 @@ type Config struct {
 	// together then start a few at a time instead of filling the run
 	// queues at once, where they delay every delta of the runs already
 	// streaming; their first tokens come later (docs/benchmarks.md).
-	// Default 0: no bound.
+	// Default 0: no bound (but see BusyStartingTurns).
 	MaxStartingTurns int
+	// BusyStartingTurns, when positive, bounds the chat calls starting
+	// at once, as MaxStartingTurns does, but only while the engine's
+	// group commits lag (runtime.Engine.CommitLag over BusyCommitLag): a
+	// burst of turns that fills the run store's commits and the
+	// processors then starts a few at a time, paced by the commits, so
+	// that the deltas of the runs already streaming keep their pace,
+	// while a server that keeps up starts every call at once. A call that
+	// comes while others wait waits behind them, lag or not. The price is
+	// the new turns': under such a burst their first tokens come later,
+	// and a server saturated with short turns completes fewer of them a
+	// second (docs/benchmarks.md). Default 0: no bound.
+	// MaxStartingTurns, when set, is the bound instead, always.
+	BusyStartingTurns int
+	// BusyCommitLag is the commit lag over which BusyStartingTurns
+	// applies (default 2ms).
+	BusyCommitLag time.Duration
 	// MaxChatsPerClient bounds the chats one client owns (see WithClient
 	// and CreateChat; default 10000, negative: no bound). Deleting a chat
 	// frees its place.
@@ -123,9 +139,12 @@ type Service struct {
 	cancelBase context.CancelFunc
 
 	// starting holds a place for each chat call starting (nil: no
-	// bound, Config.MaxStartingTurns); waiting counts the calls waiting
-	// for one.
+	// bound, Config.MaxStartingTurns or BusyStartingTurns); waiting
+	// counts the calls waiting for one. With busyLag set, a call takes a
+	// place only while the engine's commits lag over it or calls wait.
 	starting chan struct{}
+	busyLag  time.Duration
+	lag      func() time.Duration // the engine's CommitLag
 	waiting  atomic.Int64
 
 	mu        sync.Mutex
@@ -180,6 +199,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
 	}
+	if cfg.BusyCommitLag <= 0 {
+		cfg.BusyCommitLag = 2 * time.Millisecond
+	}
 	if cfg.Publisher == nil {
 		cfg.Publisher = nopPublisher{}
 	}
@@ -190,8 +212,12 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, engine: cfg.Engine, runs: cfg.Engine.Store(), chats: cfg.Store,
 		ctl: cfg.Control, queue: cfg.Queue, pub: cfg.Publisher, live: map[string]*LiveRun{}, perChat: map[string]int{},
 		perClient: map[string]int{}}
-	if cfg.MaxStartingTurns > 0 {
+	switch {
+	case cfg.MaxStartingTurns > 0:
 		s.starting = make(chan struct{}, cfg.MaxStartingTurns)
+	case cfg.BusyStartingTurns > 0:
+		s.starting = make(chan struct{}, cfg.BusyStartingTurns)
+		s.busyLag, s.lag = cfg.BusyCommitLag, cfg.Engine.CommitLag
 	}
 	if j, ok := cfg.Store.(Joiner); ok && cfg.Engine.JoinsWrites() {
 		s.join = j

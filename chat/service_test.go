@@ -654,6 +654,75 @@ func TestStartingTurnsAreBounded(t *testing.T) {
 	require.Equal(t, []string{"turn 0", "turn 1", "turn 2"}, asked)
 }
 
+// BusyStartingTurns bounds the chat calls starting at once only while the
+// engine's commits lag over BusyCommitLag: otherwise a call starts at
+// once, places or not, unless calls are waiting, behind which it waits
+// whatever the lag.
+func TestBusyStartingTurnsBoundOnlyWhileCommitsLag(t *testing.T) {
+	t.Parallel()
+	runs := memory.New()
+	f := newFixture(t, runs, chatmemory.New(runs), runtime.Config{}, func(c *chat.Config) {
+		c.BusyStartingTurns, c.BusyCommitLag = 1, time.Millisecond
+	})
+	var lag atomic.Int64
+	f.svc.SetCommitLag(func() time.Duration { return time.Duration(lag.Load()) })
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	enter := func() func() {
+		t.Helper()
+		leave, err := f.svc.EnterStart(t.Context())
+		require.NoError(t, err)
+		return leave
+	}
+
+	// No lag: calls start at once, though more than one starts.
+	leaveA, leaveB := enter(), enter()
+	_, err := f.svc.Send(t.Context(), chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "quiet", Strategy: runcontrol.Enqueue})
+	require.NoError(t, err)
+	leaveA()
+	leaveB()
+
+	// Lagging: the one place is taken, and the next call waits for it.
+	lag.Store(int64(5 * time.Millisecond))
+	leave := enter()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := f.svc.Send(t.Context(), chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "busy", Strategy: runcontrol.Enqueue})
+		sent <- err
+	}()
+	require.Eventually(t, func() bool { return f.svc.StartsWaiting() == 1 }, 5*time.Second, time.Millisecond)
+
+	// The lag is over, but a call waits: the next one waits behind it.
+	lag.Store(0)
+	entered := make(chan func(), 1)
+	go func() { entered <- enter() }()
+	require.Eventually(t, func() bool { return f.svc.StartsWaiting() == 2 }, 5*time.Second, time.Millisecond)
+	select {
+	case err := <-sent:
+		t.Fatalf("a call started while the only place was held (err %v)", err)
+	case <-entered:
+		t.Fatal("a call overtook one waiting")
+	case <-time.After(20 * time.Millisecond):
+	}
+	leave()
+	require.NoError(t, <-sent)
+	(<-entered)()
+	require.Zero(t, f.svc.StartsWaiting())
+
+	// Lagging, the place taken; the lag over and no call waiting: a call
+	// starts at once again.
+	lag.Store(int64(5 * time.Millisecond))
+	leave = enter()
+	lag.Store(0)
+	done := make(chan struct{})
+	go func() { enter()(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call waited with no lag and no call waiting")
+	}
+	leave()
+}
+
 // A turn takes its graph from the engine's cached plan of that version
 // instead of decoding the body again, and a turn after the graph changed
 // runs the new version.

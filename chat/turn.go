@@ -170,10 +170,11 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 }
 
 // enterStart waits for a place among the chat calls starting at once
-// (Config.MaxStartingTurns), in the order the calls came, and returns the
-// function that gives it back; or ctx's error if ctx ends first.
+// (Config.MaxStartingTurns, or BusyStartingTurns while the commits lag),
+// in the order the calls came, and returns the function that gives it
+// back; or ctx's error if ctx ends first.
 func (s *Service) enterStart(ctx context.Context) (func(), error) {
-	if s.starting == nil {
+	if s.starting == nil || s.busyLag > 0 && s.waiting.Load() == 0 && s.lag() <= s.busyLag {
 		return func() {}, nil
 	}
 	select {

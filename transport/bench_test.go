@@ -43,25 +43,46 @@ import (
 // connection limits, no pings, no bound on the turns starting at once
 // unless maxStartingEnv sets one; opts change the rest.
 func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
-	maxStarting := 0
-	if v := os.Getenv(maxStartingEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			b.Fatalf("%s=%q: want a count of turns", maxStartingEnv, v)
-		}
-		maxStarting = n
-	}
+	maxStarting, busyStarting := turnsEnv(b, maxStartingEnv, 0), turnsEnv(b, busyStartingEnv, 0)
 	return newEnvTB(b, append([]option{func(c *transportConfig) {
 		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
 		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
-		c.MaxStartingTurns = maxStarting
+		c.MaxStartingTurns, c.BusyStartingTurns = maxStarting, busyStarting
+		if v := os.Getenv(busyLagEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				b.Fatalf("%s=%q: %v", busyLagEnv, v, err)
+			}
+			c.BusyCommitLag = d
+		}
 	}}, opts...)...)
+}
+
+// turnsEnv is the count of turns the environment variable name holds
+// (-1 or more), or def when it is unset.
+func turnsEnv(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < -1 {
+		b.Fatalf("%s=%q: want a count of turns", name, v)
+	}
+	return n
 }
 
 // maxStartingEnv, when set, bounds the chat calls the benchmarks' server
 // starts at once (chat.Config.MaxStartingTurns, the server's
-// --max-starting-turns); unset, as by default, nothing bounds them.
-const maxStartingEnv = "CHATGRAPH_BENCH_MAX_STARTING_TURNS"
+// --max-starting-turns); unset, as by default, nothing bounds them
+// always. busyStartingEnv sets the bound while the commits lag
+// (chat.Config.BusyStartingTurns, the server's --busy-starting-turns;
+// unset, none), and busyLagEnv the lag (--busy-commit-lag).
+const (
+	maxStartingEnv  = "CHATGRAPH_BENCH_MAX_STARTING_TURNS"
+	busyStartingEnv = "CHATGRAPH_BENCH_BUSY_STARTING_TURNS"
+	busyLagEnv      = "CHATGRAPH_BENCH_BUSY_COMMIT_LAG"
+)
 
 // writeCounter counts the run store's write transactions and sums the
 // time group commits (write_batches) take, waiting for the writer
@@ -913,6 +934,10 @@ const (
 	tracePhaseEnv   = "CHATGRAPH_BENCH_TRACE"
 	profileFromEnv  = "CHATGRAPH_BENCH_PROFILE_FROM"
 	profileForEnv   = "CHATGRAPH_BENCH_PROFILE_FOR"
+	// heapPhaseEnv names a file for a heap profile taken at the window's
+	// end: what is live then (it forces two collections, which the
+	// latencies after it show).
+	heapPhaseEnv = "CHATGRAPH_BENCH_HEAPPROFILE"
 )
 
 // profilePhase starts what the environment asks for (profilePhaseEnv,
@@ -923,7 +948,7 @@ func profilePhase(b *testing.B) func() {
 	for _, out := range []struct {
 		env  string
 		file **os.File
-	}{{profilePhaseEnv, &p.cpu}, {tracePhaseEnv, &p.trace}} {
+	}{{profilePhaseEnv, &p.cpu}, {tracePhaseEnv, &p.trace}, {heapPhaseEnv, &p.heap}} {
 		if path := os.Getenv(out.env); path != "" {
 			f, err := os.Create(path)
 			if err != nil {
@@ -932,7 +957,7 @@ func profilePhase(b *testing.B) func() {
 			*out.file = f
 		}
 	}
-	if p.cpu == nil && p.trace == nil {
+	if p.cpu == nil && p.trace == nil && p.heap == nil {
 		return func() {}
 	}
 	from, span := envDuration(b, profileFromEnv), envDuration(b, profileForEnv)
@@ -968,6 +993,7 @@ func envDuration(b *testing.B, env string) time.Duration {
 type phaseProfile struct {
 	b          *testing.B
 	cpu, trace *os.File      // nil: not asked for
+	heap       *os.File      // nil: not asked for
 	from       time.Duration // the window's start
 
 	mu               sync.Mutex
@@ -1015,7 +1041,16 @@ func (p *phaseProfile) stop() {
 	if p.started && p.trace != nil {
 		trace.Stop()
 	}
-	for _, f := range []*os.File{p.cpu, p.trace} {
+	if p.started && p.heap != nil {
+		// Two collections, so that the profile is of the heap now (a
+		// profile shows the heap as of the collection before the last).
+		runtime.GC()
+		runtime.GC()
+		if err := pprof.Lookup("heap").WriteTo(p.heap, 0); err != nil {
+			p.b.Error(err)
+		}
+	}
+	for _, f := range []*os.File{p.cpu, p.trace, p.heap} {
 		if f != nil {
 			if err := f.Close(); err != nil {
 				p.b.Error(err)

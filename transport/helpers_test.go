@@ -50,6 +50,8 @@ type transportConfig struct {
 	MaxRunsPerClient  int
 	MaxChatsPerClient int
 	MaxStartingTurns  int
+	BusyStartingTurns int
+	BusyCommitLag     time.Duration
 	Retention         time.Duration
 	RetentionInterval time.Duration
 	DrainTimeout      time.Duration
@@ -104,7 +106,7 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	eng, err := runtime.NewEngine(ecfg)
 	require.NoError(t, err)
 	svc, err := chat.New(chat.Config{Engine: eng, Store: chats, Control: ctl, MaxRuns: cfg.MaxRuns, Retention: cfg.Retention,
-		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, MaxStartingTurns: cfg.MaxStartingTurns, Tools: deps.Tools, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
+		MaxRunsPerClient: cfg.MaxRunsPerClient, MaxChatsPerClient: cfg.MaxChatsPerClient, MaxStartingTurns: cfg.MaxStartingTurns, BusyStartingTurns: cfg.BusyStartingTurns, BusyCommitLag: cfg.BusyCommitLag, Tools: deps.Tools, RetentionInterval: cfg.RetentionInterval, DrainTimeout: cfg.DrainTimeout})
 	require.NoError(t, err)
 	cfg.Chat = svc
 	srv, err := transport.New(cfg.Config)

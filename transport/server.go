@@ -178,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 		Help: "Node executor calls still running after a cancel or timeout they ignored (see runtime.Engine.AbandonedExecutors)."},
 		func() float64 { return float64(s.engine.AbandonedExecutors()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_turns_waiting_to_start",
-			Help: "Chat calls waiting for a place among those starting at once (chat.Config.MaxStartingTurns)."},
+			Help: "Chat calls waiting for a place among those starting at once (chat.Config.MaxStartingTurns, or BusyStartingTurns while the commits lag)."},
 			func() float64 { return float64(svc.StartsWaiting()) }))
 	svc.SetPublisher(s)
 	e, err := s.routes()

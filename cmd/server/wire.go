@@ -40,7 +40,8 @@ func newServer(c *config, st *stores, reg *runtime.Registry, setup *setupcfg.Set
 	}
 	svc, err := chat.New(chat.Config{Engine: eng, Store: st.chats, Control: ctl, Queue: queue, DrainTimeout: c.drainTimeout,
 		Retention: c.retention, InterruptedRetention: c.interruptedRetention, Logger: log, RecoveryInterval: c.recoveryInterval(),
-		MaxRunsPerClient: c.maxRunsPerClient, MaxChatsPerClient: c.maxChatsPerClient, MaxStartingTurns: c.maxStartingTurns, Tools: setup.Tools})
+		MaxRunsPerClient: c.maxRunsPerClient, MaxChatsPerClient: c.maxChatsPerClient, MaxStartingTurns: c.maxStartingTurns,
+		BusyStartingTurns: c.busyStartingTurns, BusyCommitLag: c.busyCommitLag, Tools: setup.Tools})
 	if err != nil {
 		eng.Close()
 		return nil, err
