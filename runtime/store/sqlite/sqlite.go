@@ -182,7 +182,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	ck.SetMaxIdleConns(1)
 	ck.SetConnMaxLifetime(0)
 	ck.SetConnMaxIdleTime(0)
-	s.ck = newCheckpointer(ck)
+	s.ck = newCheckpointer(ck, &s.gate)
 	// Switching a new file to WAL (persistent in the file) and migrating
 	// can meet another process doing the same; SQLite does not always wait
 	// for it (busy_timeout), so retry within the same bound.

@@ -319,6 +319,30 @@ func TestWALCheckpointedOffTheWriter(t *testing.T) {
 		"the database file stayed at %d bytes (was %d): the WAL was not checkpointed", size(), before)
 }
 
+// Under commits that come one after another, the WAL is still written
+// from its start again, well before the writer's safety net (10,000
+// pages) would copy it inside a commit: the checkpointer finishes its
+// checkpoints holding the writer. Without that the WAL file grows to the
+// safety net's size.
+func TestWALRestartsUnderSteadyCommits(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "steady.db")
+	st := openAt(t, path, "")
+	ctx := t.Context()
+	require.NoError(t, st.CreateRun(ctx, &runtime.RunRecord{ID: "r", Status: runtime.RunRunning, CreatedAt: time.Now(), UpdatedAt: time.Now()}))
+	// Each commit's event spills over a page of its own: 6,000 commits
+	// write at least 18,000 pages to the WAL (its page, the tail's leaf
+	// and the run's row), nearly two safety nets' worth.
+	data := map[string]string{"text": strings.Repeat("x", 4096)}
+	for seq := int64(1); seq <= 6000; seq++ {
+		require.NoError(t, st.WriteBatches(ctx, []runtime.WriteBatch{{RunID: "r", Events: []runtime.Event{{Seq: seq, RunID: "r",
+			Type: "node_delta", Time: time.Now(), Data: data}}}}))
+	}
+	fi, err := os.Stat(path + "-wal")
+	require.NoError(t, err)
+	require.Less(t, fi.Size(), int64(9000*4096), "the WAL grew to %d pages", fi.Size()/4096)
+}
+
 // When one run's events in a group commit of many runs do not continue
 // its log, the error names that run and the seq its log expects, wherever
 // the run sits in the commit, and nothing of the call is kept.
