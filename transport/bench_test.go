@@ -1081,7 +1081,15 @@ type commitTimeline struct {
 	mu    sync.Mutex
 	start time.Time // the phase's (zero: not begun)
 	gcs   []rt.GroupCommit
+	// collected holds when each garbage collection of the phase was
+	// seen to have ended (polled every gcPoll by the goroutine that
+	// stopGC stops).
+	collected []time.Time
+	stopGC    func()
 }
+
+// gcPoll is how often a timeline looks for collections that ended.
+const gcPoll = time.Millisecond
 
 // newCommitTimeline returns a recorder when timelineEnv asks for a
 // timeline, else nil (whose methods do nothing).
@@ -1108,7 +1116,29 @@ func (t *commitTimeline) begin(start time.Time) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.start, t.gcs = start, nil
+	t.start, t.gcs, t.collected = start, nil, nil
+	quit, done := make(chan struct{}), make(chan struct{})
+	t.stopGC = func() { close(quit); <-done }
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(gcPoll)
+		defer tick.Stop()
+		_, last := heapCounters()
+		for {
+			select {
+			case <-quit:
+				return
+			case now := <-tick.C:
+				if _, n := heapCounters(); n != last {
+					t.mu.Lock()
+					for ; last < n; last++ {
+						t.collected = append(t.collected, now)
+					}
+					t.mu.Unlock()
+				}
+			}
+		}
+	}()
 }
 
 // write writes the timeline of the phase, with the deltas its clients
@@ -1117,14 +1147,16 @@ func (t *commitTimeline) write(deltas []delta) {
 	if t == nil {
 		return
 	}
+	t.stopGC()
 	t.mu.Lock()
-	start, gcs := t.start, t.gcs
-	t.start, t.gcs = time.Time{}, nil
+	start, gcs, collected := t.start, t.gcs, t.collected
+	t.start, t.gcs, t.collected = time.Time{}, nil, nil
 	t.mu.Unlock()
 	type step struct {
 		commits, creates, finishes, events int
 		deltas, over, first, firstOver     int
 		written, maxWritten, maxPublished  time.Duration
+		collections                        int
 	}
 	var steps []step
 	at := func(tm time.Time) *step {
@@ -1144,6 +1176,9 @@ func (t *commitTimeline) write(deltas []delta) {
 		s.maxWritten = max(s.maxWritten, gc.Written)
 		s.maxPublished = max(s.maxPublished, gc.Published)
 	}
+	for _, tm := range collected {
+		at(tm).collections++
+	}
 	for _, d := range deltas {
 		s := at(d.Emitted)
 		over := d.Latency > 5000
@@ -1159,11 +1194,11 @@ func (t *commitTimeline) write(deltas []delta) {
 		}
 	}
 	var out bytes.Buffer
-	out.WriteString("from_ms\tcommits\twritten_ms\tmax_written_ms\tmax_published_ms\tcreates\tfinishes\tevents\tdeltas\tover_5ms\tfirst\tfirst_over_5ms\n")
+	out.WriteString("from_ms\tcommits\twritten_ms\tmax_written_ms\tmax_published_ms\tcreates\tfinishes\tevents\tdeltas\tover_5ms\tfirst\tfirst_over_5ms\tgc_ended\n")
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	for i, s := range steps {
-		fmt.Fprintf(&out, "%d\t%d\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", i*int(timelineStep/time.Millisecond),
-			s.commits, ms(s.written), ms(s.maxWritten), ms(s.maxPublished), s.creates, s.finishes, s.events, s.deltas, s.over, s.first, s.firstOver)
+		fmt.Fprintf(&out, "%d\t%d\t%.2f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", i*int(timelineStep/time.Millisecond),
+			s.commits, ms(s.written), ms(s.maxWritten), ms(s.maxPublished), s.creates, s.finishes, s.events, s.deltas, s.over, s.first, s.firstOver, s.collections)
 	}
 	if err := os.WriteFile(t.path, out.Bytes(), 0o644); err != nil {
 		t.b.Error(err)
