@@ -109,7 +109,8 @@ func TestNodeTypesMetricsOpenAPI(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{"chatgraph_runs_total", "chatgraph_node_duration_seconds", "chatgraph_active_streams",
 		"chatgraph_store_operation_duration_seconds", "chatgraph_cancel_latency_seconds", "chatgraph_executors_abandoned",
-		"chatgraph_turns_waiting_to_start", `chatgraph_group_commit_duration_seconds_count{stage="published"}`, "chatgraph_group_commit_runs_count"} {
+		"chatgraph_turns_waiting_to_start", `chatgraph_group_commit_duration_seconds_count{stage="published"}`, "chatgraph_group_commit_runs_count",
+		"chatgraph_commit_lag_seconds"} {
 		require.Contains(t, string(body), want)
 	}
 	resp = e.do("GET", "/api/v1/openapi.json", nil, nil)

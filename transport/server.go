@@ -179,7 +179,10 @@ func New(cfg Config) (*Server, error) {
 		func() float64 { return float64(s.engine.AbandonedExecutors()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_turns_waiting_to_start",
 			Help: "Chat calls waiting for a place among those starting at once (chat.Config.MaxStartingTurns, or BusyStartingTurns while the commits lag)."},
-			func() float64 { return float64(svc.StartsWaiting()) }))
+			func() float64 { return float64(svc.StartsWaiting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chatgraph_commit_lag_seconds",
+			Help: "How long the group commits lately took from taking the runs' writes to publishing their events (runtime.Engine.CommitLag: the slowest recent one, halved every 50 ms since)."},
+			func() float64 { return s.engine.CommitLag().Seconds() }))
 	svc.SetPublisher(s)
 	e, err := s.routes()
 	if err != nil {
