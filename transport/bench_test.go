@@ -41,7 +41,8 @@ import (
 
 // benchEnv is a server for benchmarks in durability mode d: no run or
 // connection limits, no pings, no bound on the turns starting at once
-// unless maxStartingEnv sets one; opts change the rest.
+// unless maxStartingEnv or busyStartingEnv sets one; opts change the
+// rest.
 func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
 	maxStarting, busyStarting := turnsEnv(b, maxStartingEnv, 0), turnsEnv(b, busyStartingEnv, 0)
 	return newEnvTB(b, append([]option{func(c *transportConfig) {
