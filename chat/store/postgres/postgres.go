@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -236,9 +237,11 @@ func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) erro
 
 const chatCols = `id, graph_id, title, active_leaf_id, owner, created_at, updated_at`
 
-func scanChat(row pgx.Row) (*chat.Chat, error) {
+// scanChat scans a row of chatCols, then, into more, the columns after
+// them.
+func scanChat(row pgx.Row, more ...any) (*chat.Chat, error) {
 	var c chat.Chat
-	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &c.CreatedAt, &c.UpdatedAt); err != nil {
+	if err := row.Scan(append([]any{&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &c.CreatedAt, &c.UpdatedAt}, more...)...); err != nil {
 		return nil, err
 	}
 	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
@@ -257,31 +260,25 @@ func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
 // chatGraphQuery reads a chat and its live graph, if any, in one
 // statement: the chat's columns (chatCols), then the graph's, NULL when
 // it is absent or deleted.
-const chatGraphQuery = `SELECT c.id, c.graph_id, c.title, c.active_leaf_id, c.owner, c.created_at, c.updated_at,
+var chatGraphQuery = `SELECT c.` + strings.ReplaceAll(chatCols, ", ", ", c.") + `,
 	g.id, g.name, g.plan_version, g.body, g.created_at, g.updated_at
 FROM chats c LEFT JOIN chat_graphs g ON g.id = c.graph_id AND NOT g.deleted WHERE c.id = $1`
 
 // GetChatGraph implements chat.Store: one round trip where GetChat and
 // GetGraph take two.
 func (s *Store) GetChatGraph(ctx context.Context, id string) (*chat.Chat, *chat.Graph, error) {
-	var c chat.Chat
 	var gid, gname *string
 	var gver *int64
 	var gcr, gup *time.Time
 	var body []byte
-	err := s.pool.QueryRow(ctx, chatGraphQuery, id).Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &c.CreatedAt, &c.UpdatedAt,
-		&gid, &gname, &gver, &body, &gcr, &gup)
+	c, err := scanChat(s.pool.QueryRow(ctx, chatGraphQuery, id), &gid, &gname, &gver, &body, &gcr, &gup)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
 	}
-	if err != nil {
-		return nil, nil, err
+	if err != nil || gid == nil {
+		return c, nil, err
 	}
-	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
-	if gid == nil {
-		return &c, nil, nil
-	}
-	return &c, &chat.Graph{ID: *gid, Name: *gname, PlanVersion: *gver, Body: json.RawMessage(body),
+	return c, &chat.Graph{ID: *gid, Name: *gname, PlanVersion: *gver, Body: json.RawMessage(body),
 		CreatedAt: gcr.UTC(), UpdatedAt: gup.UTC()}, nil
 }
 

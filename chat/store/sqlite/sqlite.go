@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"chatgraph/chat"
@@ -278,10 +279,12 @@ func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) erro
 
 const chatCols = `id, graph_id, title, active_leaf_id, owner, created_at, updated_at`
 
-func scanChat(row scanner) (*chat.Chat, error) {
+// scanChat scans a row of chatCols, then, into more, the columns after
+// them.
+func scanChat(row scanner, more ...any) (*chat.Chat, error) {
 	var c chat.Chat
 	var cr, up int64
-	if err := row.Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &cr, &up); err != nil {
+	if err := row.Scan(append([]any{&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &cr, &up}, more...)...); err != nil {
 		return nil, err
 	}
 	c.CreatedAt, c.UpdatedAt = fromTS(cr), fromTS(up)
@@ -300,32 +303,24 @@ func (s *Store) GetChat(ctx context.Context, id string) (*chat.Chat, error) {
 // chatGraphQuery reads a chat and its live graph, if any, in one
 // statement: the chat's columns (chatCols), then the graph's (graphCols),
 // NULL when it is absent or deleted.
-const chatGraphQuery = `SELECT c.id, c.graph_id, c.title, c.active_leaf_id, c.owner, c.created_at, c.updated_at,
-	g.id, g.name, g.plan_version, g.body, g.created_at, g.updated_at
+var chatGraphQuery = `SELECT c.` + strings.ReplaceAll(chatCols, ", ", ", c.") + `, g.` + strings.ReplaceAll(graphCols, ", ", ", g.") + `
 FROM chats c LEFT JOIN graphs g ON g.id = c.graph_id AND g.deleted = 0 WHERE c.id = ?`
 
 // GetChatGraph implements chat.Store: one read where GetChat and GetGraph
 // take two, each of which, while the writer commits, rereads the pages
 // its connection's cache lost to the commits.
 func (s *Store) GetChatGraph(ctx context.Context, id string) (*chat.Chat, *chat.Graph, error) {
-	var c chat.Chat
-	var cr, up int64
 	var gid, gname sql.NullString
 	var gver, gcr, gup sql.NullInt64
 	var body []byte
-	err := s.runs.ReadRow(ctx, chatGraphQuery, id).Scan(&c.ID, &c.GraphID, &c.Title, &c.ActiveLeafID, &c.Owner, &cr, &up,
-		&gid, &gname, &gver, &body, &gcr, &gup)
+	c, err := scanChat(s.runs.ReadRow(ctx, chatGraphQuery, id), &gid, &gname, &gver, &body, &gcr, &gup)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil, fmt.Errorf("%w: chat %s", chat.ErrNotFound, id)
 	}
-	if err != nil {
-		return nil, nil, err
+	if err != nil || !gid.Valid {
+		return c, nil, err
 	}
-	c.CreatedAt, c.UpdatedAt = fromTS(cr), fromTS(up)
-	if !gid.Valid {
-		return &c, nil, nil
-	}
-	return &c, &chat.Graph{ID: gid.String, Name: gname.String, PlanVersion: gver.Int64, Body: json.RawMessage(body),
+	return c, &chat.Graph{ID: gid.String, Name: gname.String, PlanVersion: gver.Int64, Body: json.RawMessage(body),
 		CreatedAt: fromTS(gcr.Int64), UpdatedAt: fromTS(gup.Int64)}, nil
 }
 
@@ -338,7 +333,7 @@ func (s *Store) ListChats(ctx context.Context, graphID string, p chat.Page) ([]*
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, scanChat)
+	return collect(rows, func(r scanner) (*chat.Chat, error) { return scanChat(r) })
 }
 
 // DeleteChat implements chat.Store.
