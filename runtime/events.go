@@ -189,34 +189,21 @@ type RunStartedData struct {
 // writes the declared fields by hand (every run emits one run_started):
 // what encoding/json gives for them, then the attributes in key order.
 func (d RunStartedData) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 256)
-	b = append(b, '{')
+	o := object{b: append(make([]byte, 0, 256), '{')}
 	if d.Kind != "" {
-		b = AppendJSONString(appendKey(b, "kind"), d.Kind)
+		o.b = AppendJSONString(o.key("kind"), d.Kind)
 	}
-	b = AppendJSONString(appendKey(b, "graphId"), d.GraphID)
-	b = strconv.AppendInt(appendKey(b, "planVersion"), d.PlanVersion, 10)
-	b = appendJSONStrings(appendKey(b, "entryNodeIds"), d.EntryNodeIDs)
-	b = appendJSONStrings(appendKey(b, "activeNodeIds"), d.ActiveNodeIDs)
+	o.b = AppendJSONString(o.key("graphId"), d.GraphID)
+	o.b = strconv.AppendInt(o.key("planVersion"), d.PlanVersion, 10)
+	o.b = appendJSONStrings(o.key("entryNodeIds"), d.EntryNodeIDs)
+	o.b = appendJSONStrings(o.key("activeNodeIds"), d.ActiveNodeIDs)
 	if d.ParentRunID != "" {
-		b = AppendJSONString(appendKey(b, "parentRunId"), d.ParentRunID)
+		o.b = AppendJSONString(o.key("parentRunId"), d.ParentRunID)
 	}
 	if d.Resumed {
-		b = append(appendKey(b, "resumed"), "true"...)
+		o.b = append(o.key("resumed"), "true"...)
 	}
-	return appendExtra(b, d.Attrs, func(k string) bool {
-		switch k {
-		case "graphId", "planVersion", "entryNodeIds", "activeNodeIds":
-			return true
-		case "kind":
-			return d.Kind != ""
-		case "parentRunId":
-			return d.ParentRunID != ""
-		case "resumed":
-			return d.Resumed
-		}
-		return false
-	})
+	return o.end(d.Attrs)
 }
 
 // RunCompletedData is the payload of run_completed.
@@ -253,12 +240,11 @@ type NodeStartedData struct {
 
 // MarshalJSON flattens Details into the object; declared fields win.
 func (d NodeStartedData) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 64)
-	b = append(b, '{')
+	o := object{b: append(make([]byte, 0, 64), '{')}
 	if d.Replayed {
-		b = append(appendKey(b, "replayed"), "true"...)
+		o.b = append(o.key("replayed"), "true"...)
 	}
-	return appendExtra(b, d.Details, func(k string) bool { return k == "replayed" && d.Replayed })
+	return o.end(d.Details)
 }
 
 // NodeCompletedData is the payload of node_completed.
@@ -323,13 +309,28 @@ type InterruptInfo struct {
 	Payload any    `json:"payload,omitempty"`
 }
 
-// appendKey appends an object member's key and colon to b, an object
-// being written (its last byte '{' while it has no member yet).
-func appendKey(b []byte, k string) []byte {
-	if b[len(b)-1] != '{' {
-		b = append(b, ',')
+// object is a JSON object being written by hand: its bytes so far (the
+// last '{' while it has no member) and the keys of its declared members.
+type object struct {
+	b    []byte
+	keys [8]string // keys[:n]: as many as a payload type declares
+	n    int
+}
+
+// key appends a declared member's key and colon, and returns the bytes.
+func (o *object) key(k string) []byte {
+	o.keys[o.n] = k
+	o.n++
+	return o.member(k)
+}
+
+// member appends a member's key and colon, and returns the bytes.
+func (o *object) member(k string) []byte {
+	if o.b[len(o.b)-1] != '{' {
+		o.b = append(o.b, ',')
 	}
-	return append(AppendJSONString(b, k), ':')
+	o.b = append(AppendJSONString(o.b, k), ':')
+	return o.b
 }
 
 // appendJSONStrings appends ss as encoding/json encodes a []string.
@@ -347,27 +348,27 @@ func appendJSONStrings(b []byte, ss []string) []byte {
 	return append(b, ']')
 }
 
-// appendExtra ends b, an object being written, with extra's members
-// whose keys are not taken by the object's own, in key order.
-func appendExtra(b []byte, extra map[string]any, taken func(string) bool) ([]byte, error) {
+// end ends the object with extra's members whose keys are not declared
+// ones it wrote, in key order, and returns its bytes.
+func (o *object) end(extra map[string]any) ([]byte, error) {
 	keys := make([]string, 0, len(extra))
 	for k := range extra {
-		if !taken(k) {
+		if !slices.Contains(o.keys[:o.n], k) {
 			keys = append(keys, k)
 		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		b = appendKey(b, k)
+		o.member(k)
 		if s, ok := extra[k].(string); ok {
-			b = AppendJSONString(b, s)
+			o.b = AppendJSONString(o.b, s)
 			continue
 		}
 		v, err := json.Marshal(extra[k])
 		if err != nil {
 			return nil, err
 		}
-		b = append(b, v...)
+		o.b = append(o.b, v...)
 	}
-	return append(b, '}'), nil
+	return append(o.b, '}'), nil
 }
