@@ -597,7 +597,6 @@ func (c *committer) commit() {
 		bufs.put()
 		return
 	}
-	began := time.Now()
 	gens := append(bufs.gens[:0], make([]uint64, len(runs))...)
 	batches := bufs.batches[:0]
 	owners := bufs.owners[:0]
@@ -613,9 +612,10 @@ func (c *committer) commit() {
 	}
 	refused := append(bufs.refused[:0], make([]bool, len(batches))...)
 	bufs.gens, bufs.batches, bufs.owners, bufs.refused = gens, batches, owners, refused
+	began := time.Now()
 	var gc *GroupCommit
 	if c.observe != nil {
-		gc = newGroupCommit(c.mode, batches)
+		gc = newGroupCommit(c.mode, batches, began)
 	}
 	ctx, deferred := withSyncDeferral(context.Background())
 	if err := applyBatches(ctx, c.st, batches); err != nil {
@@ -703,9 +703,9 @@ type GroupCommit struct {
 	Refused int
 }
 
-// newGroupCommit begins the record of a commit of batches in mode d.
-func newGroupCommit(d Durability, batches []WriteBatch) *GroupCommit {
-	gc := &GroupCommit{Durability: d, Began: time.Now(), Runs: len(batches)}
+// newGroupCommit begins the record of a commit of batches in mode d, taken at began.
+func newGroupCommit(d Durability, batches []WriteBatch, began time.Time) *GroupCommit {
+	gc := &GroupCommit{Durability: d, Began: began, Runs: len(batches)}
 	for i := range batches {
 		b := &batches[i]
 		if b.Create != nil {
