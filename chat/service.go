@@ -140,8 +140,8 @@ type Service struct {
 
 	// starting holds a place for each chat call starting (nil: no
 	// bound, Config.MaxStartingTurns or BusyStartingTurns); waiting
-	// counts the calls waiting for one. With busyLag set, a call takes a
-	// place only while the engine's commits lag over it or calls wait.
+	// counts the calls waiting for one. With lag set (BusyStartingTurns),
+	// a call takes a place only while lag is over busyLag or calls wait.
 	starting chan struct{}
 	busyLag  time.Duration
 	lag      func() time.Duration // the engine's CommitLag

@@ -174,7 +174,7 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 // in the order the calls came, and returns the function that gives it
 // back; or ctx's error if ctx ends first.
 func (s *Service) enterStart(ctx context.Context) (func(), error) {
-	if s.starting == nil || s.busyLag > 0 && s.waiting.Load() == 0 && s.lag() <= s.busyLag {
+	if s.starting == nil || s.lag != nil && s.waiting.Load() == 0 && s.lag() <= s.busyLag {
 		return func() {}, nil
 	}
 	select {

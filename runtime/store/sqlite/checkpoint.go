@@ -59,14 +59,14 @@ func newCheckpointer(db *sql.DB, gate *writerGate) *checkpointer {
 	return c
 }
 
-// checkpoint runs a PASSIVE checkpoint and returns the WAL's size and
-// how much of it is copied, in pages (-1 each when it could not run).
-func (c *checkpointer) checkpoint(ctx context.Context) (log, copied int) {
-	var busy int
+// checkpoint runs a PASSIVE checkpoint and returns the WAL's size in
+// pages (-1 when it could not run).
+func (c *checkpointer) checkpoint(ctx context.Context) (log int) {
+	var busy, copied int
 	if err := c.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &copied); err != nil {
-		return -1, -1
+		return -1
 	}
-	return log, copied
+	return log
 }
 
 func (c *checkpointer) loop() {
@@ -86,7 +86,7 @@ func (c *checkpointer) loop() {
 		last = time.Now()
 		// A busy or failed checkpoint leaves the WAL as it is; the next
 		// one (or the writer's safety net) copies it.
-		if log, _ := c.checkpoint(c.ctx); log >= finishPages && c.gate.enter(c.ctx, false) == nil {
+		if c.checkpoint(c.ctx) >= finishPages && c.gate.enter(c.ctx, false) == nil {
 			c.checkpoint(c.ctx)
 			c.gate.leave()
 		}
