@@ -141,7 +141,11 @@ func quantile(xs []float64, q float64) float64 {
 // model sends its first word at once). steal-% is the share of the
 // machine's CPU time its hypervisor took while the clients ran (from
 // /proc/stat, where there is one): a virtual machine's figures are only
-// comparable at similar steal. alloc-B/event is the heap the process
+// comparable at similar steal. machine-busy-% is the share of the
+// machine's CPU time, all cores and all processes, that was not idle
+// over the same span: how close to saturation the load ran (near 100,
+// every hop of a delta waits in a run queue, and no change on the path
+// of one delta shows in its latency). alloc-B/event is the heap the process
 // (server and in-process clients) allocated per event read, gc-cycles the
 // garbage collections while the clients ran: a collection's marking
 // takes CPU from the committer and the senders, and its assists tax the
@@ -562,7 +566,7 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		stopProfile := profilePhase(b)
 		start, cpu0 := time.Now(), cpuTime()
 		timeline.begin(start)
-		steal0, machine0 := machineTimes()
+		steal0, idle0, machine0 := machineTimes()
 		if remote {
 			// The helper starts in a few milliseconds; its spread starts
 			// count from a moment it is surely up.
@@ -578,8 +582,9 @@ func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, s
 		alloc, gcs := heapCounters()
 		b.ReportMetric(float64(alloc-alloc0)/float64(res.Events), "alloc-B/event")
 		b.ReportMetric(float64(gcs-gcs0), "gc-cycles")
-		if steal, machine := machineTimes(); machine > machine0 {
+		if steal, idle, machine := machineTimes(); machine > machine0 {
 			b.ReportMetric(100*float64(steal-steal0)/float64(machine-machine0), "steal-%")
+			b.ReportMetric(100-100*float64(idle-idle0)/float64(machine-machine0), "machine-busy-%")
 		}
 		sched := sched0.since()
 		b.ReportMetric(sched.quantile(0.5)*1e6, "sched-p50-µs")
@@ -838,31 +843,35 @@ func heapCounters() (allocated, cycles uint64) {
 }
 
 // machineTimes reads the machine's CPU time from /proc/stat: what the
-// hypervisor took from this virtual machine (steal) and all of it, in
-// clock ticks; zeros where /proc/stat cannot be read.
-func machineTimes() (steal, total int64) {
+// hypervisor took from this virtual machine (steal), the cores' idle
+// time (idle and iowait) and all of it, in clock ticks; zeros where
+// /proc/stat cannot be read.
+func machineTimes() (steal, idle, total int64) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	fields := strings.Fields(line)
 	if len(fields) < 9 || fields[0] != "cpu" {
-		return 0, 0
+		return 0, 0, 0
 	}
 	// user nice system idle iowait irq softirq steal [guest guest_nice]:
 	// the guest times are counted in user and nice already.
 	for i, f := range fields[1:9] {
 		n, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
-			return 0, 0
+			return 0, 0, 0
 		}
 		total += n
-		if i == 7 {
+		switch i {
+		case 3, 4: // idle, iowait
+			idle += n
+		case 7:
 			steal = n
 		}
 	}
-	return steal, total
+	return steal, idle, total
 }
 
 func rssKiB() int64 {
