@@ -149,45 +149,67 @@ func decodeChunk(out []runtime.Event, runID string, b []byte) ([]runtime.Event, 
 	if len(b) == 0 || b[0] != chunkVersion {
 		return out, fmt.Errorf("%w: version", errBadChunk)
 	}
-	d := chunkDecoder{b: b[1:]}
-	var typ, chat, node string
+	d := eventDecoder{chunkDecoder: chunkDecoder{b: b[1:]}}
 	var last int64
 	for len(d.b) > 0 {
-		flags := d.b[0]
-		d.b = d.b[1:]
-		if flags&^(chunkType|chunkChat|chunkNode|chunkData) != 0 {
-			return out, fmt.Errorf("%w: flags %#x", errBadChunk, flags)
+		e, err := d.next()
+		if err != nil {
+			return out, err
 		}
-		seq := d.uvarint()
-		if flags&chunkType != 0 {
-			typ = string(d.bytes())
+		if e.Seq <= last {
+			return out, fmt.Errorf("%w: event %d after %d", errBadChunk, e.Seq, last)
 		}
-		if flags&chunkChat != 0 {
-			chat = string(d.bytes())
-		}
-		if flags&chunkNode != 0 {
-			node = string(d.bytes())
-		}
-		attempt, at := d.varint(), d.varint()
-		var data []byte
-		if flags&chunkData != 0 {
-			data = d.bytes()
-		}
-		switch {
-		case d.err != nil:
-			return out, d.err
-		case seq > 1<<62 || int64(seq) <= last || attempt < 0 || attempt > 1<<31:
-			return out, fmt.Errorf("%w: event %d after %d", errBadChunk, seq, last)
-		}
-		last = int64(seq)
-		e := runtime.Event{Seq: last, RunID: runID, ChatID: chat, Type: runtime.EventType(typ), NodeID: node,
-			Attempt: int(attempt), Time: fromMicros(at)}
-		if data != nil {
-			e.Data = json.RawMessage(data)
-		}
+		last, e.RunID = e.Seq, runID
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// eventDecoder reads events encoded by appendChunkEvent one after
+// another: typ, chat and node are the previous event's.
+type eventDecoder struct {
+	chunkDecoder
+	typ, chat, node string
+}
+
+// next reads the next event (its RunID unset, its data aliasing the
+// encoding): errBadChunk when it is cut short or out of range.
+func (d *eventDecoder) next() (runtime.Event, error) {
+	if len(d.b) == 0 {
+		return runtime.Event{}, fmt.Errorf("%w: cut short", errBadChunk)
+	}
+	flags := d.b[0]
+	d.b = d.b[1:]
+	if flags&^(chunkType|chunkChat|chunkNode|chunkData) != 0 {
+		return runtime.Event{}, fmt.Errorf("%w: flags %#x", errBadChunk, flags)
+	}
+	seq := d.uvarint()
+	if flags&chunkType != 0 {
+		d.typ = string(d.bytes())
+	}
+	if flags&chunkChat != 0 {
+		d.chat = string(d.bytes())
+	}
+	if flags&chunkNode != 0 {
+		d.node = string(d.bytes())
+	}
+	attempt, at := d.varint(), d.varint()
+	var data []byte
+	if flags&chunkData != 0 {
+		data = d.bytes()
+	}
+	switch {
+	case d.err != nil:
+		return runtime.Event{}, d.err
+	case seq == 0 || seq > 1<<62 || attempt < 0 || attempt > 1<<31:
+		return runtime.Event{}, fmt.Errorf("%w: event %d", errBadChunk, seq)
+	}
+	e := runtime.Event{Seq: int64(seq), ChatID: d.chat, Type: runtime.EventType(d.typ), NodeID: d.node,
+		Attempt: int(attempt), Time: fromMicros(at)}
+	if data != nil {
+		e.Data = json.RawMessage(data)
+	}
+	return e, nil
 }
 
 // chunkDecoder reads a chunk's fields; the first failure sticks in err.

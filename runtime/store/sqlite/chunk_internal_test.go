@@ -160,3 +160,57 @@ func FuzzDecodeChunk(f *testing.F) {
 		require.Equal(t, evs, again)
 	})
 }
+
+// pageEvents decodes page b (its first event id first) into events with
+// their run ids set.
+func pageEvents(b []byte, first int64) ([]runtime.Event, error) {
+	var out []runtime.Event
+	next := first
+	err := decodePage(b, first, func(id int64, run []byte, e *runtime.Event) error {
+		if id != next {
+			return fmt.Errorf("event id %d, want %d", id, next)
+		}
+		next++
+		ev := *e
+		ev.RunID = string(run)
+		out = append(out, ev)
+		return nil
+	})
+	return out, err
+}
+
+// interleaved are mixedEvents(n) spread over three runs, as a group
+// commit of several runs appends them.
+func interleaved(n int) []runtime.Event {
+	evs := mixedEvents(n)
+	for i := range evs {
+		evs[i].RunID = fmt.Sprintf("run-%d", i%3)
+	}
+	return evs
+}
+
+// A page reads back as the events it was written from, of every run, in
+// order and numbered from its first id.
+func TestPageRoundTrip(t *testing.T) {
+	evs := interleaved(70)
+	page := appendPage(nil, chunkRows(evs))
+	got, err := pageEvents(page, 41)
+	require.NoError(t, err)
+	require.Equal(t, evs, got)
+}
+
+func FuzzDecodePage(f *testing.F) {
+	f.Add(appendPage(nil, chunkRows(interleaved(20))))
+	f.Add([]byte{pageVersion})
+	f.Add([]byte{pageVersion, 2, 'r', '1', chunkData, 1, 0, 0, 2, '{', '}'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		evs, err := pageEvents(b, 1)
+		if err != nil {
+			require.ErrorIs(t, err, errBadChunk)
+			return
+		}
+		again, err := pageEvents(appendPage(nil, chunkRows(evs)), 1)
+		require.NoError(t, err)
+		require.Equal(t, evs, again)
+	})
+}

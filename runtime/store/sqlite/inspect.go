@@ -49,7 +49,7 @@ func (s *Store) ListRuns(ctx context.Context, f runtime.RunFilter) ([]*runtime.R
 	var out []*runtime.RunRecord
 	// The records and the tail's rows of segments the store does not
 	// remember (Store.GetRun), in one read transaction.
-	err := s.inReadTx(ctx, []string{segmentLastQuery}, func(tx *sql.Tx) error {
+	err := s.inReadTx(ctx, []string{pagesFromQuery}, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err

@@ -51,27 +51,6 @@ WHERE EXISTS (SELECT 1 FROM runs WHERE id = v.column1 AND token <= v.column21)
 // maxCheckpointRows is the most checkpoints one upsert carries.
 const maxCheckpointRows = 32
 
-// maxInsertRows is the most rows one event INSERT carries. A group commit
-// inserts its events with one statement per power of two in their count
-// (21 events: 16 + 4 + 1), each prepared once: a statement's overhead
-// (binding, stepping, resetting) is paid per statement, not per row.
-const maxInsertRows = 64
-
-// insertTailQueries are the INSERTs of n rows into event_tail (n a
-// power of two up to maxInsertRows).
-var insertTailQueries = func() map[int]string {
-	row := `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	m := map[int]string{}
-	for n := 1; n <= maxInsertRows; n *= 2 {
-		q := `INSERT INTO event_tail (id, run_id, seq, type, chat_id, node_id, attempt, at, data) VALUES ` + row
-		for range n - 1 {
-			q += ", " + row
-		}
-		m[n] = q
-	}
-	return m
-}()
-
 // insertChunkQuery inserts a compacted segment (chunk.go).
 const insertChunkQuery = `INSERT INTO event_chunks (run_id, first_seq, last_seq, data) VALUES (?, ?, ?, ?)`
 
@@ -93,7 +72,7 @@ var txQueries = []string{logStateQuery, saveCheckpointQuery, putEffectQuery, get
 	createRunQuery, updateRunQuery, finishQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
 	leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
 	startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, restartSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
-	truncateQuery, segmentQuery}
+	truncateQuery, pagesFromQuery}
 
 // wrap prefixes err with the operation unless it is one of the sentinels
 // callers branch on, whose messages already say what happened.
@@ -280,50 +259,6 @@ func (s *Store) AppendEvents(ctx context.Context, runID string, token int64, evs
 	return wrap(err, "append events to %s", runID)
 }
 
-// insertTail inserts rows into event_tail in tx, up to maxInsertRows in
-// one statement.
-func (s *Store) insertTail(ctx context.Context, tx *sql.Tx, rows []eventRow) error {
-	// The writer's buffer: one write transaction at a time inserts.
-	args := s.insertArgs[:0]
-	defer func() {
-		clear(args) // keep no event alive
-		s.insertArgs = args[:0]
-	}()
-	// A row's run, type, chat and node share their boxes with the row
-	// before when they are the same (the rows of a run are together, and
-	// most are deltas of one node), so that a row costs the boxes of its
-	// numbers and data only.
-	var runID, typ, chat, node any
-	var prev *runtime.Event
-	for len(rows) > 0 {
-		n := insertRows(len(rows), maxInsertRows)
-		args = args[:0]
-		for _, r := range rows[:n] {
-			e := r.ev
-			if prev == nil || e.RunID != prev.RunID {
-				runID = e.RunID
-			}
-			if prev == nil || e.Type != prev.Type {
-				typ = string(e.Type)
-			}
-			if prev == nil || e.ChatID != prev.ChatID {
-				chat = e.ChatID
-			}
-			if prev == nil || e.NodeID != prev.NodeID {
-				node = e.NodeID
-			}
-			prev = e
-			data, _ := e.Data.(json.RawMessage) // append's copy: nil or its JSON
-			args = append(args, r.id, runID, e.Seq, typ, chat, node, int64(e.Attempt), micros(e.Time), text(data))
-		}
-		if err := s.execHot(ctx, insertTailQueries[n], args); err != nil {
-			return err
-		}
-		rows = rows[n:]
-	}
-	return nil
-}
-
 // WriteBatches implements runtime.BatchWriter and runtime.BatchFinisher:
 // every batch's creation, checkpoints, events, final record, lease
 // release and joined writes (Write), in one transaction — one commit, one
@@ -508,7 +443,7 @@ WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 const chunksQuery = `SELECT data FROM event_chunks WHERE run_id = ? AND last_seq > ? ORDER BY last_seq`
 
 // readLogQueries are the statements Events runs in its read transaction.
-var readLogQueries = []string{tailStateQuery, eventsQuery, chunksQuery, segmentQuery}
+var readLogQueries = []string{tailStateQuery, eventsQuery, chunksQuery, pagesFromQuery}
 
 // beginRead starts a read transaction on a reader connection, first
 // preparing qs, the statements it will run (preparing one needs a
@@ -582,7 +517,7 @@ func (s *Store) events(ctx context.Context, runID string, after int64, limit int
 	}
 	var out []runtime.Event
 	for rows.Next() {
-		e, err := scanEvent(rows, runID, nil)
+		e, err := scanEvent(rows, runID)
 		if err != nil {
 			rows.Close()
 			return nil, err
@@ -600,11 +535,7 @@ func (s *Store) events(ctx context.Context, runID string, after int64, limit int
 	}
 	seg := mem.rows
 	if mem.from != from || mem.fileLast != last {
-		rows, err := s.rs.queryIn(ctx, tx, segmentQuery, from, runID)
-		if err != nil {
-			return nil, err
-		}
-		if seg, err = scanSegment(rows, runID); err != nil {
+		if seg, err = readSegment(ctx, s.rs, tx, runID, from); err != nil {
 			return nil, err
 		}
 	}

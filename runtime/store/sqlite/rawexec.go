@@ -9,8 +9,8 @@ import (
 	"io"
 )
 
-// The group commit's inserts of events — a statement with nine values a
-// row for every event of the commit's runs — and the one-row queries
+// The group commit's inserts (its page of the event tail, its chunks and
+// checkpoints) and the one-row queries
 // every commit runs run on the writer's driver connection itself rather
 // than through database/sql. database/sql converts every value of every
 // call into a new slice and binds the prepared statement to the

@@ -132,7 +132,7 @@ const getRunQuery = `SELECT ` + runCols + ` FROM ` + runsFrom + ` WHERE id = ?`
 func (s *Store) GetRun(ctx context.Context, id string) (*runtime.RunRecord, error) {
 	r, from, err := scanRun(s.rs.queryRow(ctx, getRunQuery, id))
 	if err == nil && !s.lastSeqFromMemory(r, from) {
-		err = s.inReadTx(ctx, []string{getRunQuery, segmentLastQuery}, func(tx *sql.Tx) error {
+		err = s.inReadTx(ctx, []string{getRunQuery, pagesFromQuery}, func(tx *sql.Tx) error {
 			if r, from, err = scanRun(s.rs.queryRowIn(ctx, tx, getRunQuery, id)); err != nil {
 				return err
 			}

@@ -200,6 +200,29 @@ CREATE TABLE event_chunks (
 	PRIMARY KEY (run_id, last_seq)
 );
 `,
+}, {
+	// The tail as pages (page.go): a row per write transaction, its
+	// events of every run encoded together, instead of a row per event.
+	// A file left with segments open in the row tail (a server killed
+	// while its runs streamed) has them moved into events first, as Open
+	// moved them from that tail.
+	Version: 8,
+	Name:    "event_tail pages",
+	SQL: `
+INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
+SELECT e.run_id, e.seq, e.type, e.chat_id, e.node_id, e.attempt, e.at, e.data
+FROM event_tail e JOIN run_tails t ON t.run_id = e.run_id AND e.id >= t.tail_from ORDER BY e.run_id, e.seq;
+UPDATE runs SET last_seq = max((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id),
+	coalesce((SELECT max(e.seq) FROM events e WHERE e.run_id = runs.id), 0))
+WHERE id IN (SELECT run_id FROM run_tails);
+DELETE FROM run_tails;
+DROP TABLE event_tail;
+CREATE TABLE event_tail (
+	id   INTEGER PRIMARY KEY,
+	n    INTEGER NOT NULL,
+	data BLOB NOT NULL
+);
+`,
 }}
 
 // SchemaVersion is the schema version this package writes.

@@ -78,8 +78,9 @@ type Store struct {
 	// tails remembers the segments of run logs the store appended to the
 	// event tail (tail.go).
 	tails tails
-	// insertArgs is insertTail's buffer (the writer's).
-	insertArgs []any
+	// pageScratch is the buffer the writer encodes the tail's pages in
+	// (insertTail).
+	pageScratch []byte
 	// chunkScratch is the buffer the writer encodes chunks in (chunks).
 	chunkScratch []byte
 	// cpBuf is a group commit's checkpoints, rowArgs the values of its

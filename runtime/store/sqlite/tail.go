@@ -1,11 +1,13 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"chatgraph/runtime"
@@ -21,8 +23,12 @@ import (
 // for 150 KiB of events.
 //
 // So a streaming run's events go to event_tail first: a table in commit
-// order, whose new rows fill its last pages. A run's events there since
-// its log was last compacted are its segment; run_tails holds the
+// order, whose new rows fill its last pages. A row of it is a page, the
+// events of every run one write transaction kept in the tail (page.go);
+// the tail numbers events, not pages, so a "row" below is an event's
+// number in the tail, and a segment may begin inside a page. A run's
+// events there since its log was last compacted are its segment;
+// run_tails holds the
 // segment's first row (tail_from), the run's token and a last seq, one
 // small row per run with a segment. A segment moves into event_chunks in
 // one write — when it reaches compactAt events, when the run ends or lets
@@ -31,8 +37,8 @@ import (
 // compacted log once per segment, not once per commit. A run that goes on
 // writing keeps its run_tails row, and its segment begins anew there,
 // empty (compact). Rows of compacted segments stay in event_tail until
-// truncations delete the rows below the oldest segment's first, a bounded
-// number at a time.
+// truncations delete the pages wholly below the oldest segment's first
+// row, a bounded number at a time.
 //
 // The store remembers the segments it appended (tails): compacting a
 // segment writes the remembered events, and reading a log takes them from
@@ -92,31 +98,18 @@ VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
 	compactedQuery      = `UPDATE runs SET last_seq = ? WHERE id = ?`
 	oldestSegmentQuery  = `SELECT min(tail_from) FROM run_tails`
 	pinningQuery        = `SELECT run_id, tail_from, last_seq FROM run_tails WHERE tail_from < ?`
-	truncateQuery       = `DELETE FROM event_tail WHERE id < ?`
-	tailFirstQuery      = `SELECT coalesce(min(id), 0) FROM event_tail`
-	segmentQuery        = `SELECT id, seq, type, chat_id, node_id, attempt, at, data FROM event_tail
-WHERE id >= ? AND run_id = ? ORDER BY id`
-	tailStateQuery   = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
-	segmentLastQuery = `SELECT coalesce(max(seq), 0) FROM event_tail WHERE id >= ? AND run_id = ?`
-	epochQuery       = `SELECT n FROM tail_epoch WHERE id = 1`
+	// truncateQuery deletes the pages wholly below an event (page.go):
+	// the one that holds it stays.
+	truncateQuery  = `DELETE FROM event_tail WHERE id < ?1 AND id + n <= ?1`
+	tailFirstQuery = `SELECT coalesce(min(id), 0) FROM event_tail`
+	tailStateQuery = `SELECT tail_from, last_seq FROM run_tails WHERE run_id = ?`
+	epochQuery     = `SELECT n FROM tail_epoch WHERE id = 1`
 	// beginLogQuery is what a write transaction to the logs reads first:
-	// the tail's epoch and the tail's next row id.
-	beginLogQuery = `SELECT n, (SELECT coalesce(max(id), 0) + 1 FROM event_tail) FROM tail_epoch WHERE id = 1`
+	// the tail's epoch and the tail's next row id (the event after the
+	// last page's).
+	beginLogQuery = `SELECT e.n, coalesce((SELECT t.id + t.n FROM event_tail t ORDER BY t.id DESC LIMIT 1), 1)
+FROM tail_epoch e WHERE e.id = 1`
 )
-
-// compactAllQueries move every segment into events (Open).
-var compactAllQueries = []string{
-	`INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
-SELECT e.run_id, e.seq, e.type, e.chat_id, e.node_id, e.attempt, e.at, e.data
-FROM event_tail e JOIN run_tails t ON t.run_id = e.run_id AND e.id >= t.tail_from ORDER BY e.run_id, e.seq`,
-	// A segment's last seq is its last row's when fast grows passed
-	// run_tails.last_seq; the rows are in events now.
-	`UPDATE runs SET last_seq = max((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id),
-	coalesce((SELECT max(e.seq) FROM events e WHERE e.run_id = runs.id), 0))
-WHERE id IN (SELECT run_id FROM run_tails)`,
-	`DELETE FROM run_tails`,
-	`DELETE FROM event_tail`,
-}
 
 // eventRow is one event of a segment: id is its event_tail id (0 until
 // it has one). The values insertTail binds are made from ev as it
@@ -198,11 +191,13 @@ func (s *Store) completeLastSeq(ctx context.Context, tx *sql.Tx, r *runtime.RunR
 	if s.lastSeqFromMemory(r, from) {
 		return nil
 	}
-	var last int64
-	if err := s.rs.queryRowIn(ctx, tx, segmentLastQuery, from, r.ID).Scan(&last); err != nil {
+	rows, err := readSegment(ctx, s.rs, tx, r.ID, from)
+	if err != nil {
 		return err
 	}
-	r.LastSeq = max(r.LastSeq, last)
+	for _, row := range rows {
+		r.LastSeq = max(r.LastSeq, row.ev.Seq)
+	}
 	return nil
 }
 
@@ -555,13 +550,9 @@ func (l *logTx) segment(runID string, from, last int64) (segment, error) {
 	if seg := l.known(runID); seg != nil && seg.from == from && seg.fileLast == last {
 		return *seg, nil
 	}
-	rows, err := l.s.ws.queryIn(l.ctx, l.tx, segmentQuery, from, runID)
+	got, err := readSegment(l.ctx, l.s.ws, l.tx, runID, from)
 	if err != nil {
 		return segment{}, err
-	}
-	got, err := scanSegment(rows, runID)
-	if err != nil {
-		return segment{}, fmt.Errorf("segment of %s: %w", runID, err)
 	}
 	return segment{from: from, rows: got}, nil
 }
@@ -614,7 +605,7 @@ func (l *logTx) insert() error {
 			return fmt.Errorf("truncate the event tail: %w", err)
 		}
 	}
-	if err := l.s.insertTail(l.ctx, l.tx, l.tail); err != nil {
+	if err := l.s.insertTail(l.ctx, l.tail); err != nil {
 		return fmt.Errorf("insert events: %w", err)
 	}
 	for _, c := range l.chunks {
@@ -763,35 +754,15 @@ func (l *logTx) rolledBack() {
 	}
 }
 
-// scanSegment reads segmentQuery's rows of runID.
-func scanSegment(rows *sql.Rows, runID string) ([]eventRow, error) {
-	defer rows.Close()
-	var out []eventRow
-	for rows.Next() {
-		var id int64
-		e, err := scanEvent(rows, runID, &id)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, eventRow{id: id, ev: &e})
-	}
-	return out, rows.Err()
-}
-
-// scanEvent scans a row of eventsQuery, or of segmentQuery when id is not
-// nil (its first column goes there).
-func scanEvent(rows *sql.Rows, runID string, id *int64) (runtime.Event, error) {
+// scanEvent scans a row of eventsQuery.
+func scanEvent(rows *sql.Rows, runID string) (runtime.Event, error) {
 	e := runtime.Event{RunID: runID}
 	var (
 		typ  string
 		at   int64
 		data []byte
 	)
-	dest := []any{&e.Seq, &typ, &e.ChatID, &e.NodeID, &e.Attempt, &at, &data}
-	if id != nil {
-		dest = append([]any{id}, dest...)
-	}
-	if err := rows.Scan(dest...); err != nil {
+	if err := rows.Scan(&e.Seq, &typ, &e.ChatID, &e.NodeID, &e.Attempt, &at, &data); err != nil {
 		return e, err
 	}
 	e.Type, e.Time = runtime.EventType(typ), fromMicros(at)
@@ -801,11 +772,86 @@ func scanEvent(rows *sql.Rows, runID string, id *int64) (runtime.Event, error) {
 	return e, nil
 }
 
-// compactAll moves every segment into events, in tx.
+// compactAll moves every segment into events, in tx (Open): a segment's
+// events are its run's in the tail's pages from its first row on. A
+// segment's last seq is its last event's when fast grows passed
+// run_tails.last_seq.
 func compactAll(ctx context.Context, tx *sql.Tx) error {
-	for _, q := range compactAllQueries {
+	if err := moveSegments(ctx, tx); err != nil {
+		return fmt.Errorf("compact the event tail: %w", err)
+	}
+	for _, q := range []string{
+		`UPDATE runs SET last_seq = max((SELECT t.last_seq FROM run_tails t WHERE t.run_id = runs.id),
+	coalesce((SELECT max(e.seq) FROM events e WHERE e.run_id = runs.id), 0))
+WHERE id IN (SELECT run_id FROM run_tails)`,
+		`DELETE FROM run_tails`,
+		`DELETE FROM event_tail`,
+	} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("compact the event tail: %w", err)
+		}
+	}
+	return nil
+}
+
+// moveSegments inserts into events, in tx, the events of every segment
+// in the tail, run by run in seq order.
+func moveSegments(ctx context.Context, tx *sql.Tx) error {
+	froms := map[string]int64{}
+	low := int64(-1)
+	rows, err := tx.QueryContext(ctx, `SELECT run_id, tail_from FROM run_tails`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id string
+		var from int64
+		if err := rows.Scan(&id, &from); err != nil {
+			rows.Close()
+			return err
+		}
+		froms[id] = from
+		if low < 0 || from < low {
+			low = from
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(froms) == 0 {
+		return err
+	}
+	var moved []runtime.Event
+	if rows, err = tx.QueryContext(ctx, pagesFromQuery, low); err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id int64
+		var data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			rows.Close()
+			return err
+		}
+		err := decodePage(data, id, func(id int64, run []byte, e *runtime.Event) error {
+			if from, ok := froms[string(run)]; ok && id >= from {
+				e.RunID = string(run)
+				moved = append(moved, *e)
+			}
+			return nil
+		})
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("tail page %d: %w", id, err)
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	slices.SortFunc(moved, func(a, b runtime.Event) int {
+		return cmp.Or(cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Seq, b.Seq))
+	})
+	for _, e := range moved {
+		data, _ := e.Data.(json.RawMessage)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, e.RunID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), text(data)); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -1,8 +1,11 @@
 package sqlite
 
 import (
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +75,26 @@ func count(t *testing.T, s *Store, q string, args ...any) int64 {
 	return n
 }
 
+// segmentEvents counts run id's events in the tail from its segment's
+// first row, read from s's file.
+func segmentEvents(t *testing.T, s *Store, id string) int {
+	t.Helper()
+	from := count(t, s, `SELECT tail_from FROM run_tails WHERE run_id = ?`, id)
+	var rows []eventRow
+	require.NoError(t, s.inReadTx(t.Context(), []string{pagesFromQuery}, func(tx *sql.Tx) error {
+		var err error
+		rows, err = readSegment(t.Context(), s.rs, tx, id, from)
+		return err
+	}))
+	return len(rows)
+}
+
+// tailEvents counts the events in the tail's pages, read from s's file.
+func tailEvents(t *testing.T, s *Store) int64 {
+	t.Helper()
+	return count(t, s, `SELECT coalesce(sum(n), 0) FROM event_tail`)
+}
+
 // compacted counts run id's events moved out of the tail: its rows in
 // events and the events of its chunks.
 func compacted(t *testing.T, s *Store, id string) int64 {
@@ -137,8 +160,7 @@ func TestTailSegmentsMoveIntoEvents(t *testing.T) {
 	// The run goes on writing: its segment begins anew, empty, and
 	// run_tails holds the log's last seq, which the record reads.
 	require.Equal(t, int64(70), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
-	require.Zero(t, count(t, s, `SELECT count(*) FROM event_tail
-WHERE run_id = 'r1' AND id >= (SELECT tail_from FROM run_tails WHERE run_id = 'r1')`))
+	require.Zero(t, segmentEvents(t, s, "r1"))
 	requireLog(t, s, "r1", 70)
 	s.tails.forget([]string{"r1"}) // the empty segment, read from the file
 	requireLog(t, s, "r1", 70)
@@ -191,7 +213,7 @@ func TestTailSegmentsOfAnotherStore(t *testing.T) {
 	c, err := Open(t.Context(), Config{Path: path})
 	require.NoError(t, err)
 	defer c.Close()
-	require.Zero(t, count(t, c, `SELECT count(*) FROM event_tail`))
+	require.Zero(t, tailEvents(t, c))
 	require.Zero(t, count(t, c, `SELECT count(*) FROM run_tails`))
 	require.Equal(t, int64(90), compacted(t, c, "r1"))
 	requireLog(t, a, "r1", 90)
@@ -285,12 +307,12 @@ func TestTailTruncation(t *testing.T) {
 	require.Equal(t, int64(1), count(t, s, `SELECT min(id) FROM event_tail`), "slow's segment holds the tail")
 	// slow's 2, busy's first 60 (compacted: the batch that made 64 went
 	// to events directly) and busy's 65..100.
-	require.Equal(t, int64(2+60+36), count(t, s, `SELECT count(*) FROM event_tail`))
+	require.Equal(t, int64(2+60+36), tailEvents(t, s))
 
 	appendDeltas(t, s, "busy", 101, 300, 4)
 	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails WHERE run_id = 'slow'`), "the pinning segment moved")
 	require.Equal(t, int64(2), compacted(t, s, "slow"))
-	require.Less(t, count(t, s, `SELECT count(*) FROM event_tail`), int64(64+16), "rows below the oldest segment are gone")
+	require.Less(t, tailEvents(t, s), int64(64+16), "rows below the oldest segment are gone")
 	require.Greater(t, count(t, s, `SELECT min(id) FROM event_tail`), int64(2))
 	requireLog(t, s, "slow", 2)
 	requireLog(t, s, "busy", 300)
@@ -341,37 +363,54 @@ func TestTailSegmentGrowIsFencedByAClaimElsewhere(t *testing.T) {
 	requireLog(t, b, "r1", 6)
 }
 
-// A file of schema version 5 with a segment open in the tail (a server
-// killed while its runs streamed) opens at version 6: Open's move of
-// every segment into events keeps the log whole, and the store grows new
+// A file of schema version 5 or 7 with a segment open in the tail of
+// those versions, a row per event (a server killed while its runs
+// streamed), opens at the current version: the migration to pages moves
+// the segment into events, the log stays whole, and the store grows new
 // segments under the tail's epoch.
-func TestTailUpgradeFromV5WithAnOpenSegment(t *testing.T) {
+func TestTailUpgradeWithAnOpenSegment(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "v5.db")
-	s, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	tailRun(t, s, "r1")
-	appendDeltas(t, s, "r1", 1, 30, 10)
-	// Back to version 5, as a server of that version left the file.
-	for _, q := range []string{`DROP TRIGGER tail_epoch_claim`, `DROP TRIGGER tail_epoch_grow`,
-		`DROP TRIGGER tail_epoch_end`, `DROP TABLE tail_epoch`, `DROP TABLE event_chunks`,
-		`DELETE FROM schema_migrations WHERE version >= 6`,
-		`UPDATE run_tails SET last_seq = 30`} {
-		_, err := s.w.Exec(q)
-		require.NoError(t, err, q)
-	}
-	require.Equal(t, int64(1), count(t, s, `SELECT count(*) FROM run_tails WHERE last_seq = 30`))
-	require.NoError(t, s.Close())
+	for _, version := range []int{5, 7} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "old.db")
+			s, err := Open(t.Context(), Config{Path: path})
+			require.NoError(t, err)
+			tailRun(t, s, "r1")
+			appendDeltas(t, s, "r1", 1, 30, 10)
+			require.Equal(t, int64(1), count(t, s, `SELECT tail_from FROM run_tails WHERE run_id = 'r1'`))
+			// Back to the row tail, as a server of that version left the
+			// file: r1's 30 events are rows 1 to 30.
+			require.Equal(t, 4, migrations[3].Version)
+			rowTail, _, _ := strings.Cut(migrations[3].SQL, "CREATE TABLE run_tails") // version 4's event_tail
+			steps := []string{`DROP TABLE event_tail`, rowTail}
+			for seq := 1; seq <= 30; seq++ {
+				steps = append(steps, fmt.Sprintf(`INSERT INTO event_tail (id, run_id, seq, type, node_id, attempt, at, data)
+VALUES (%d, 'r1', %d, '%s', 'agent', 1, 0, '{"text":"w"}')`, seq, seq, deltaType))
+			}
+			if version == 5 {
+				steps = append(steps, `DROP TRIGGER tail_epoch_claim`, `DROP TRIGGER tail_epoch_grow`,
+					`DROP TRIGGER tail_epoch_end`, `DROP TABLE tail_epoch`, `DROP TABLE event_chunks`)
+			}
+			steps = append(steps, fmt.Sprintf(`DELETE FROM schema_migrations WHERE version > %d`, version),
+				`UPDATE run_tails SET last_seq = 30`)
+			for _, q := range steps {
+				_, err := s.w.Exec(q)
+				require.NoError(t, err, q)
+			}
+			require.NoError(t, s.Close())
 
-	s, err = Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	defer s.Close()
-	require.Equal(t, int64(SchemaVersion()), count(t, s, `SELECT max(version) FROM schema_migrations`))
-	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
-	requireLog(t, s, "r1", 30)
-	appendDeltas(t, s, "r1", 31, 50, 5)
-	require.Equal(t, int64(35), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
-	requireLog(t, s, "r1", 50)
+			s, err = Open(t.Context(), Config{Path: path})
+			require.NoError(t, err)
+			defer s.Close()
+			require.Equal(t, int64(SchemaVersion()), count(t, s, `SELECT max(version) FROM schema_migrations`))
+			require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
+			require.Equal(t, int64(30), compacted(t, s, "r1"))
+			requireLog(t, s, "r1", 30)
+			appendDeltas(t, s, "r1", 31, 50, 5)
+			require.Equal(t, int64(35), count(t, s, `SELECT last_seq FROM run_tails WHERE run_id = 'r1'`))
+			requireLog(t, s, "r1", 50)
+		})
+	}
 }
 
 // A streaming run's segment is remembered in one place: each commit's
@@ -455,4 +494,102 @@ func TestTailEmptySegmentEnds(t *testing.T) {
 	require.Zero(t, count(t, s, `SELECT count(*) FROM run_tails`))
 	require.Equal(t, int64(70), count(t, s, `SELECT last_seq FROM runs WHERE id = 'r1'`))
 	requireLog(t, s, "r1", 70)
+}
+
+// A group commit of several runs writes one page that they share, so a
+// segment may begin inside a page: another store reads each run's
+// events out of the shared pages, a truncation keeps the page that holds
+// the oldest segment's first row, and Open moves segments that begin
+// inside pages into events.
+func TestTailSegmentsShareAPage(t *testing.T) {
+	every := truncateEvery
+	t.Cleanup(func() { truncateEvery = every })
+	truncateEvery = 16
+	path, a, b := twoStores(t)
+	runs := []string{"ra", "rb", "rc"}
+	for _, id := range runs {
+		tailRun(t, a, id)
+	}
+	// rb joins at the second commit, so its segment begins at the second
+	// event of a page.
+	commit := func(s *Store, seqs map[string][2]int64) {
+		t.Helper()
+		var batches []runtime.WriteBatch
+		for _, id := range runs {
+			if r, ok := seqs[id]; ok {
+				batches = append(batches, runtime.WriteBatch{RunID: id, Events: deltas(id, r[0], r[1])})
+			}
+		}
+		require.NoError(t, s.WriteBatches(t.Context(), batches))
+	}
+	commit(a, map[string][2]int64{"ra": {1, 1}, "rc": {1, 1}})
+	for seq := int64(2); seq <= 10; seq++ {
+		commit(a, map[string][2]int64{"ra": {seq, seq}, "rb": {seq - 1, seq - 1}, "rc": {seq, seq}})
+	}
+	require.Equal(t, int64(10), count(t, a, `SELECT count(*) FROM event_tail`), "a page a commit")
+	rbFrom := count(t, a, `SELECT tail_from FROM run_tails WHERE run_id = 'rb'`)
+	require.Equal(t, int64(4), rbFrom, "rb's segment begins at the second event of the second page")
+	require.Equal(t, int64(3), count(t, a, `SELECT id FROM event_tail WHERE id <= ? ORDER BY id DESC LIMIT 1`, rbFrom))
+
+	// b remembers none of them: it reads and continues them from the pages.
+	requireLog(t, b, "ra", 10)
+	requireLog(t, b, "rb", 9)
+	requireLog(t, b, "rc", 10)
+	r, err := b.GetRun(t.Context(), "rb")
+	require.NoError(t, err)
+	require.Equal(t, int64(9), r.LastSeq, "the last seq read from the pages")
+	commit(b, map[string][2]int64{"rb": {10, 12}, "rc": {11, 11}})
+	requireLog(t, a, "rb", 12)
+
+	// ra ends; rb's segment, which begins inside the second page, is the
+	// oldest: truncations delete the first page only.
+	fin, err := a.GetRun(t.Context(), "ra")
+	require.NoError(t, err)
+	fin.Status = runtime.RunCompleted
+	require.NoError(t, a.WriteBatches(t.Context(), []runtime.WriteBatch{{RunID: "ra", Finish: fin}}))
+	for seq := int64(12); seq <= 20; seq++ {
+		commit(a, map[string][2]int64{"rc": {seq, seq}})
+	}
+	appendDeltas(t, a, "rc", 21, 100, 2) // truncations: 16 rows each
+	require.Equal(t, int64(3), count(t, a, `SELECT min(id) FROM event_tail`), "the page that holds rb's first row stays")
+	requireLog(t, b, "rb", 12)
+	requireLog(t, b, "rc", 100)
+
+	// Opening the file moves both segments into events.
+	c, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer c.Close()
+	require.Zero(t, tailEvents(t, c))
+	require.Equal(t, int64(12), compacted(t, c, "rb"))
+	require.Equal(t, int64(100), compacted(t, c, "rc"))
+	requireLog(t, c, "rb", 12)
+	requireLog(t, c, "rc", 100)
+	requireLog(t, c, "ra", 10)
+}
+
+// A page this store did not write, or one cut short, is refused, not
+// read as events.
+func TestDecodePageRefusesBadPages(t *testing.T) {
+	evs := deltas("r1", 1, 2)
+	rows := []eventRow{{id: 7, ev: &evs[0]}, {id: 8, ev: &evs[1]}}
+	for i := range evs {
+		evs[i].Data = json.RawMessage(`{"text":"w"}`)
+	}
+	page := appendPage(nil, rows)
+	var ids []int64
+	require.NoError(t, decodePage(page, 7, func(id int64, run []byte, e *runtime.Event) error {
+		require.Equal(t, "r1", string(run))
+		require.Equal(t, id-6, e.Seq)
+		ids = append(ids, id)
+		return nil
+	}))
+	require.Equal(t, []int64{7, 8}, ids)
+	none := func(int64, []byte, *runtime.Event) error { return nil }
+	for cut := 1; cut < len(page); cut++ {
+		if err := decodePage(page[:cut], 7, none); err != nil {
+			require.ErrorIs(t, err, errBadChunk, "cut at %d", cut)
+		}
+	}
+	require.ErrorIs(t, decodePage(append([]byte{2}, page[1:]...), 7, none), errBadChunk)
+	require.ErrorIs(t, decodePage(nil, 7, none), errBadChunk)
 }
