@@ -29,8 +29,8 @@ const pageVersion = 1
 
 // maxPageEvents bounds the events of one page: a transaction that keeps
 // more in the tail writes several pages, so that reading a segment's rows
-// decodes bounded pages.
-const maxPageEvents = 4096
+// decodes bounded pages. (A variable for the tests.)
+var maxPageEvents = 4096
 
 // pageScratchMax bounds the encoding buffer a store keeps (insertTail).
 const pageScratchMax = 256 << 10

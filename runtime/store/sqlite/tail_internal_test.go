@@ -593,3 +593,30 @@ func TestDecodePageRefusesBadPages(t *testing.T) {
 	require.ErrorIs(t, decodePage(append([]byte{2}, page[1:]...), 7, none), errBadChunk)
 	require.ErrorIs(t, decodePage(nil, 7, none), errBadChunk)
 }
+
+// A transaction that keeps more than maxPageEvents events in the tail
+// writes them as several pages, numbered on from one another, which read
+// back as the runs' logs.
+func TestTailLargeCommitWritesSeveralPages(t *testing.T) {
+	perPage := maxPageEvents
+	t.Cleanup(func() { maxPageEvents = perPage })
+	maxPageEvents = 4
+	path, a, b := twoStores(t)
+	for _, id := range []string{"ra", "rb"} {
+		tailRun(t, a, id)
+	}
+	require.NoError(t, a.WriteBatches(t.Context(), []runtime.WriteBatch{
+		{RunID: "ra", Events: deltas("ra", 1, 5)}, {RunID: "rb", Events: deltas("rb", 1, 5)}}))
+	require.Equal(t, int64(3), count(t, a, `SELECT count(*) FROM event_tail`))
+	require.Equal(t, int64(10), tailEvents(t, a))
+	require.Equal(t, int64(1+4+4), count(t, a, `SELECT max(id) FROM event_tail`))
+	require.NoError(t, a.WriteBatches(t.Context(), []runtime.WriteBatch{{RunID: "rb", Events: deltas("rb", 6, 6)}}))
+	require.Equal(t, int64(11), count(t, a, `SELECT max(id) FROM event_tail`), "the next page follows the last")
+	requireLog(t, b, "ra", 5)
+	requireLog(t, b, "rb", 6)
+	c, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, int64(5), compacted(t, c, "ra"))
+	require.Equal(t, int64(6), compacted(t, c, "rb"))
+}
