@@ -123,7 +123,8 @@ func readSegment(ctx context.Context, c *stmts, tx *sql.Tx, runID string, from i
 }
 
 // insertTail inserts rows (consecutive ids, the first rows[0].id) into
-// event_tail in tx, as pages of up to maxPageEvents events.
+// event_tail, in the writer's transaction, as pages of up to
+// maxPageEvents events.
 func (s *Store) insertTail(ctx context.Context, rows []eventRow) error {
 	for len(rows) > 0 {
 		n := min(len(rows), maxPageEvents)

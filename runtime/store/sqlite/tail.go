@@ -28,13 +28,13 @@ import (
 // the tail numbers events, not pages, so a "row" below is an event's
 // number in the tail, and a segment may begin inside a page. A run's
 // events there since its log was last compacted are its segment;
-// run_tails holds the
-// segment's first row (tail_from), the run's token and a last seq, one
-// small row per run with a segment. A segment moves into event_chunks in
-// one write — when it reaches compactAt events, when the run ends or lets
-// go of its lease (the batch has Finish or Release), or when it is so old
-// that it holds back the truncation of the tail — so each run writes its
-// compacted log once per segment, not once per commit. A run that goes on
+// run_tails holds the segment's first row (tail_from), the run's token
+// and a last seq, one small row per run with a segment. A segment moves
+// into event_chunks in one write — when it reaches compactAt events, when
+// the run ends or lets go of its lease (the batch has Finish or Release),
+// or when it is so old that it holds back the truncation of the tail — so
+// each run writes its compacted log once per segment, not once per
+// commit. A run that goes on
 // writing keeps its run_tails row, and its segment begins anew there,
 // empty (compact). Rows of compacted segments stay in event_tail until
 // truncations delete the pages wholly below the oldest segment's first
@@ -111,9 +111,9 @@ VALUES (?, ?, ?, (SELECT token FROM runs WHERE id = ?))`
 FROM tail_epoch e WHERE e.id = 1`
 )
 
-// eventRow is one event of a segment: id is its event_tail id (0 until
-// it has one). The values insertTail binds are made from ev as it
-// inserts, so a remembered segment holds its events and nothing else.
+// eventRow is one event of a segment: id is its number in the tail (0
+// until it has one). insertTail encodes ev into its page, so a
+// remembered segment holds its events and nothing else.
 type eventRow struct {
 	id int64
 	ev *runtime.Event
