@@ -69,12 +69,19 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 	return frame{Seq: ev.Seq, Type: ev.Type, JSON: b}, nil
 }
 
-// maxBacklog bounds the frames a live topic keeps: it keeps between half
-// of it and all of it, the run's latest (a few hundred KiB of token
-// deltas at most, for however long the run streams). A subscriber that
-// wants older ones reads them from the store, which holds every frame
-// the hub ever had (commit-then-publish).
-const maxBacklog = 1024
+// maxBacklog and maxBacklogBytes bound what a live topic keeps: the
+// run's latest frames, at most maxBacklog of them and maxBacklogBytes of
+// envelopes (but always its last frame); once past either it drops its
+// oldest down to half of both. A run streaming small deltas keeps a few
+// hundred of them, one whose nodes emit large outputs a few of those: a
+// thousand live runs hold tens of MiB, whatever their nodes emit (before
+// the byte bound, a run kept up to 1,024 frames of any size). A
+// subscriber that wants older frames reads them from the store, which
+// holds every frame the hub ever had (commit-then-publish).
+const (
+	maxBacklog      = 1024
+	maxBacklogBytes = 64 << 10
+)
 
 // hub fans the events of the runs this process executes out to their
 // subscribers. The engine hands it each event once its store holds it
@@ -117,6 +124,7 @@ func (h *hub) shard(runID string) *hubShard {
 type topic struct {
 	subs   map[*subscription]struct{}
 	frames []frame // seqs base+1 ... base+len(frames)
+	bytes  int     // the frames' envelopes, in all
 	base   int64   // every seq <= base is in the store
 }
 
@@ -232,11 +240,16 @@ func (h *hub) publish(runID string, f frame) {
 	case f.Seq > next && len(t.frames) == 0:
 		t.base = f.Seq - 1 // the first event of a continued log
 	case f.Seq > next:
-		t.frames, t.base = nil, f.Seq-1 // cannot happen; the store has the gap
+		t.frames, t.bytes, t.base = nil, 0, f.Seq-1 // cannot happen; the store has the gap
 	}
 	t.frames = append(t.frames, f)
-	if len(t.frames) > maxBacklog {
-		n := len(t.frames) / 2
+	t.bytes += len(f.JSON)
+	if len(t.frames) > maxBacklog || t.bytes > maxBacklogBytes {
+		n := 0
+		for n < len(t.frames)-1 && (len(t.frames)-n > maxBacklog/2 || t.bytes > maxBacklogBytes/2) {
+			t.bytes -= len(t.frames[n].JSON)
+			n++
+		}
 		t.frames = append([]frame(nil), t.frames[n:]...)
 		t.base += int64(n)
 	}

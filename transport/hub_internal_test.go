@@ -172,6 +172,51 @@ func TestHubKeepsABoundedBacklog(t *testing.T) {
 	}
 }
 
+// A live topic keeps at most maxBacklogBytes of its run's latest frames
+// too (but always the last): large frames are kept a few at a time, and
+// a subscriber gets the kept ones with the seq below which the store has
+// the rest.
+func TestHubBoundsItsBacklogInBytes(t *testing.T) {
+	t.Parallel()
+	h := newHub(0)
+	h.open("r1", 0)
+	big := make([]byte, maxBacklogBytes/5)
+	kept := func() (n, bytes int) {
+		sh := h.shard("r1")
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		tp := sh.topics["r1"]
+		for _, f := range tp.frames {
+			bytes += len(f.JSON)
+		}
+		require.Equal(t, bytes, tp.bytes, "the topic's count of its bytes")
+		return len(tp.frames), bytes
+	}
+	for seq := int64(1); seq <= 40; seq++ {
+		h.publish("r1", frame{Seq: seq, Type: "node_completed", JSON: big})
+		n, bytes := kept()
+		require.LessOrEqual(t, bytes, maxBacklogBytes)
+		require.Positive(t, n)
+	}
+	sub, backlog, base := h.subscribe("r1", 0)
+	require.Len(t, backlog, int(40-base))
+	require.Equal(t, int64(40), backlog[len(backlog)-1].Seq)
+	require.GreaterOrEqual(t, len(backlog), 2)
+	sub.Close()
+
+	// A frame larger than the bound is kept alone, until the next.
+	h.publish("r1", frame{Seq: 41, Type: "node_completed", JSON: make([]byte, 2*maxBacklogBytes)})
+	n, _ := kept()
+	require.Equal(t, 1, n)
+	h.publish("r1", frame{Seq: 42, Type: "node_delta", JSON: []byte(`{}`)})
+	n, bytes := kept()
+	require.Equal(t, 1, n)
+	require.Equal(t, 2, bytes)
+	_, backlog, base = h.subscribe("r1", 0)
+	require.Equal(t, int64(41), base)
+	require.Len(t, backlog, 1)
+}
+
 // pushSender is a queuer that records how each frame came: queued by the
 // publisher of a group (queue) or sent by the forwarder (send). queue
 // refuses the seqs in full, as a connection with a full queue does.
