@@ -66,12 +66,13 @@ func insertRows(left, maxRows int) int {
 
 // txQueries are the statements run inside write transactions through
 // database/sql; Open prepares them (see stmts.in). Those a group commit
-// runs every time (the tail's inserts and one-row reads) run on the
-// writer's driver connection and are prepared there (rawexec.go).
+// runs for every run in it (the tail's pages, its segments' statements,
+// a run's end, checkpoints, one-row reads) run on the writer's driver
+// connection and are prepared there (rawexec.go).
 var txQueries = []string{logStateQuery, saveCheckpointQuery, putEffectQuery, getEffectQuery, reserveRunQuery,
-	createRunQuery, updateRunQuery, finishQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
+	createRunQuery, updateRunQuery, createClaimedQuery, claimQuery, leaseHolderQuery, renewQuery, releaseQuery,
 	leaseQuery, claimExpiredQuery, deleteEffectsQuery, sweepQuery, finishedQuery,
-	startSegmentQuery, growSegmentQuery, growKnownQuery, endSegmentQuery, restartSegmentQuery, compactedQuery, oldestSegmentQuery, pinningQuery,
+	compactedQuery, oldestSegmentQuery, pinningQuery,
 	truncateQuery, pagesFromQuery}
 
 // wrap prefixes err with the operation unless it is one of the sentinels

@@ -190,17 +190,17 @@ func (s *Store) finishRun(ctx context.Context, tx *sql.Tx, r *runtime.RunRecord,
 	if rel != nil {
 		owner = rel.Owner
 	}
-	res, err := s.ws.execIn(ctx, tx, finishQuery,
+	// On the writer's driver connection (execHot): a group commit of runs
+	// that end together runs this once for each.
+	n, err := s.execHotRows(ctx, finishQuery, []any{
 		text(j.Attrs), string(r.Status), r.Error, text(j.Interrupts), text(j.Answers), micros(r.UpdatedAt), r.Token, last,
 		release, owner, release, owner,
 		r.ID, r.Token, r.ParentID, r.RootID, r.ChatID, r.GraphID, r.PlanVersion, r.Kind,
-		text(j.EntryNodeIDs), text(j.Input), text(j.Options), micros(r.CreatedAt))
+		text(j.EntryNodeIDs), text(j.Input), text(j.Options), micros(r.CreatedAt)})
 	if err != nil {
 		return false, fmt.Errorf("finish run %s: %w", r.ID, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return false, err
-	} else if n == 1 {
+	if n == 1 {
 		return release, nil
 	}
 	if last > 0 {

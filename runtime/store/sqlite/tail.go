@@ -436,10 +436,10 @@ func (l *logTx) append(runID string, token int64, evs []runtime.Event, end bool)
 	switch {
 	case from == 0:
 		from, fileLast = l.tail[tailFrom].id, lastSeq
-		_, err = l.s.ws.execIn(l.ctx, l.tx, startSegmentQuery, runID, from, lastSeq, runID)
+		err = l.s.execHot(l.ctx, startSegmentQuery, []any{runID, from, lastSeq, runID})
 	case !grown:
 		fileLast, l.moved = lastSeq, true
-		_, err = l.s.ws.execIn(l.ctx, l.tx, growSegmentQuery, lastSeq, runID)
+		err = l.s.execHot(l.ctx, growSegmentQuery, []any{lastSeq, runID})
 	}
 	if err != nil {
 		return err
@@ -502,11 +502,8 @@ func (l *logTx) growKnown(runID string, token int64, evs []runtime.Event, end bo
 	}
 	newLast := evs[len(evs)-1].Seq
 	l.moved = true
-	res, err := l.s.ws.execIn(l.ctx, l.tx, growKnownQuery, newLast, runID, known.fileLast, known.from, token)
-	if err != nil {
-		return segment{}, false, err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
+	n, err := l.s.execHotRows(l.ctx, growKnownQuery, []any{newLast, runID, known.fileLast, known.from, token})
+	if err != nil || n == 0 {
 		return segment{}, false, err
 	}
 	seg = *known
@@ -573,7 +570,7 @@ func (l *logTx) compact(runID string, token, from int64, rows []eventRow, last i
 	}
 	if from != 0 && !end {
 		l.moved = true
-		if _, err := l.s.ws.execIn(l.ctx, l.tx, restartSegmentQuery, l.next, last, runID); err != nil {
+		if err := l.s.execHot(l.ctx, restartSegmentQuery, []any{l.next, last, runID}); err != nil {
 			return err
 		}
 		*l.newSegment(runID) = segment{from: l.next, fileLast: last, token: token, gen: l.gen}
@@ -583,13 +580,13 @@ func (l *logTx) compact(runID string, token, from int64, rows []eventRow, last i
 	case last > 0 && runID == l.finishing:
 		l.finishLast = last
 	case last > 0:
-		if _, err := l.s.ws.execIn(l.ctx, l.tx, compactedQuery, last, runID); err != nil {
+		if err := l.s.execHot(l.ctx, compactedQuery, []any{last, runID}); err != nil {
 			return err
 		}
 	}
 	if from != 0 {
 		l.moved = true
-		if _, err := l.s.ws.execIn(l.ctx, l.tx, endSegmentQuery, runID); err != nil {
+		if err := l.s.execHot(l.ctx, endSegmentQuery, []any{runID}); err != nil {
 			return err
 		}
 	}
