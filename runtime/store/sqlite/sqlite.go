@@ -206,7 +206,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if err := s.migrate(ctx); err != nil {
 			return err
 		}
-		return s.inTx(ctx, func(tx *sql.Tx) error { return compactAll(ctx, tx) })
+		return s.inTx(ctx, func(tx *sql.Tx) error { return s.compactAll(ctx, tx) })
 	})
 	if err != nil {
 		s.closeWriter()

@@ -773,8 +773,8 @@ func scanEvent(rows *sql.Rows, runID string) (runtime.Event, error) {
 // events are its run's in the tail's pages from its first row on. A
 // segment's last seq is its last event's when fast grows passed
 // run_tails.last_seq.
-func compactAll(ctx context.Context, tx *sql.Tx) error {
-	if err := moveSegments(ctx, tx); err != nil {
+func (s *Store) compactAll(ctx context.Context, tx *sql.Tx) error {
+	if err := s.moveSegments(ctx, tx); err != nil {
 		return fmt.Errorf("compact the event tail: %w", err)
 	}
 	for _, q := range []string{
@@ -793,7 +793,7 @@ WHERE id IN (SELECT run_id FROM run_tails)`,
 
 // moveSegments inserts into events, in tx, the events of every segment
 // in the tail, run by run in seq order.
-func moveSegments(ctx context.Context, tx *sql.Tx) error {
+func (s *Store) moveSegments(ctx context.Context, tx *sql.Tx) error {
 	froms := map[string]int64{}
 	low := int64(-1)
 	rows, err := tx.QueryContext(ctx, `SELECT run_id, tail_from FROM run_tails`)
@@ -816,38 +816,28 @@ func moveSegments(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	var moved []runtime.Event
-	if rows, err = tx.QueryContext(ctx, pagesFromQuery, low); err != nil {
-		return err
-	}
-	for rows.Next() {
-		var id int64
-		var data []byte
-		if err := rows.Scan(&id, &data); err != nil {
-			rows.Close()
-			return err
+	err = readPages(ctx, s.ws, tx, low, func(id int64, run []byte, e *runtime.Event) error {
+		if from, ok := froms[string(run)]; ok && id >= from {
+			e.RunID = string(run)
+			moved = append(moved, *e)
 		}
-		err := decodePage(data, id, func(id int64, run []byte, e *runtime.Event) error {
-			if from, ok := froms[string(run)]; ok && id >= from {
-				e.RunID = string(run)
-				moved = append(moved, *e)
-			}
-			return nil
-		})
-		if err != nil {
-			rows.Close()
-			return fmt.Errorf("tail page %d: %w", id, err)
-		}
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	slices.SortFunc(moved, func(a, b runtime.Event) int {
 		return cmp.Or(cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Seq, b.Seq))
 	})
+	insert, err := tx.PrepareContext(ctx, `INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer insert.Close()
 	for _, e := range moved {
 		data, _ := e.Data.(json.RawMessage)
-		if _, err := tx.ExecContext(ctx, `INSERT INTO events (run_id, seq, type, chat_id, node_id, attempt, at, data)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, e.RunID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), text(data)); err != nil {
+		if _, err := insert.ExecContext(ctx, e.RunID, e.Seq, string(e.Type), e.ChatID, e.NodeID, e.Attempt, micros(e.Time), text(data)); err != nil {
 			return err
 		}
 	}
