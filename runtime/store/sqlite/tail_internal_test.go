@@ -67,6 +67,26 @@ func oneStore(t *testing.T) *Store {
 	return s
 }
 
+// reopen opens another store on the file at path, as a restarted server
+// would (Open moves the tail's segments into events); it closes when the
+// test ends.
+func reopen(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), Config{Path: path})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// requireCompacted checks how many events of each run of want were moved
+// out of the tail (compacted).
+func requireCompacted(t *testing.T, s *Store, want map[string]int64) {
+	t.Helper()
+	for id, n := range want {
+		require.Equal(t, n, compacted(t, s, id), id)
+	}
+}
+
 // count is the first column of q's one row, read from s's file.
 func count(t *testing.T, s *Store, q string, args ...any) int64 {
 	t.Helper()
@@ -556,12 +576,9 @@ func TestTailSegmentsShareAPage(t *testing.T) {
 	requireLog(t, b, "rc", 100)
 
 	// Opening the file moves both segments into events.
-	c, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	defer c.Close()
+	c := reopen(t, path)
 	require.Zero(t, tailEvents(t, c))
-	require.Equal(t, int64(12), compacted(t, c, "rb"))
-	require.Equal(t, int64(100), compacted(t, c, "rc"))
+	requireCompacted(t, c, map[string]int64{"rb": 12, "rc": 100})
 	requireLog(t, c, "rb", 12)
 	requireLog(t, c, "rc", 100)
 	requireLog(t, c, "ra", 10)
@@ -614,9 +631,5 @@ func TestTailLargeCommitWritesSeveralPages(t *testing.T) {
 	require.Equal(t, int64(11), count(t, a, `SELECT max(id) FROM event_tail`), "the next page follows the last")
 	requireLog(t, b, "ra", 5)
 	requireLog(t, b, "rb", 6)
-	c, err := Open(t.Context(), Config{Path: path})
-	require.NoError(t, err)
-	defer c.Close()
-	require.Equal(t, int64(5), compacted(t, c, "ra"))
-	require.Equal(t, int64(6), compacted(t, c, "rb"))
+	requireCompacted(t, reopen(t, path), map[string]int64{"ra": 5, "rb": 6})
 }
