@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -102,13 +105,85 @@ type DataAppender interface {
 	AppendJSON(b []byte) []byte
 }
 
-// marshalData encodes an event's payload, through its AppendJSON when it
-// has one.
+// payloadAppender is implemented by the engine's own payloads: they
+// append what json.Marshal gives for them, or fail as it would (an
+// output that does not encode), without encoding/json's reflection — and,
+// for those with a MarshalJSON, without its check of what that returned.
+type payloadAppender interface {
+	appendJSON(b []byte) ([]byte, error)
+}
+
+// marshalData encodes an event's payload: through its AppendJSON when it
+// has one, the engine's payloads and generic values by hand
+// (AppendJSONValue), anything else with encoding/json.
 func marshalData(v any) ([]byte, error) {
-	if a, ok := v.(DataAppender); ok {
+	switch a := v.(type) {
+	case DataAppender:
 		return a.AppendJSON(nil), nil
+	case payloadAppender:
+		return encodeScratch(a.appendJSON)
 	}
-	return json.Marshal(v)
+	b, err := encodeScratch(func(b []byte) ([]byte, error) {
+		b, ok := AppendJSONValue(b, v)
+		if !ok {
+			return nil, errNotGeneric
+		}
+		return b, nil
+	})
+	if err == errNotGeneric {
+		return json.Marshal(v)
+	}
+	return b, err
+}
+
+// errNotGeneric: a value AppendJSONValue does not take.
+var errNotGeneric = errors.New("not a generic JSON value")
+
+// scratch holds encoding buffers: a payload is encoded into one and
+// copied out at its size, in one allocation instead of one for each time
+// appending outgrew the bytes so far.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxScratch bounds the buffers scratch keeps.
+const maxScratch = 64 << 10
+
+// encodeScratch runs enc on a scratch buffer and returns a copy of what
+// it encoded.
+func encodeScratch(enc func(b []byte) ([]byte, error)) ([]byte, error) {
+	p := scratch.Get().(*[]byte)
+	defer scratch.Put(p)
+	b, err := enc((*p)[:0])
+	if err != nil {
+		return nil, err
+	}
+	if cap(b) <= maxScratch {
+		*p = b[:0] // grown: keep the larger buffer
+	}
+	return bytes.Clone(b), nil
+}
+
+// appendAny appends v as json.Marshal encodes it: by hand where
+// AppendJSONValue takes it, else with encoding/json.
+func appendAny(b []byte, v any) ([]byte, error) {
+	if out, ok := AppendJSONValue(b, v); ok {
+		return out, nil
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, j...), nil
+}
+
+// appendFloatMember appends a float64 member's value, or fails as
+// json.Marshal does for NaN and the infinities.
+func appendFloatMember(b []byte, f float64) ([]byte, error) {
+	out, ok := appendFloat(b, f)
+	if !ok {
+		_, err := json.Marshal(f)
+		return nil, err
+	}
+	return out, nil
 }
 
 // AppendJSONString appends s as a JSON string, escaped as encoding/json
@@ -188,8 +263,10 @@ type RunStartedData struct {
 // MarshalJSON flattens Attrs into the object; declared fields win. It
 // writes the declared fields by hand (every run emits one run_started):
 // what encoding/json gives for them, then the attributes in key order.
-func (d RunStartedData) MarshalJSON() ([]byte, error) {
-	o := object{b: append(make([]byte, 0, 256), '{')}
+func (d RunStartedData) MarshalJSON() ([]byte, error) { return d.appendJSON(make([]byte, 0, 256)) }
+
+func (d RunStartedData) appendJSON(b []byte) ([]byte, error) {
+	o := object{b: append(b, '{')}
 	if d.Kind != "" {
 		o.b = AppendJSONString(o.key("kind"), d.Kind)
 	}
@@ -209,6 +286,14 @@ func (d RunStartedData) MarshalJSON() ([]byte, error) {
 // RunCompletedData is the payload of run_completed.
 type RunCompletedData struct {
 	DurationMs float64 `json:"durationMs"`
+}
+
+func (d RunCompletedData) appendJSON(b []byte) ([]byte, error) {
+	b, err := appendFloatMember(append(b, `{"durationMs":`...), d.DurationMs)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
 }
 
 // RunFailedData is the payload of run_failed.
@@ -239,8 +324,10 @@ type NodeStartedData struct {
 }
 
 // MarshalJSON flattens Details into the object; declared fields win.
-func (d NodeStartedData) MarshalJSON() ([]byte, error) {
-	o := object{b: append(make([]byte, 0, 64), '{')}
+func (d NodeStartedData) MarshalJSON() ([]byte, error) { return d.appendJSON(make([]byte, 0, 64)) }
+
+func (d NodeStartedData) appendJSON(b []byte) ([]byte, error) {
+	o := object{b: append(b, '{')}
 	if d.Replayed {
 		o.b = append(o.key("replayed"), "true"...)
 	}
@@ -254,6 +341,27 @@ type NodeCompletedData struct {
 	DurationMs float64 `json:"durationMs"`
 	// Error is set when continueOnError let a failed node complete.
 	Error string `json:"error,omitempty"`
+}
+
+func (d NodeCompletedData) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, '{')
+	var err error
+	if d.Output != nil {
+		if b, err = appendAny(append(b, `"output":`...), d.Output); err != nil {
+			return nil, err
+		}
+		b = append(b, ',')
+	}
+	if d.Replayed {
+		b = append(b, `"replayed":true,`...)
+	}
+	if b, err = appendFloatMember(append(b, `"durationMs":`...), d.DurationMs); err != nil {
+		return nil, err
+	}
+	if d.Error != "" {
+		b = AppendJSONString(append(b, `,"error":`...), d.Error)
+	}
+	return append(b, '}'), nil
 }
 
 // NodeFailedData is the payload of node_failed.
@@ -299,6 +407,13 @@ type EdgeTakenData struct {
 	EdgeID string `json:"edgeId"`
 	Source string `json:"source"`
 	Target string `json:"target"`
+}
+
+func (d EdgeTakenData) appendJSON(b []byte) ([]byte, error) {
+	b = AppendJSONString(append(b, `{"edgeId":`...), d.EdgeID)
+	b = AppendJSONString(append(b, `,"source":`...), d.Source)
+	b = AppendJSONString(append(b, `,"target":`...), d.Target)
+	return append(b, '}'), nil
 }
 
 // InterruptInfo describes a pending interrupt.
@@ -359,16 +474,10 @@ func (o *object) end(extra map[string]any) ([]byte, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		o.member(k)
-		if s, ok := extra[k].(string); ok {
-			o.b = AppendJSONString(o.b, s)
-			continue
-		}
-		v, err := json.Marshal(extra[k])
-		if err != nil {
+		var err error
+		if o.b, err = appendAny(o.member(k), extra[k]); err != nil {
 			return nil, err
 		}
-		o.b = append(o.b, v...)
 	}
 	return append(o.b, '}'), nil
 }

@@ -19,7 +19,7 @@ func EncodeRun(r *runtime.RunRecord) (Run, error) {
 	if j.Attrs, err = Bytes(r.Attrs); err != nil {
 		return j, fmt.Errorf("attrs: %w", err)
 	}
-	if j.EntryNodeIDs, err = json.Marshal(r.EntryNodeIDs); err != nil {
+	if j.EntryNodeIDs, err = marshal(r.EntryNodeIDs); err != nil {
 		return j, fmt.Errorf("entry node ids: %w", err)
 	}
 	if j.Input, err = Bytes(r.Input); err != nil {
@@ -62,6 +62,15 @@ func (j Run) DecodeInto(r *runtime.RunRecord) error {
 func Bytes(v any) ([]byte, error) {
 	if v == nil {
 		return nil, nil
+	}
+	return marshal(v)
+}
+
+// marshal is json.Marshal, by hand for the generic values a run's input,
+// attributes and a node's output usually are (runtime.AppendJSONValue).
+func marshal(v any) ([]byte, error) {
+	if b, ok := runtime.AppendJSONValue(make([]byte, 0, 256), v); ok {
+		return b, nil
 	}
 	return json.Marshal(v)
 }
