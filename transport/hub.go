@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"chatgraph/runtime"
@@ -59,7 +60,7 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 		b = strconv.AppendInt(b, int64(ev.Attempt), 10)
 	}
 	b = append(b, `,"time":"`...)
-	b = ev.Time.AppendFormat(b, time.RFC3339Nano)
+	b = appendEventTime(b, ev.Time)
 	b = append(b, '"')
 	if ev.Data != nil {
 		b = append(b, `,"data":`...)
@@ -68,6 +69,47 @@ func encodeEvent(ev runtime.Event) (frame, error) {
 	b = append(b, '}')
 	return frame{Seq: ev.Seq, Type: ev.Type, JSON: b}, nil
 }
+
+// appendEventTime appends t — UTC, whole microseconds, years 0 to 9999
+// (encodeEvent) — as t.AppendFormat(b, time.RFC3339Nano) does: the date
+// and time to the second, then the fraction without its trailing zeros
+// (none when it is zero), then Z. The part up to the second is the same
+// for every event of that second, and a server publishes thousands of
+// events a second: it is formatted once a second (lastSecond) instead of
+// through the time package's calendar for each event.
+func appendEventTime(b []byte, t time.Time) []byte {
+	sec := t.Unix()
+	p := lastSecond.Load()
+	if p == nil || p.unix != sec {
+		p = &secondText{unix: sec}
+		p.text = t.Truncate(time.Second).AppendFormat(p.text[:0], "2006-01-02T15:04:05")
+		lastSecond.Store(p)
+	}
+	b = append(b, p.text...)
+	if us := t.Nanosecond() / 1000; us != 0 {
+		var frac [7]byte
+		frac[0] = '.'
+		for i := 6; i > 0; i-- {
+			frac[i] = byte('0' + us%10)
+			us /= 10
+		}
+		n := 7
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, frac[:n]...)
+	}
+	return append(b, 'Z')
+}
+
+// secondText is a second's formatted date and time (appendEventTime).
+type secondText struct {
+	unix int64
+	text []byte
+}
+
+// lastSecond is the second appendEventTime formatted last.
+var lastSecond atomic.Pointer[secondText]
 
 // maxBacklog and maxBacklogBytes bound what a live topic keeps: the
 // run's latest frames, at most maxBacklog of them and maxBacklogBytes of

@@ -372,3 +372,24 @@ func TestGroupPublisherWritesFewConnectionsItself(t *testing.T) {
 		})
 	}
 }
+
+// appendEventTime gives what time.RFC3339Nano gives for the times
+// encodeEvent formats (UTC, whole microseconds, years 0 to 9999), for
+// events in the second it formatted last and in others.
+func TestAppendEventTimeIsRFC3339Nano(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	lo, hi := time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix()
+	base := time.Now().UTC().Truncate(time.Microsecond)
+	for i := range 200000 {
+		var at time.Time
+		switch i % 4 {
+		case 0: // any second
+			at = time.Unix(lo+rng.Int64N(hi-lo+1), 1000*rng.Int64N(1_000_000)).UTC()
+		case 1: // whole seconds and round fractions
+			at = time.Unix(lo+rng.Int64N(hi-lo+1), []int64{0, 100_000_000, 120_000_000, 1000, 10_000}[rng.IntN(5)]).UTC()
+		default: // the same few seconds, as a server's events are
+			at = base.Add(time.Duration(rng.Int64N(3_000_000)) * time.Microsecond)
+		}
+		require.Equal(t, at.Format(time.RFC3339Nano), string(appendEventTime(nil, at)), "%v", at)
+	}
+}
