@@ -166,50 +166,90 @@ func decodeChunk(out []runtime.Event, runID string, b []byte) ([]runtime.Event, 
 }
 
 // eventDecoder reads events encoded by appendChunkEvent one after
-// another: typ, chat and node are the previous event's.
+// another. An event's type, chat and node are the previous event's
+// unless it changes them; they are kept as the encoding's bytes and made
+// strings only for an event that is built (event), once for each change:
+// a page's events of other runs are read past without a string each
+// (decodePage).
 type eventDecoder struct {
 	chunkDecoder
-	typ, chat, node string
+	typ, chat, node lazyString
+	// The event read last (read), but for the three above.
+	seq         uint64
+	attempt, at int64
+	data        []byte
+}
+
+// lazyString is a field of the event read last: its bytes, and its
+// string once made.
+type lazyString struct {
+	b    []byte
+	s    string
+	made bool
+}
+
+func (f *lazyString) set(b []byte) { f.b, f.made = b, false }
+
+func (f *lazyString) String() string {
+	if !f.made {
+		f.s, f.made = string(f.b), true
+	}
+	return f.s
 }
 
 // next reads the next event (its RunID unset, its data aliasing the
 // encoding): errBadChunk when it is cut short or out of range.
 func (d *eventDecoder) next() (runtime.Event, error) {
+	if err := d.read(); err != nil {
+		return runtime.Event{}, err
+	}
+	return d.event(), nil
+}
+
+// read reads the next event, checking it as next does, without building
+// it.
+func (d *eventDecoder) read() error {
 	if len(d.b) == 0 {
-		return runtime.Event{}, fmt.Errorf("%w: cut short", errBadChunk)
+		return fmt.Errorf("%w: cut short", errBadChunk)
 	}
 	flags := d.b[0]
 	d.b = d.b[1:]
 	if flags&^(chunkType|chunkChat|chunkNode|chunkData) != 0 {
-		return runtime.Event{}, fmt.Errorf("%w: flags %#x", errBadChunk, flags)
+		return fmt.Errorf("%w: flags %#x", errBadChunk, flags)
 	}
-	seq := d.uvarint()
+	d.seq = d.uvarint()
 	if flags&chunkType != 0 {
-		d.typ = string(d.bytes())
+		d.typ.set(d.bytes())
 	}
 	if flags&chunkChat != 0 {
-		d.chat = string(d.bytes())
+		d.chat.set(d.bytes())
 	}
 	if flags&chunkNode != 0 {
-		d.node = string(d.bytes())
+		d.node.set(d.bytes())
 	}
-	attempt, at := d.varint(), d.varint()
-	var data []byte
+	d.attempt, d.at = d.varint(), d.varint()
+	d.data = nil
 	if flags&chunkData != 0 {
-		data = d.bytes()
+		d.data = d.bytes()
 	}
 	switch {
 	case d.err != nil:
-		return runtime.Event{}, d.err
-	case seq == 0 || seq > 1<<62 || attempt < 0 || attempt > 1<<31:
-		return runtime.Event{}, fmt.Errorf("%w: event %d", errBadChunk, seq)
+		return d.err
+	case d.seq == 0 || d.seq > 1<<62 || d.attempt < 0 || d.attempt > 1<<31:
+		return fmt.Errorf("%w: event %d", errBadChunk, d.seq)
 	}
-	e := runtime.Event{Seq: int64(seq), ChatID: d.chat, Type: runtime.EventType(d.typ), NodeID: d.node,
-		Attempt: int(attempt), Time: fromMicros(at)}
-	if data != nil {
-		e.Data = json.RawMessage(data)
+	return nil
+}
+
+// event builds the event read last (its RunID unset, its data aliasing
+// the encoding).
+func (d *eventDecoder) event() runtime.Event {
+	e := runtime.Event{Seq: int64(d.seq), ChatID: d.chat.String(), Type: runtime.EventType(d.typ.String()),
+		NodeID: d.node.String(), Attempt: int(d.attempt), Time: fromMicros(d.at)}
+	if d.data != nil {
+		e.Data = json.RawMessage(d.data)
 	}
-	return e, nil
+	return e
 }
 
 // chunkDecoder reads a chunk's fields; the first failure sticks in err.

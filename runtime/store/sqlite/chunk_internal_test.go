@@ -166,7 +166,7 @@ func FuzzDecodeChunk(f *testing.F) {
 func pageEvents(b []byte, first int64) ([]runtime.Event, error) {
 	var out []runtime.Event
 	next := first
-	err := decodePage(b, first, func(id int64, run []byte, e *runtime.Event) error {
+	err := decodePage(b, first, allEvents, func(id int64, run []byte, e *runtime.Event) error {
 		if id != next {
 			return fmt.Errorf("event id %d, want %d", id, next)
 		}

@@ -51,11 +51,13 @@ func appendPage(b []byte, rows []eventRow) []byte {
 }
 
 // decodePage calls fn with each event of the page b whose first event is
-// id first, in order: its id, its run's id (valid only during the call)
-// and the event, whose RunID is not set and whose data aliases b (the
-// caller hands over b). An error of fn stops the decoding and is
-// returned; a page this store did not write is errBadChunk.
-func decodePage(b []byte, first int64, fn func(id int64, runID []byte, e *runtime.Event) error) error {
+// id first that want wants, in order: its id, its run's id (valid only
+// during the call) and the event, whose RunID is not set and whose data
+// aliases b (the caller hands over b). The events want does not want
+// (other runs', in a segment's read) are checked but not built. An error
+// of fn stops the decoding and is returned; a page this store did not
+// write is errBadChunk.
+func decodePage(b []byte, first int64, want func(id int64, runID []byte) bool, fn func(id int64, runID []byte, e *runtime.Event) error) error {
 	if len(b) == 0 || b[0] != pageVersion {
 		return fmt.Errorf("%w: page version", errBadChunk)
 	}
@@ -65,10 +67,13 @@ func decodePage(b []byte, first int64, fn func(id int64, runID []byte, e *runtim
 		if d.err != nil {
 			return d.err
 		}
-		e, err := d.next()
-		if err != nil {
+		if err := d.read(); err != nil {
 			return err
 		}
+		if !want(id, runID) {
+			continue
+		}
+		e := d.event()
 		if err := fn(id, runID, &e); err != nil {
 			return err
 		}
@@ -83,9 +88,10 @@ const pagesFromQuery = `SELECT id, data FROM event_tail
 WHERE id >= coalesce((SELECT max(id) FROM event_tail WHERE id <= ?), 0) ORDER BY id`
 
 // readPages calls fn with every event of the tail's pages from event
-// from on (and the events before it on the page that holds it), in
-// order, reading them in tx with c's statements.
-func readPages(ctx context.Context, c *stmts, tx *sql.Tx, from int64, fn func(id int64, runID []byte, e *runtime.Event) error) error {
+// from on (and the events before it on the page that holds it) that want
+// wants, in order (decodePage), reading them in tx with c's statements.
+func readPages(ctx context.Context, c *stmts, tx *sql.Tx, from int64, want func(id int64, runID []byte) bool,
+	fn func(id int64, runID []byte, e *runtime.Event) error) error {
 	rows, err := c.queryIn(ctx, tx, pagesFromQuery, from)
 	if err != nil {
 		return err
@@ -97,7 +103,7 @@ func readPages(ctx context.Context, c *stmts, tx *sql.Tx, from int64, fn func(id
 		if err := rows.Scan(&id, &data); err != nil {
 			return err
 		}
-		if err := decodePage(data, id, fn); err != nil {
+		if err := decodePage(data, id, want, fn); err != nil {
 			return fmt.Errorf("tail page %d: %w", id, err)
 		}
 	}
@@ -105,17 +111,17 @@ func readPages(ctx context.Context, c *stmts, tx *sql.Tx, from int64, fn func(id
 }
 
 // readSegment reads runID's events in the tail from row from on, in tx
-// with c's statements: the segment that begins there.
+// with c's statements: the segment that begins there. The other runs'
+// events on its pages are read past, not built.
 func readSegment(ctx context.Context, c *stmts, tx *sql.Tx, runID string, from int64) ([]eventRow, error) {
 	var out []eventRow
-	err := readPages(ctx, c, tx, from, func(id int64, run []byte, e *runtime.Event) error {
-		if id >= from && string(run) == runID {
+	err := readPages(ctx, c, tx, from, func(id int64, run []byte) bool { return id >= from && string(run) == runID },
+		func(id int64, _ []byte, e *runtime.Event) error {
 			ev := *e
 			ev.RunID = runID
 			out = append(out, eventRow{id: id, ev: &ev})
-		}
-		return nil
-	})
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("segment of %s: %w", runID, err)
 	}

@@ -816,11 +816,12 @@ func (s *Store) moveSegments(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	var moved []runtime.Event
-	err = readPages(ctx, s.ws, tx, low, func(id int64, run []byte, e *runtime.Event) error {
-		if from, ok := froms[string(run)]; ok && id >= from {
-			e.RunID = string(run)
-			moved = append(moved, *e)
-		}
+	err = readPages(ctx, s.ws, tx, low, func(id int64, run []byte) bool {
+		from, ok := froms[string(run)]
+		return ok && id >= from
+	}, func(id int64, run []byte, e *runtime.Event) error {
+		e.RunID = string(run)
+		moved = append(moved, *e)
 		return nil
 	})
 	if err != nil {

@@ -594,7 +594,7 @@ func TestDecodePageRefusesBadPages(t *testing.T) {
 	}
 	page := appendPage(nil, rows)
 	var ids []int64
-	require.NoError(t, decodePage(page, 7, func(id int64, run []byte, e *runtime.Event) error {
+	require.NoError(t, decodePage(page, 7, allEvents, func(id int64, run []byte, e *runtime.Event) error {
 		require.Equal(t, "r1", string(run))
 		require.Equal(t, id-6, e.Seq)
 		ids = append(ids, id)
@@ -602,13 +602,55 @@ func TestDecodePageRefusesBadPages(t *testing.T) {
 	}))
 	require.Equal(t, []int64{7, 8}, ids)
 	none := func(int64, []byte, *runtime.Event) error { return nil }
-	for cut := 1; cut < len(page); cut++ {
-		if err := decodePage(page[:cut], 7, none); err != nil {
-			require.ErrorIs(t, err, errBadChunk, "cut at %d", cut)
+	// A page is checked whole, also where its events are read past.
+	for _, want := range []func(int64, []byte) bool{allEvents, noEvents} {
+		for cut := 1; cut < len(page); cut++ {
+			if err := decodePage(page[:cut], 7, want, none); err != nil {
+				require.ErrorIs(t, err, errBadChunk, "cut at %d", cut)
+			}
+		}
+		require.ErrorIs(t, decodePage(page[:len(page)-1], 7, want, none), errBadChunk)
+		require.ErrorIs(t, decodePage(append([]byte{2}, page[1:]...), 7, want, none), errBadChunk)
+		require.ErrorIs(t, decodePage(nil, 7, want, none), errBadChunk)
+	}
+}
+
+func allEvents(int64, []byte) bool { return true }
+
+func noEvents(int64, []byte) bool { return false }
+
+// Reading one run's segment from pages that a hundred runs share builds
+// that run's events and reads past the others without a string each
+// (their chats differ from one event to the next, as on a busy server):
+// the allocations are the segment's, not the pages'.
+func TestReadingASegmentReadsPastOtherRuns(t *testing.T) {
+	var rows []eventRow
+	for seq := int64(1); seq <= 10; seq++ {
+		for r := range 100 {
+			ev := deltas(fmt.Sprintf("run-%03d", r), seq, seq)[0]
+			ev.ChatID = fmt.Sprintf("chat-%03d", r)
+			ev.Data = json.RawMessage(`{"text":"w"}`)
+			rows = append(rows, eventRow{id: int64(len(rows) + 1), ev: &ev})
 		}
 	}
-	require.ErrorIs(t, decodePage(append([]byte{2}, page[1:]...), 7, none), errBadChunk)
-	require.ErrorIs(t, decodePage(nil, 7, none), errBadChunk)
+	page := appendPage(nil, rows)
+	var got []runtime.Event
+	read := func() {
+		got = got[:0]
+		require.NoError(t, decodePage(page, 1, func(_ int64, run []byte) bool { return string(run) == "run-042" },
+			func(_ int64, _ []byte, e *runtime.Event) error {
+				got = append(got, *e)
+				return nil
+			}))
+	}
+	allocs := testing.AllocsPerRun(20, read)
+	require.Len(t, got, 10)
+	for i, e := range got {
+		require.Equal(t, int64(i+1), e.Seq)
+		require.Equal(t, "chat-042", e.ChatID)
+		require.Equal(t, runtime.EventType(deltaType), e.Type)
+	}
+	require.Less(t, allocs, 50.0, "1,000 events read, 10 built")
 }
 
 // A transaction that keeps more than maxPageEvents events in the tail
