@@ -121,7 +121,9 @@ func marshalData(v any) ([]byte, error) {
 	case DataAppender:
 		return a.AppendJSON(nil), nil
 	case payloadAppender:
-		return encodeScratch(a.appendJSON)
+		if !isNilPointer(v) {
+			return encodeScratch(a.appendJSON)
+		}
 	}
 	b, err := encodeScratch(func(b []byte) ([]byte, error) {
 		b, ok := AppendJSONValue(b, v)

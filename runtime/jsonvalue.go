@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 )
@@ -74,9 +75,19 @@ func appendValue(b []byte, v any, depth int) ([]byte, bool) {
 	case map[string]string:
 		return appendObject(b, x, func(b []byte, v string) ([]byte, bool) { return AppendJSONString(b, v), true })
 	case DataAppender:
+		if isNilPointer(x) {
+			return b, false // encoding/json's null, or its MarshalJSON's
+		}
 		return x.AppendJSON(b), true
 	}
 	return b, false
+}
+
+// isNilPointer reports whether v holds a nil pointer, whose value-receiver
+// methods cannot be called.
+func isNilPointer(v any) bool {
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 // appendObject appends m as encoding/json encodes a map with string

@@ -166,6 +166,15 @@ func TestPayloadsEncodeAsEncodingJSON(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got))
 	}
+	// Nil pointers to them encode as encoding/json encodes them.
+	for _, v := range []any{(*runtime.NodeCompletedData)(nil), (*runtime.EdgeTakenData)(nil), (*runtime.RunStartedData)(nil),
+		map[string]any{"delta": (*nodeDelta)(nil)}, []any{(*runtime.NodeCompletedData)(nil)}} {
+		want, err := json.Marshal(v)
+		require.NoError(t, err)
+		got, err := (&runtime.Event{Data: v}).DataJSON()
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "%#v", v)
+	}
 	for _, v := range []any{
 		runtime.NodeCompletedData{Output: math.NaN()}, runtime.NodeCompletedData{DurationMs: math.Inf(1)},
 		runtime.NodeCompletedData{Output: map[string]any{"c": make(chan int)}}, runtime.RunCompletedData{DurationMs: math.NaN()},
