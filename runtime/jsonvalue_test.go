@@ -137,7 +137,7 @@ func TestPayloadsEncodeAsEncodingJSON(t *testing.T) {
 	type point struct {
 		X, Y int
 	}
-	outputs := []any{nil, "text", 2.5, map[string]any{"role": "assistant", "content": "<hi> & bye"}, point{1, 2},
+	outputs := []any{nil, "text", 2.5, map[string]any{"kind": "reply", "text": "<hi> & bye"}, point{1, 2},
 		json.RawMessage(` {"a" : 1} `), []any{point{3, 4}, "x"}}
 	for i := range 3000 {
 		out := outputs[rng.IntN(len(outputs))]
@@ -159,7 +159,7 @@ func TestPayloadsEncodeAsEncodingJSON(t *testing.T) {
 			require.Equal(t, string(want), string(got), "%#v", v)
 		}
 		// Details flatten into node_started's object as a map encodes.
-		details := map[string]any{"model": str, "tools": []any{}, "messageCount": f, "nested": out}
+		details := map[string]any{"name": str, "items": []any{}, "count": f, "nested": out}
 		want, err := json.Marshal(details)
 		require.NoError(t, err)
 		got, err := (&runtime.Event{Data: runtime.NodeStartedData{Details: details}}).DataJSON()
