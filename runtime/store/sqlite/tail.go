@@ -191,12 +191,14 @@ func (s *Store) completeLastSeq(ctx context.Context, tx *sql.Tx, r *runtime.RunR
 	if s.lastSeqFromMemory(r, from) {
 		return nil
 	}
-	rows, err := readSegment(ctx, s.rs, tx, r.ID, from)
+	// Only the seqs are wanted: the pages' events of the run are not kept.
+	err := readPages(ctx, s.rs, tx, from, func(id int64, run []byte) bool { return id >= from && string(run) == r.ID },
+		func(_ int64, _ []byte, e *runtime.Event) error {
+			r.LastSeq = max(r.LastSeq, e.Seq)
+			return nil
+		})
 	if err != nil {
-		return err
-	}
-	for _, row := range rows {
-		r.LastSeq = max(r.LastSeq, row.ev.Seq)
+		return fmt.Errorf("segment of %s: %w", r.ID, err)
 	}
 	return nil
 }
