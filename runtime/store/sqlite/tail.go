@@ -796,7 +796,13 @@ WHERE id IN (SELECT run_id FROM run_tails)`,
 // moveSegments inserts into events, in tx, the events of every segment
 // in the tail, run by run in seq order.
 func (s *Store) moveSegments(ctx context.Context, tx *sql.Tx) error {
-	froms := map[string]int64{}
+	// A segment's first row, and its run's id to give its events (one
+	// string for all of them).
+	type seg struct {
+		from  int64
+		runID string
+	}
+	segs := map[string]seg{}
 	low := int64(-1)
 	rows, err := tx.QueryContext(ctx, `SELECT run_id, tail_from FROM run_tails`)
 	if err != nil {
@@ -809,20 +815,20 @@ func (s *Store) moveSegments(ctx context.Context, tx *sql.Tx) error {
 			rows.Close()
 			return err
 		}
-		froms[id] = from
+		segs[id] = seg{from, id}
 		if low < 0 || from < low {
 			low = from
 		}
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(froms) == 0 {
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(segs) == 0 {
 		return err
 	}
 	var moved []runtime.Event
 	err = readPages(ctx, s.ws, tx, low, func(id int64, run []byte) bool {
-		from, ok := froms[string(run)]
-		return ok && id >= from
+		sg, ok := segs[string(run)]
+		return ok && id >= sg.from
 	}, func(id int64, run []byte, e *runtime.Event) error {
-		e.RunID = string(run)
+		e.RunID = segs[string(run)].runID
 		moved = append(moved, *e)
 		return nil
 	})
