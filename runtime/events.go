@@ -3,7 +3,6 @@ package runtime
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -114,8 +113,7 @@ type payloadAppender interface {
 }
 
 // marshalData encodes an event's payload: through its AppendJSON when it
-// has one, the engine's payloads and generic values by hand
-// (AppendJSONValue), anything else with encoding/json.
+// has one, the engine's payloads by hand, anything else with EncodeJSON.
 func marshalData(v any) ([]byte, error) {
 	switch a := v.(type) {
 	case DataAppender:
@@ -125,21 +123,16 @@ func marshalData(v any) ([]byte, error) {
 			return encodeScratch(a.appendJSON)
 		}
 	}
-	b, err := encodeScratch(func(b []byte) ([]byte, error) {
-		b, ok := AppendJSONValue(b, v)
-		if !ok {
-			return nil, errNotGeneric
-		}
-		return b, nil
-	})
-	if err == errNotGeneric {
-		return json.Marshal(v)
-	}
-	return b, err
+	return EncodeJSON(v)
 }
 
-// errNotGeneric: a value AppendJSONValue does not take.
-var errNotGeneric = errors.New("not a generic JSON value")
+// EncodeJSON returns the bytes json.Marshal gives for v, or its error:
+// by hand where AppendJSONValue takes v, else with encoding/json. For the
+// JSON the engine and the stores write of node outputs, run inputs and
+// payloads.
+func EncodeJSON(v any) ([]byte, error) {
+	return encodeScratch(func(b []byte) ([]byte, error) { return appendAny(b, v) })
+}
 
 // scratch holds encoding buffers: a payload is encoded into one and
 // copied out at its size, in one allocation instead of one for each time

@@ -19,7 +19,7 @@ func EncodeRun(r *runtime.RunRecord) (Run, error) {
 	if j.Attrs, err = Bytes(r.Attrs); err != nil {
 		return j, fmt.Errorf("attrs: %w", err)
 	}
-	if j.EntryNodeIDs, err = marshal(r.EntryNodeIDs); err != nil {
+	if j.EntryNodeIDs, err = runtime.EncodeJSON(r.EntryNodeIDs); err != nil {
 		return j, fmt.Errorf("entry node ids: %w", err)
 	}
 	if j.Input, err = Bytes(r.Input); err != nil {
@@ -63,16 +63,7 @@ func Bytes(v any) ([]byte, error) {
 	if v == nil {
 		return nil, nil
 	}
-	return marshal(v)
-}
-
-// marshal is json.Marshal, by hand for the generic values a run's input,
-// attributes and a node's output usually are (runtime.AppendJSONValue).
-func marshal(v any) ([]byte, error) {
-	if b, ok := runtime.AppendJSONValue(make([]byte, 0, 256), v); ok {
-		return b, nil
-	}
-	return json.Marshal(v)
+	return runtime.EncodeJSON(v)
 }
 
 // Any decodes a JSON column into its generic Go value; NULL is nil.
