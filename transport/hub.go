@@ -82,7 +82,7 @@ func appendEventTime(b []byte, t time.Time) []byte {
 	p := lastSecond.Load()
 	if p == nil || p.unix != sec {
 		p = &secondText{unix: sec}
-		p.text = t.Truncate(time.Second).AppendFormat(p.text[:0], "2006-01-02T15:04:05")
+		p.text = t.Truncate(time.Second).AppendFormat(nil, "2006-01-02T15:04:05")
 		lastSecond.Store(p)
 	}
 	b = append(b, p.text...)
