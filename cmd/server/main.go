@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	setupcfg "chatgraph/config"
+	"chatgraph/internal/gctune"
 	"chatgraph/nodes"
 	"chatgraph/runcontrol"
 	rcredis "chatgraph/runcontrol/redis"
@@ -98,6 +98,7 @@ type config struct {
 	insecureNoAuth                                                    bool
 	maxConnections, maxWebSocketsPerIP, deltaEventsPerRun             int
 	maxRunsPerClient, maxChatsPerClient, maxStartingTurns, gcPercent  int
+	gcHeapFloorMiB                                                    int64
 	busyStartingTurns                                                 int
 	bodyReadTimeout, maxRunDuration, busyCommitLag                    time.Duration
 	drainTimeout, retention, interruptedRetention                     time.Duration
@@ -165,6 +166,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.IntVar(&c.deltaEventsPerRun, "delta-events-per-run", 2000, "node_delta events a run sends one per model chunk before agents coalesce their text (negative: never)")
 	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")
 	fs.IntVar(&c.gcPercent, "gc-percent", 400, "the Go garbage collector's GOGC: heap growth in percent before a collection; a GOGC environment variable wins (lower it, or set GOMEMLIMIT, where memory is tight)")
+	fs.Int64Var(&c.gcHeapFloorMiB, "gc-heap-floor-mib", 256, "heap size in MiB under which the garbage collector does not start a collection: while the live heap is small, --gc-percent is raised to let the heap grow to this (0: --gc-percent alone); a GOGC environment variable wins, GOMEMLIMIT still bounds the heap")
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {
@@ -175,6 +177,9 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	}
 	if c.gcPercent < 1 {
 		return nil, nil, fmt.Errorf("--gc-percent %d: want at least 1", c.gcPercent)
+	}
+	if c.gcHeapFloorMiB < 0 || c.gcHeapFloorMiB > maxHeapFloorMiB {
+		return nil, nil, fmt.Errorf("--gc-heap-floor-mib %d: want 0 to %d", c.gcHeapFloorMiB, maxHeapFloorMiB)
 	}
 	switch runtime.Durability(c.durability) {
 	case runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit, "":
@@ -279,6 +284,10 @@ func eventRelay(ctx context.Context, c *config, log *slog.Logger) (transport.Rel
 	}, nil
 }
 
+// maxHeapFloorMiB bounds --gc-heap-floor-mib (1 TiB): a floor the size
+// of no machine is a typo.
+const maxHeapFloorMiB = 1 << 20
+
 func serve(ctx context.Context, env Env, args []string) error {
 	c, _, err := parseConfig("server", env, args)
 	if err != nil {
@@ -288,14 +297,14 @@ func serve(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	log := newLogger(c, env.Stderr)
-	if os.Getenv("GOGC") == "" {
-		// The server's live heap is small and turns over fast: collecting
-		// at 5x it instead of 2x costs tens of MB and saves about a tenth
-		// of a chat turn's CPU (docs/benchmarks.md). The transport's
-		// latency benchmarks run with the flag's default too
-		// (serverGCPercent).
-		debug.SetGCPercent(c.gcPercent)
-	}
+	// The server's live heap is small and turns over fast: collecting at
+	// 5x it instead of 2x costs tens of MB and saves about a tenth of a
+	// chat turn's CPU, and not collecting before the heap reaches the
+	// floor spares the streams of a busy server most of the collections
+	// that make their deltas late (docs/benchmarks.md). A GOGC
+	// environment variable wins (gctune.Apply). The transport's latency
+	// benchmarks run with the flags' defaults too (serverGCPolicy).
+	defer gctune.Apply(gctune.Policy{Percent: c.gcPercent, Floor: c.gcHeapFloorMiB << 20})()
 	_, stopDebug, err := debugListener(c.debugAddr, log)
 	if err != nil {
 		return fmt.Errorf("--debug-addr: %w", err)

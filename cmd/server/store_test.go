@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -119,18 +120,32 @@ func TestBadGCPercentRefused(t *testing.T) {
 	c, _, err := parseConfig("server", Env{Getenv: func(string) string { return "" }}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 400, c.gcPercent)
+	require.Equal(t, int64(256), c.gcHeapFloorMiB)
+	for _, bad := range []string{"-1", "1048577"} {
+		_, _, err := parseConfig("server", Env{Getenv: func(string) string { return "" }}, []string{"--gc-heap-floor-mib", bad})
+		require.ErrorContains(t, err, "--gc-heap-floor-mib "+bad+": want 0 to 1048576")
+	}
 }
 
-// The server sets the garbage collector to --gc-percent, unless a GOGC
-// environment variable (which the Go runtime reads itself) is set.
+// The server sets the garbage collector to --gc-percent, raised while the
+// heap is under --gc-heap-floor-mib, unless a GOGC environment variable
+// (which the Go runtime reads itself) is set.
 func TestGCPercentApplied(t *testing.T) {
 	orig := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(orig) })
 	t.Setenv("GOGC", "")
-	startServer(t, t.TempDir(), "--gc-percent", "250")
+	startServer(t, t.TempDir(), "--gc-percent", "250", "--gc-heap-floor-mib", "0")
 	require.Equal(t, 250, debug.SetGCPercent(150))
 
 	t.Setenv("GOGC", "150")
 	startServer(t, t.TempDir(), "--gc-percent", "250")
 	require.Equal(t, 150, debug.SetGCPercent(150), "GOGC wins")
+
+	// With a heap floor (the default's 256 MiB), a heap as small as a
+	// test's raises the percent.
+	t.Setenv("GOGC", "")
+	startServer(t, t.TempDir(), "--gc-percent", "250")
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	require.Greater(t, s[0].Value.Uint64(), uint64(250))
 }
