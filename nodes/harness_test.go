@@ -89,7 +89,7 @@ func (s *scripted) Stream(ctx context.Context, req llm.Request, onText func(stri
 		return resp, err
 	}
 	if onText != nil && resp.Content != "" {
-		for _, w := range llm.Words(resp.Content) {
+		for w := range llm.Words(resp.Content) {
 			onText(w)
 		}
 	}

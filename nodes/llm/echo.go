@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"iter"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +49,9 @@ func (Echo) Stream(ctx context.Context, req Request, onText func(string)) (Respo
 	}
 	var timer *time.Timer
 	start := time.Now()
-	for i, w := range Words(text) {
+	i := -1
+	for w := range Words(text) {
+		i++
 		if wait := time.Until(start.Add(time.Duration(i) * req.TokenDelay)); i > 0 && wait > 0 {
 			if timer == nil {
 				timer = time.NewTimer(wait)
@@ -95,21 +98,27 @@ func ParseToolCommand(content string) (name, args string, ok bool) {
 	return name, args, true
 }
 
-// Words splits s into streaming fragments: each starts where a whitespace
-// run starts (except the first) so that joining them gives s back.
-func Words(s string) []string {
-	if s == "" {
-		return nil
-	}
-	var out []string
-	start := 0
-	for i := 1; i < len(s); i++ {
-		if isSpace(s[i]) && !isSpace(s[i-1]) {
-			out = append(out, s[start:i])
-			start = i
+// Words yields s as streaming fragments: each starts where a whitespace
+// run starts (except the first) so that joining them gives s back. It
+// finds each fragment as it is asked for, so a streaming answer holds no
+// list of its words (a thousand answers streaming at once would keep
+// every word's string header for the collector to scan).
+func Words(s string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if s == "" {
+			return
 		}
+		start := 0
+		for i := 1; i < len(s); i++ {
+			if isSpace(s[i]) && !isSpace(s[i-1]) {
+				if !yield(s[start:i]) {
+					return
+				}
+				start = i
+			}
+		}
+		yield(s[start:])
 	}
-	return append(out, s[start:])
 }
 
 func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }

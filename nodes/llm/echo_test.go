@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,9 +122,17 @@ func TestParseToolCommand(t *testing.T) {
 func TestWords(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"", "a", " a", "a ", "a b", "line one\nline  two ", "\n\n"} {
-		require.Equal(t, s, strings.Join(Words(s), ""), "%q", s)
+		require.Equal(t, s, strings.Join(slices.Collect(Words(s)), ""), "%q", s)
 	}
-	require.Equal(t, []string{"a", " b", "\nc"}, Words("a b\nc"))
+	require.Equal(t, []string{"a", " b", "\nc"}, slices.Collect(Words("a b\nc")))
+	var first []string
+	for w := range Words("a b c") {
+		first = append(first, w)
+		if len(first) == 2 {
+			break // a loop that stops early is not called again
+		}
+	}
+	require.Equal(t, []string{"a", " b"}, first)
 }
 
 func TestModelsResolve(t *testing.T) {
