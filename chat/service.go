@@ -91,7 +91,8 @@ type Config struct {
 	// comes while others wait waits behind them, lag or not. The price is
 	// the new turns': under such a burst their first tokens come later,
 	// and a server saturated with short turns completes fewer of them a
-	// second (docs/benchmarks.md). Default 0: no bound.
+	// second (docs/benchmarks.md). Default 0: no bound (the server
+	// binary's --busy-starting-turns sets 4).
 	// MaxStartingTurns, when set, is the bound instead, always.
 	BusyStartingTurns int
 	// BusyCommitLag is the commit lag over which BusyStartingTurns

@@ -40,11 +40,12 @@ import (
 // and see docs/api.md for results.
 
 // benchEnv is a server for benchmarks in durability mode d: no run or
-// connection limits, no pings, no bound on the turns starting at once
-// unless maxStartingEnv or busyStartingEnv sets one; opts change the
-// rest.
+// connection limits, no pings, the turns starting at once bounded as the
+// server binary bounds them by default (serverBusyStartingTurns while
+// the commits lag) unless maxStartingEnv or busyStartingEnv says
+// otherwise; opts change the rest.
 func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
-	maxStarting, busyStarting := turnsEnv(b, maxStartingEnv, 0), turnsEnv(b, busyStartingEnv, 0)
+	maxStarting, busyStarting := turnsEnv(b, maxStartingEnv, 0), turnsEnv(b, busyStartingEnv, serverBusyStartingTurns)
 	return newEnvTB(b, append([]option{func(c *transportConfig) {
 		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
 		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
@@ -78,7 +79,8 @@ func turnsEnv(b *testing.B, name string, def int) int {
 // --max-starting-turns); unset, as by default, nothing bounds them
 // always. busyStartingEnv sets the bound while the commits lag
 // (chat.Config.BusyStartingTurns, the server's --busy-starting-turns;
-// unset, none), and busyLagEnv the lag (--busy-commit-lag).
+// unset, the server's default, serverBusyStartingTurns; 0, none), and
+// busyLagEnv the lag (--busy-commit-lag, default 2 ms).
 const (
 	maxStartingEnv  = "CHATGRAPH_BENCH_MAX_STARTING_TURNS"
 	busyStartingEnv = "CHATGRAPH_BENCH_BUSY_STARTING_TURNS"
@@ -530,6 +532,9 @@ func remoteLatencyClients(b *testing.B, load latencyLoad) (latencyResult, time.D
 	}
 	return res, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
+
+// serverBusyStartingTurns is cmd/server's --busy-starting-turns default.
+const serverBusyStartingTurns = 4
 
 // serverGCPolicy is cmd/server's collector: its --gc-percent and
 // --gc-heap-floor-mib defaults. CHATGRAPH_BENCH_GC_HEAP_FLOOR_MIB sets

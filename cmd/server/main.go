@@ -159,7 +159,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.IntVar(&c.maxWebSocketsPerIP, "max-websockets-per-ip", 32, "open WebSocket connections per client IP (negative: no bound)")
 	fs.IntVar(&c.maxRunsPerClient, "max-runs-per-client", 64, "runs one client IP may have queued or running in this process (negative: no bound)")
 	fs.IntVar(&c.maxStartingTurns, "max-starting-turns", 0, "chat calls starting at once in this process, the others wait their turn in arrival order (0: no bound)")
-	fs.IntVar(&c.busyStartingTurns, "busy-starting-turns", 0, "chat calls starting at once while the run store's commits lag over --busy-commit-lag, so that the runs already streaming keep their pace; new turns then wait (0: no bound)")
+	fs.IntVar(&c.busyStartingTurns, "busy-starting-turns", 4, "chat calls starting at once while the run store's commits lag over --busy-commit-lag, so that the runs already streaming keep their pace; new turns then wait (0: no bound)")
 	fs.DurationVar(&c.busyCommitLag, "busy-commit-lag", 2*time.Millisecond, "the commit lag over which --busy-starting-turns applies")
 	fs.IntVar(&c.maxChatsPerClient, "max-chats-per-client", 10000, "chats one client IP may own; deleting a chat frees its place (negative: no bound)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 30*time.Second, "how long a request body may take to arrive")

@@ -121,6 +121,8 @@ func TestBadGCPercentRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 400, c.gcPercent)
 	require.Equal(t, int64(256), c.gcHeapFloorMiB)
+	require.Equal(t, 4, c.busyStartingTurns)
+	require.Equal(t, 2*time.Millisecond, c.busyCommitLag)
 	for _, bad := range []string{"-1", "1048577"} {
 		_, _, err := parseConfig("server", Env{Getenv: func(string) string { return "" }}, []string{"--gc-heap-floor-mib", bad})
 		require.ErrorContains(t, err, "--gc-heap-floor-mib "+bad+": want 0 to 1048576")
