@@ -166,7 +166,7 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.IntVar(&c.deltaEventsPerRun, "delta-events-per-run", 2000, "node_delta events a run sends one per model chunk before agents coalesce their text (negative: never)")
 	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")
 	fs.IntVar(&c.gcPercent, "gc-percent", 400, "the Go garbage collector's GOGC: heap growth in percent before a collection; a GOGC environment variable wins (lower it, or set GOMEMLIMIT, where memory is tight)")
-	fs.Int64Var(&c.gcHeapFloorMiB, "gc-heap-floor-mib", 256, "heap size in MiB under which the garbage collector does not start a collection: while the live heap is small, --gc-percent is raised to let the heap grow to this (0: --gc-percent alone); a GOGC environment variable wins, GOMEMLIMIT still bounds the heap")
+	fs.Int64Var(&c.gcHeapFloorMiB, "gc-heap-floor-mib", 256, "heap size in MiB under which the garbage collector does not start a collection: while the live heap is small, --gc-percent is raised to let the heap grow to this (0: --gc-percent alone); at most a quarter of the cgroup's or the machine's memory and half of GOMEMLIMIT; a GOGC environment variable wins")
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {

@@ -15,7 +15,9 @@
 //	restore := gctune.Apply(gctune.Policy{Percent: 400, Floor: 256 << 20})
 //	defer restore()
 //
-// A GOGC environment variable wins over a Policy (Apply then changes
-// nothing), and a GOMEMLIMIT still bounds the heap: the runtime collects
-// as it nears the limit, whatever the floor.
+// A floor is lowered to a quarter of the memory the process may use (its
+// cgroup's limit, as in a container, or the machine's memory) and to half
+// of GOMEMLIMIT. A GOGC environment variable wins over a Policy (Apply
+// then changes nothing), and a GOMEMLIMIT still bounds the heap: the
+// runtime collects as it nears the limit, whatever the floor.
 package gctune

@@ -53,12 +53,17 @@ const maxPercent = 1 << 20
 var mu sync.Mutex
 
 // Apply sets the process's collector to p and returns the function that
-// puts back the GOGC it found (and stops raising it). When the GOGC
-// environment variable is set, the runtime has applied it, and Apply
-// changes nothing.
+// puts back the GOGC it found (and stops raising it). The floor it
+// applies is at most a quarter of the memory the process may use and
+// half of GOMEMLIMIT (see boundedFloor). When the GOGC environment
+// variable is set, the runtime has applied it, and Apply changes
+// nothing.
 func Apply(p Policy) (restore func()) {
 	if os.Getenv("GOGC") != "" {
 		return func() {}
+	}
+	if p.Floor > 0 {
+		p.Floor = boundedFloor(p.Floor, os.DirFS("/"), debug.SetMemoryLimit(-1))
 	}
 	mu.Lock()
 	defer mu.Unlock()
