@@ -44,6 +44,11 @@ func (r *LiveRun) NodeType(nodeID string) string { return r.nodeTypes[nodeID] }
 // Done is closed when the run has ended and its message is final.
 func (r *LiveRun) Done() <-chan struct{} { return r.done }
 
+// ServerBusyStartingTurns is the BusyStartingTurns the server binary runs
+// by default (--busy-starting-turns): while the commits lag, four chat
+// calls start at once (docs/benchmarks.md, "The defaults of 2026-12-01").
+const ServerBusyStartingTurns = 4
+
 // Config configures a Service. Zero fields take the documented defaults.
 type Config struct {
 	// Engine executes the runs; its store is the run store of Store's
@@ -92,7 +97,7 @@ type Config struct {
 	// the new turns': under such a burst their first tokens come later,
 	// and a server saturated with short turns completes fewer of them a
 	// second (docs/benchmarks.md). Default 0: no bound (the server
-	// binary's --busy-starting-turns sets 4).
+	// binary's --busy-starting-turns sets ServerBusyStartingTurns).
 	// MaxStartingTurns, when set, is the bound instead, always.
 	BusyStartingTurns int
 	// BusyCommitLag is the commit lag over which BusyStartingTurns

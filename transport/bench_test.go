@@ -29,6 +29,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/tidwall/gjson"
 
+	"chatgraph/chat"
 	"chatgraph/internal/gctune"
 	rt "chatgraph/runtime"
 )
@@ -41,11 +42,11 @@ import (
 
 // benchEnv is a server for benchmarks in durability mode d: no run or
 // connection limits, no pings, the turns starting at once bounded as the
-// server binary bounds them by default (serverBusyStartingTurns while
-// the commits lag) unless maxStartingEnv or busyStartingEnv says
+// server binary bounds them by default (chat.ServerBusyStartingTurns
+// while the commits lag) unless maxStartingEnv or busyStartingEnv says
 // otherwise; opts change the rest.
 func benchEnv(b *testing.B, d rt.Durability, opts ...option) *env {
-	maxStarting, busyStarting := turnsEnv(b, maxStartingEnv, 0), turnsEnv(b, busyStartingEnv, serverBusyStartingTurns)
+	maxStarting, busyStarting := turnsEnv(b, maxStartingEnv, 0), turnsEnv(b, busyStartingEnv, chat.ServerBusyStartingTurns)
 	return newEnvTB(b, append([]option{func(c *transportConfig) {
 		c.MaxRuns, c.WSPing, c.Engine.Durability = 100000, time.Hour, d
 		c.MaxWebSocketsPerIP, c.MaxRunsPerClient = -1, -1 // every benchmark client is on loopback
@@ -79,7 +80,7 @@ func turnsEnv(b *testing.B, name string, def int) int {
 // --max-starting-turns); unset, as by default, nothing bounds them
 // always. busyStartingEnv sets the bound while the commits lag
 // (chat.Config.BusyStartingTurns, the server's --busy-starting-turns;
-// unset, the server's default, serverBusyStartingTurns; 0, none), and
+// unset, the server's default, chat.ServerBusyStartingTurns; 0, none), and
 // busyLagEnv the lag (--busy-commit-lag, default 2 ms).
 const (
 	maxStartingEnv  = "CHATGRAPH_BENCH_MAX_STARTING_TURNS"
@@ -533,23 +534,16 @@ func remoteLatencyClients(b *testing.B, load latencyLoad) (latencyResult, time.D
 	return res, cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }
 
-// serverBusyStartingTurns is cmd/server's --busy-starting-turns default.
-const serverBusyStartingTurns = 4
-
-// serverGCPolicy is cmd/server's collector: its --gc-percent and
-// --gc-heap-floor-mib defaults. CHATGRAPH_BENCH_GC_HEAP_FLOOR_MIB sets
-// another floor (0: none).
-var serverGCPolicy = gctune.Policy{Percent: 400, Floor: 256 << 20}
-
 // benchEventLatency streams 1,000 runs of `words` words tokenDelayMs
 // apart over 50 WebSocket connections; spread starts run k of the 1,000
 // k/1,000 of a word interval after the first, instead of all at once;
 // remote runs the clients in a process of their own.
 func benchEventLatency(b *testing.B, d rt.Durability, tokenDelayMs, words int, spread, remote bool) {
 	const runs, conns = 1000, 50
-	// The garbage collector as the server binary runs it, not the test
-	// binary's (a GOGC environment variable wins, as in the server).
-	gc := serverGCPolicy
+	// The garbage collector as the server binary runs it (gctune.Server),
+	// not the test binary's; a GOGC environment variable wins, as in the
+	// server, and gcHeapFloorEnv sets another floor (0: none).
+	gc := gctune.Server
 	if v := os.Getenv(gcHeapFloorEnv); v != "" {
 		mib, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || mib < 0 {

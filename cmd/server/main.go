@@ -19,6 +19,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"golang.org/x/net/netutil"
 
+	"chatgraph/chat"
 	setupcfg "chatgraph/config"
 	"chatgraph/internal/gctune"
 	"chatgraph/nodes"
@@ -159,14 +160,14 @@ func parseConfig(name string, env Env, args []string) (*config, *flag.FlagSet, e
 	fs.IntVar(&c.maxWebSocketsPerIP, "max-websockets-per-ip", 32, "open WebSocket connections per client IP (negative: no bound)")
 	fs.IntVar(&c.maxRunsPerClient, "max-runs-per-client", 64, "runs one client IP may have queued or running in this process (negative: no bound)")
 	fs.IntVar(&c.maxStartingTurns, "max-starting-turns", 0, "chat calls starting at once in this process, the others wait their turn in arrival order (0: no bound)")
-	fs.IntVar(&c.busyStartingTurns, "busy-starting-turns", 4, "chat calls starting at once while the run store's commits lag over --busy-commit-lag, so that the runs already streaming keep their pace; new turns then wait (0: no bound)")
+	fs.IntVar(&c.busyStartingTurns, "busy-starting-turns", chat.ServerBusyStartingTurns, "chat calls starting at once while the run store's commits lag over --busy-commit-lag, so that the runs already streaming keep their pace; new turns then wait (0: no bound)")
 	fs.DurationVar(&c.busyCommitLag, "busy-commit-lag", 2*time.Millisecond, "the commit lag over which --busy-starting-turns applies")
 	fs.IntVar(&c.maxChatsPerClient, "max-chats-per-client", 10000, "chats one client IP may own; deleting a chat frees its place (negative: no bound)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 30*time.Second, "how long a request body may take to arrive")
 	fs.IntVar(&c.deltaEventsPerRun, "delta-events-per-run", 2000, "node_delta events a run sends one per model chunk before agents coalesce their text (negative: never)")
 	fs.DurationVar(&c.maxRunDuration, "max-run-duration", time.Hour, "wall-clock limit of one run; longer runs are cancelled (0: none)")
-	fs.IntVar(&c.gcPercent, "gc-percent", 400, "the Go garbage collector's GOGC: heap growth in percent before a collection; a GOGC environment variable wins (lower it, or set GOMEMLIMIT, where memory is tight)")
-	fs.Int64Var(&c.gcHeapFloorMiB, "gc-heap-floor-mib", 256, "heap size in MiB under which the garbage collector does not start a collection: while the live heap is small, --gc-percent is raised to let the heap grow to this (0: --gc-percent alone); at most a quarter of the cgroup's or the machine's memory and half of GOMEMLIMIT; a GOGC environment variable wins")
+	fs.IntVar(&c.gcPercent, "gc-percent", gctune.Server.Percent, "the Go garbage collector's GOGC: heap growth in percent before a collection; a GOGC environment variable wins (lower it, or set GOMEMLIMIT, where memory is tight)")
+	fs.Int64Var(&c.gcHeapFloorMiB, "gc-heap-floor-mib", gctune.Server.Floor>>20, "heap size in MiB under which the garbage collector does not start a collection: while the live heap is small, --gc-percent is raised to let the heap grow to this (0: --gc-percent alone); at most a quarter of the cgroup's or the machine's memory and half of GOMEMLIMIT; a GOGC environment variable wins")
 	c.token = ge("CHATGRAPH_TOKEN")
 	c.openAIKey = ge("CHATGRAPH_OPENAI_API_KEY")
 	if c.openAIKey == "" {
@@ -303,7 +304,7 @@ func serve(ctx context.Context, env Env, args []string) error {
 	// floor spares the streams of a busy server most of the collections
 	// that make their deltas late (docs/benchmarks.md). A GOGC
 	// environment variable wins (gctune.Apply). The transport's latency
-	// benchmarks run with the flags' defaults too (serverGCPolicy).
+	// benchmarks run with the flags' defaults too (gctune.Server).
 	defer gctune.Apply(gctune.Policy{Percent: c.gcPercent, Floor: c.gcHeapFloorMiB << 20})()
 	_, stopDebug, err := debugListener(c.debugAddr, log)
 	if err != nil {

@@ -21,6 +21,11 @@ type Policy struct {
 	Floor int64
 }
 
+// Server is the policy the chatgraph server runs by default (its
+// --gc-percent and --gc-heap-floor-mib): collect at five times the live
+// heap, and not before the heap reaches 256 MiB (docs/benchmarks.md).
+var Server = Policy{Percent: 400, Floor: 256 << 20}
+
 // PercentFor is the GOGC that gives the next collection the policy's
 // goal, after a collection that left live bytes of heap, and scan bytes
 // of goroutine stacks and globals: the policy's Percent, or more while
