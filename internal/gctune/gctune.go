@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 )
 
 // Policy is how a process paces its garbage collections.
@@ -53,8 +52,9 @@ const minHeap = 4 << 20
 // any number).
 const maxPercent = 1 << 20
 
-// mu serializes Apply and the restores of the tuners it starts, so that
-// a restore puts back what its Apply found.
+// mu serializes Apply, the restores and the tuners' cycles, so that a
+// restore puts back what its Apply found and a stopped tuner changes
+// nothing more.
 var mu sync.Mutex
 
 // Apply sets the process's collector to p and returns the function that
@@ -80,17 +80,19 @@ func Apply(p Policy) (restore func()) {
 	return func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if t.stopped.Swap(true) {
+		if t.stopped {
 			return
 		}
+		t.stopped = true
 		debug.SetGCPercent(orig)
 	}
 }
 
-// tuner raises GOGC after every collection while p.Floor asks it to.
+// tuner raises GOGC after every collection while p.Floor asks it to;
+// stopped is set by its restore (under mu).
 type tuner struct {
 	p       Policy
-	stopped atomic.Bool
+	stopped bool
 }
 
 // cycleMark is an object the tuner lets go of, so that its cleanup runs
@@ -108,7 +110,7 @@ func (t *tuner) arm() {
 func (t *tuner) cycle() {
 	mu.Lock()
 	defer mu.Unlock()
-	if t.stopped.Load() {
+	if t.stopped {
 		return
 	}
 	debug.SetGCPercent(t.percent())
@@ -116,13 +118,7 @@ func (t *tuner) cycle() {
 }
 
 // percent is the GOGC for the heap as the last collection left it.
-func (t *tuner) percent() int {
-	if t.p.Floor <= 0 {
-		return max(t.p.Percent, 1)
-	}
-	live, scan := heapNow()
-	return t.p.PercentFor(live, scan)
-}
+func (t *tuner) percent() int { return t.p.PercentFor(heapNow()) }
 
 // heapNow reads what the last collection left live: the heap's bytes,
 // and the goroutine stacks' and globals' that a goal adds to them.
