@@ -172,16 +172,32 @@ func collectAnthropic(stream *ssestream.Stream[anthropic.MessageStreamEventUnion
 	for stream.Next() {
 		alive()
 		ev := stream.Current()
+		if ev.Type == "message_start" && len(msg.Content) > 0 {
+			// A second start would reset the message the text streamed
+			// so far belongs to.
+			return msg, &Error{Code: CodeProtocol, Message: "bad stream event: message_start after content"}
+		}
 		if err := msg.Accumulate(ev); err != nil {
 			return msg, &Error{Code: CodeProtocol, Message: "bad stream event: " + err.Error(), Err: err}
 		}
+		// The text streamed is what the accumulated message keeps as
+		// text (anthropicResponse): a delta into a block that is not a
+		// text block is accumulated but is no part of the answer.
 		switch ev.Type {
+		case "message_start":
+			// The API starts a message empty; text it came with is
+			// text all the same.
+			for _, b := range msg.Content {
+				if b.Type == "text" && b.Text != "" && onText != nil {
+					onText(b.Text)
+				}
+			}
 		case "content_block_start":
-			if ev.ContentBlock.Type == "text" && ev.ContentBlock.Text != "" && onText != nil {
-				onText(ev.ContentBlock.Text)
+			if b := msg.Content[ev.Index]; b.Type == "text" && b.Text != "" && onText != nil {
+				onText(b.Text)
 			}
 		case "content_block_delta":
-			if ev.Delta.Type == "text_delta" && ev.Delta.Text != "" && onText != nil {
+			if ev.Delta.Type == "text_delta" && ev.Delta.Text != "" && msg.Content[ev.Index].Type == "text" && onText != nil {
 				onText(ev.Delta.Text)
 			}
 		case "message_stop":

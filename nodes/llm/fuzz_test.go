@@ -30,6 +30,11 @@ func FuzzStreamDecoder(f *testing.F) {
 	}
 	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":99999999,\"function\":{}}]}}]}\n\n"))
 	f.Add([]byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":3,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n"))
+	// A second message_start after text, and a start that carries text.
+	f.Add([]byte("event: x\ndata: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"text\",\"text\":\"a\"}}\n\n" +
+		"event: x\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\nevent: x\ndata: {\"type\":\"message_stop\"}\n\n"))
+	f.Add([]byte("event: x\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}}\n\n" +
+		"event: x\ndata: {\"type\":\"message_stop\"}\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		done := make(chan struct{})
 		go func() {
