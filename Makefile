@@ -39,6 +39,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzNodeDeltaAppendJSON -fuzztime 30s ./nodes
 	$(GO) test -run '^$$' -fuzz FuzzMessageValue -fuzztime 30s ./nodes
 	$(GO) test -run '^$$' -fuzz FuzzChatInputValue -fuzztime 30s ./nodes
+	$(GO) test -run '^$$' -fuzz FuzzDecodePage -fuzztime 30s ./runtime/store/sqlite
+	$(GO) test -run '^$$' -fuzz FuzzAppendJSONValue -fuzztime 30s ./runtime
+	$(GO) test -run '^$$' -fuzz FuzzDecodeClientFrame -fuzztime 60s ./transport
+	$(GO) test -run '^$$' -fuzz FuzzRequestBodies -fuzztime 60s ./transport
+	$(GO) test -run '^$$' -fuzz FuzzAdapterBodies -fuzztime 60s ./transport
 
 # The MCP servers the Go tests run for real (pinned in
 # internal/mcptest/package-lock.json; see internal/mcptest).
