@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -121,19 +122,45 @@ func (o toolOutcome) content() string {
 	return o.Result
 }
 
+// stepSeparator comes between the texts of two model calls in an agent's
+// answer.
+const stepSeparator = "\n\n"
+
 // run is the loop: ask the model; when it calls tools, run them and ask
 // again with the results; stop at a text answer or after maxSteps calls.
+//
+// The answer is all the text the model calls said, in order, with
+// stepSeparator between the texts of two calls. A model often says
+// something before it calls a tool. That text is streamed like the rest,
+// so the answer keeps it too: the text a client streamed is the answer
+// the node returns. A step replayed from the ledger streams its text again,
+// at once, so the execution's deltas are its whole answer.
 func (inv *invocation) run(ctx context.Context, msgs []llm.Message) (string, error) {
 	a := inv.a
+	var answer strings.Builder
 	for step := 0; step < a.maxSteps; step++ {
 		req := llm.Request{Model: a.model, Messages: msgs, Tools: inv.specs, Temperature: a.cfg.Temperature,
 			MaxTokens: a.cfg.MaxTokens, TokenDelay: time.Duration(a.cfg.TokenDelayMs) * time.Millisecond}
-		resp, err := inv.complete(ctx, req)
+		first := true
+		say := func(s string) {
+			if s == "" {
+				return
+			}
+			if first && answer.Len() > 0 {
+				s = stepSeparator + s
+			}
+			first = false
+			answer.WriteString(s)
+			if inv.delta != nil {
+				inv.delta(s)
+			}
+		}
+		resp, err := inv.complete(ctx, req, say)
 		if err != nil {
 			return "", err
 		}
 		if len(resp.ToolCalls) == 0 {
-			return resp.Content, nil
+			return answer.String(), nil
 		}
 		msgs = append(msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
 		outs, err := inv.callTools(ctx, resp.ToolCalls)
@@ -147,10 +174,11 @@ func (inv *invocation) run(ctx context.Context, msgs []llm.Message) (string, err
 	return "", runtime.Errorf(CodeMaxSteps, "agent %s: no final answer after %d model calls", a.id, a.maxSteps)
 }
 
-// complete asks the model, or replays the answer the ledger recorded for
-// the same request in this scope (a re-executed agent then reaches the
-// same tool calls, with the same ids, without asking again).
-func (inv *invocation) complete(ctx context.Context, req llm.Request) (llm.Response, error) {
+// complete asks the model, streaming its text to say, or replays the
+// answer the ledger recorded for the same request in this scope (a
+// re-executed agent then reaches the same tool calls, with the same ids,
+// without asking again), saying its text at once.
+func (inv *invocation) complete(ctx context.Context, req llm.Request, say func(string)) (llm.Response, error) {
 	key := IdempotencyKey(inv.scope, "model", requestHash(req))
 	led := inv.a.e.Ledger
 	rec, ok, err := led.Get(ctx, key)
@@ -160,10 +188,11 @@ func (inv *invocation) complete(ctx context.Context, req llm.Request) (llm.Respo
 	if ok {
 		var resp llm.Response
 		if err := json.Unmarshal(rec.Value, &resp); err == nil {
+			say(resp.Content)
 			return resp, nil
 		}
 	}
-	resp, err := inv.a.provider.Stream(ctx, req, inv.delta)
+	resp, err := inv.a.provider.Stream(ctx, req, say)
 	if err != nil {
 		if ctx.Err() != nil {
 			return llm.Response{}, context.Cause(ctx)

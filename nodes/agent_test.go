@@ -206,6 +206,10 @@ func TestAgentAsRunEntry(t *testing.T) {
 	require.Empty(t, s.of(runtime.EventNodeStarted, "a"))
 }
 
+// A retry replays the recorded model step and tool call. The model says
+// something before it calls the tool: the answer keeps that text, with a
+// blank line before the next call's, and is what streamed, also in the
+// attempt that replays the first call from the ledger.
 func TestRetryDoesNotRepeatToolCalls(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -213,7 +217,7 @@ func TestRetryDoesNotRepeatToolCalls(t *testing.T) {
 	h.script.set(func(req llm.Request) (llm.Response, error) {
 		last := req.Messages[len(req.Messages)-1]
 		if last.Role != llm.RoleTool {
-			return llm.Response{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "sibling", Arguments: `{}`}}}, nil
+			return llm.Response{Content: "Let me ask my sibling.", ToolCalls: []llm.ToolCall{{ID: "c1", Name: "sibling", Arguments: `{}`}}}, nil
 		}
 		if failed.CompareAndSwap(false, true) {
 			return llm.Response{}, &llm.Error{Code: llm.CodeRateLimited, Message: "slow down", Retryable: true}
@@ -225,7 +229,9 @@ func TestRetryDoesNotRepeatToolCalls(t *testing.T) {
 		node("sib", nodes.TypeTool, `{"name":"sibling"}`).flow("s", "a").link("sib", "a").build()
 	res, s := h.run(t, context.Background(), g, nodes.ChatInput{Content: "go"})
 	require.Equal(t, runtime.RunCompleted, res.Status)
-	require.Equal(t, "done: sibling ok", output(t, res, "a").Content)
+	want := "Let me ask my sibling.\n\ndone: sibling ok"
+	require.Equal(t, want, output(t, res, "a").Content)
+	require.Equal(t, want, streamed(s, "a"), "the second attempt's deltas are its whole answer")
 	require.Len(t, s.of(runtime.EventNodeRetrying, "a"), 1)
 	require.Len(t, h.toolCalls("sibling"), 1, "the retry reuses the recorded call")
 	require.EqualValues(t, 3, h.script.n.Load(), "step 1 once, step 2 twice")
@@ -236,6 +242,22 @@ func TestRetryDoesNotRepeatToolCalls(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, replayed)
+}
+
+// streamed is the text of a node's deltas in its last attempt (after its
+// last node_retrying).
+func streamed(s *sink, node string) string {
+	var b strings.Builder
+	for _, e := range s.events() {
+		switch {
+		case e.NodeID != node:
+		case e.Type == runtime.EventNodeRetrying:
+			b.Reset()
+		case e.Type == nodes.EventNodeDelta:
+			b.WriteString(e.Data.(*nodes.NodeDeltaData).Text)
+		}
+	}
+	return b.String()
 }
 
 func TestCancelStopsAnAgent(t *testing.T) {
