@@ -1416,9 +1416,14 @@ func (r *run) finish() (*RunResult, error) {
 	now := r.now()
 	dur := float64(now.Sub(r.started).Microseconds()) / 1000
 	res := &RunResult{RunID: r.rec.ID, Status: status, Interrupts: r.interrupt, plan: r.p, outputs: r.outputs, states: r.state}
+	var (
+		endAt   time.Time // zero: now
+		endType EventType
+		endData any
+	)
 	switch status {
 	case RunCompleted:
-		r.emitAt(now, EventRunCompleted, -1, 0, &RunCompletedData{DurationMs: dur})
+		endAt, endType, endData = now, EventRunCompleted, &RunCompletedData{DurationMs: dur}
 	case RunFailed:
 		d := &RunFailedData{FailedNodes: r.failed, DurationMs: dur}
 		if r.firstErr != nil {
@@ -1430,16 +1435,21 @@ func (r *run) finish() (*RunResult, error) {
 		}
 		res.Err = r.firstErr
 		r.rec.Error = d.Error
-		r.emit(EventRunFailed, -1, 0, d)
+		endType, endData = EventRunFailed, d
 	case RunCancelled:
 		res.Err = context.Cause(r.ctx)
 		r.rec.Error = causeText(r.ctx)
-		r.emit(EventRunCancelled, -1, 0, &RunCancelledData{Cause: r.rec.Error, DurationMs: dur})
+		endType, endData = EventRunCancelled, &RunCancelledData{Cause: r.rec.Error, DurationMs: dur}
 	case RunInterrupted:
-		r.emit(EventRunInterrupted, -1, 0, &RunInterruptedData{Interrupts: r.interrupt})
+		endType, endData = EventRunInterrupted, &RunInterruptedData{Interrupts: r.interrupt}
 	}
-	// The run's end (record and lease) goes in its last batch.
+	// The run's terminal event and its end (record and lease) go in its
+	// last batch, buffered in one critical section so that the committer
+	// cannot take the event without the end: a client that acts on the
+	// event (continues an interrupted run, reads the chat) finds the run
+	// ended in the store.
 	r.emu.Lock()
+	r.emitLocked(endAt, endType, -1, 0, endData)
 	res.LastSeq = r.seq
 	if r.store != nil && r.storeErr == nil {
 		r.rec.Status, r.rec.Interrupts, r.rec.LastSeq, r.rec.UpdatedAt = status, r.interrupt, res.LastSeq, time.Now()
