@@ -97,8 +97,10 @@ func (s *Server) aguiRun(c echo.Context) error {
 	setTicketHeaders(c, t)
 	st := &aguiStream{s: s, in: &in, graph: graph, ticket: t, steps: map[string]bool{}, calls: map[string]bool{}}
 	st.serve(c)
-	if ctx.Err() != nil {
-		// The client went away (HttpAgent.abortRun): the turn goes with it.
+	if ctx.Err() != nil && !st.ended {
+		// The client went away (HttpAgent.abortRun) before the run's end:
+		// the turn goes with it. After RUN_FINISHED it cancels nothing (a
+		// run waiting for a client tool's result keeps waiting).
 		s.cancelRunQuietly(t.RunID)
 	}
 	return nil

@@ -317,11 +317,11 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 		return c.JSON(http.StatusAccepted, ticket)
 	}
 	setTicketHeaders(c, ticket)
-	err = s.serveSSE(c, ticket.RunID, 0)
-	if f.OnDisconnect == "cancel" && c.Request().Context().Err() != nil {
+	if err := s.streamSSE(c, ticket.RunID, 0); err != nil && f.OnDisconnect == "cancel" && c.Request().Context().Err() != nil {
+		// The client left before the run's end: the turn goes with it.
 		s.cancelRunQuietly(ticket.RunID)
 	}
-	return err
+	return nil // the response is committed
 }
 
 // httpBody is a clientFrame as an HTTP body: only the fields a body may

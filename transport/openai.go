@@ -355,8 +355,10 @@ func (s *Server) chatCompletions(c echo.Context) error {
 	} else {
 		err = cc.complete(c)
 	}
-	if ctx.Err() != nil {
-		// The client went away: the turn goes with it.
+	if ctx.Err() != nil && !cc.ended {
+		// The client went away before the run's end: the turn goes with
+		// it. Once it has the end it cancels nothing (a run waiting for
+		// a client tool's result keeps waiting for it).
 		s.cancelRunQuietly(t.RunID)
 	}
 	return err
@@ -374,6 +376,7 @@ type completion struct {
 	agents  map[string]bool // the graph's agent nodes (their outputs report usage)
 	sent    strings.Builder
 	usage   *oaiUsage
+	ended   bool // follow saw the run's terminal event
 }
 
 // addUsage adds the token counts an agent's output reports (its
@@ -431,6 +434,7 @@ func (cc *completion) follow(ctx context.Context, w *sseWriter, text func(string
 	if end == nil {
 		return runEnd{}, errRunGone
 	}
+	cc.ended = true
 	return *end, nil
 }
 

@@ -457,6 +457,13 @@ func (w *sseWriter) comment(text string) error {
 // serveSSE streams runID's events after seq `after` as SSE until the run
 // ends or the client goes away.
 func (s *Server) serveSSE(c echo.Context, runID string, after int64) error {
+	s.streamSSE(c, runID, after)
+	return nil // the response is committed: errors cannot be sent as JSON
+}
+
+// streamSSE is serveSSE returning follow's outcome: nil once the run's
+// end went out (or the run is gone), else why the stream stopped first.
+func (s *Server) streamSSE(c echo.Context, runID string, after int64) error {
 	ctx := c.Request().Context()
 	w := &sseWriter{w: c.Response(), rc: http.NewResponseController(c.Response()), timeout: s.cfg.WriteTimeout}
 	h := c.Response().Header()
@@ -470,7 +477,7 @@ func (s *Server) serveSSE(c echo.Context, runID string, after int64) error {
 	// The opening comment goes out with follow's first flush (before it
 	// waits for anything), the last events when this handler returns.
 	if err := w.put([]byte(fmt.Sprintf(": run %s\n\n", runID))); err != nil {
-		return nil
+		return err
 	}
 	err := s.follow(ctx, runID, after, w, func() error { return w.comment("ping") })
 	if err != nil && ctx.Err() == nil {
@@ -481,7 +488,7 @@ func (s *Server) serveSSE(c echo.Context, runID string, after int64) error {
 			s.log.Warn("sse stream ended", "run", runID, "err", err)
 		}
 	}
-	return nil // the response is committed: errors cannot be sent as JSON
+	return err
 }
 
 // runEvents is GET /runs/{id}/events: SSE from Last-Event-ID or ?after=.

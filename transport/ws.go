@@ -117,7 +117,7 @@ type wsConn struct {
 	mu       sync.Mutex
 	working  bool // a worker goroutine runs the queued commands
 	subs     map[string]context.CancelFunc
-	onCancel map[string]bool // runs to cancel when the client goes away
+	onCancel map[string]bool // runs to cancel when the client goes away before their end
 }
 
 // Buffers of a WebSocket connection: its reader's and its writer's, kept
@@ -494,6 +494,11 @@ func (wc *wsConn) follow(id, runID string, after int64) {
 		wc.mu.Lock()
 		if wc.subs[runID] != nil && ctx.Err() == nil {
 			delete(wc.subs, runID)
+		}
+		if err == nil {
+			// The client has the run's end: leaving now cancels nothing
+			// (an interrupted run keeps waiting for its answer).
+			delete(wc.onCancel, runID)
 		}
 		wc.mu.Unlock()
 	}()

@@ -209,6 +209,38 @@ func TestWebSocketApprovalResume(t *testing.T) {
 	require.Equal(t, "tool calculator returned: 42", e.waitMessage(chatID, ack["messageId"].(string))["content"])
 }
 
+// onDisconnect "cancel" cancels a run whose client leaves before its end,
+// not one that ended waiting for an approval before the client left: that
+// run keeps waiting, and a later client answers it.
+func TestWebSocketOnDisconnectAfterTheEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(approvalGraph())
+	c := e.ws()
+	c.send(map[string]any{"id": "q1", "type": "stream_chat", "chatId": chatID, "content": `/tool calculator {"expression":"6*7"}`,
+		"onDisconnect": "cancel"})
+	ack := c.read()
+	runID := ack["runId"].(string)
+	evs := eventsOf(c.until(terminalOf(runID)), runID)
+	require.Equal(t, "run_interrupted", evs[len(evs)-1]["type"])
+	require.NoError(t, c.conn.Close(websocket.StatusNormalClosure, "bye"))
+	// The server has let go of the connection, and done what its
+	// disconnect does, when the gauge falls.
+	waitFor(t, "the connection to be let go", func() bool {
+		return e.metric(`chatgraph_active_streams{transport="websocket"}`) == 0
+	})
+	require.Equal(t, "interrupted", e.waitMessage(chatID, ack["messageId"].(string))["status"])
+
+	c = e.ws()
+	c.send(map[string]any{"id": "q2", "type": "resume", "runId": runID, "value": map[string]any{"approved": true}})
+	ack2 := c.read()
+	require.Equal(t, "ack", ack2["type"], "%v", ack2)
+	run2 := ack2["runId"].(string)
+	evs = eventsOf(c.until(terminalOf(run2)), run2)
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"])
+	require.Equal(t, "tool calculator returned: 42", e.waitMessage(chatID, ack["messageId"].(string))["content"])
+}
+
 func TestWebSocketCloseCodes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *transportConfig) { c.Token = "s3cret" })
