@@ -910,3 +910,43 @@ func TestCommitObserverSeesEveryGroupCommit(t *testing.T) {
 		})
 	}
 }
+
+// A run's terminal event is committed with the run's end: a batch that
+// carries run_completed (or another terminal run event) carries the
+// record's Finish too, so whoever the event reaches finds the run ended
+// in the store. Many short runs at once, so that the committer takes runs'
+// buffers while they end: with the event and the end buffered apart, as
+// they were, this caught a batch with the event alone in most runs of
+// the test (4 of 5 at twice as many runs).
+func TestTerminalEventCommitsWithTheEnd(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	var split atomic.Int64
+	st := &heldStore{Store: newMem(), hold: func(bs []runtime.WriteBatch) {
+		for _, b := range bs {
+			for _, ev := range b.Events {
+				if ev.Seq > 0 && ev.NodeID == "" && ev.Type.Terminal() && b.Finish == nil {
+					split.Add(1)
+				}
+			}
+		}
+	}}
+	e := k.engine(t, st, func(c *runtime.Config) { c.Durability = runtime.DurabilitySync })
+	g := newGraph("ends").node("s", "start").node("a", "step").flow("s", "a").build()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1000 {
+				res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: fmt.Sprintf("end-%d-%d", w, i)})
+				if err != nil || res.Status != runtime.RunCompleted {
+					t.Errorf("run %d-%d: %v %v", w, i, res, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, split.Load(), "terminal events committed without the run's end")
+}
