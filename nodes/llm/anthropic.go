@@ -169,6 +169,11 @@ func collectAnthropic(stream *ssestream.Stream[anthropic.MessageStreamEventUnion
 	defer stream.Close()
 	var msg anthropic.Message
 	stopped := false
+	say := func(s string) {
+		if s != "" && onText != nil {
+			onText(s)
+		}
+	}
 	for stream.Next() {
 		alive()
 		ev := stream.Current()
@@ -188,17 +193,17 @@ func collectAnthropic(stream *ssestream.Stream[anthropic.MessageStreamEventUnion
 			// The API starts a message empty; text it came with is
 			// text all the same.
 			for _, b := range msg.Content {
-				if b.Type == "text" && b.Text != "" && onText != nil {
-					onText(b.Text)
+				if b.Type == "text" {
+					say(b.Text)
 				}
 			}
 		case "content_block_start":
-			if b := msg.Content[ev.Index]; b.Type == "text" && b.Text != "" && onText != nil {
-				onText(b.Text)
+			if b := msg.Content[ev.Index]; b.Type == "text" {
+				say(b.Text)
 			}
 		case "content_block_delta":
-			if ev.Delta.Type == "text_delta" && ev.Delta.Text != "" && msg.Content[ev.Index].Type == "text" && onText != nil {
-				onText(ev.Delta.Text)
+			if ev.Delta.Type == "text_delta" && msg.Content[ev.Index].Type == "text" {
+				say(ev.Delta.Text)
 			}
 		case "message_stop":
 			stopped = true
