@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io/fs"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -67,21 +68,12 @@ func cgroupLimitFiles(fsys fs.FS) []string {
 			switch {
 			case parts[0] == "0" && parts[1] == "" && path != "":
 				files = append(files, "sys/fs/cgroup/"+path+"/memory.max")
-			case hasController(parts[1], "memory") && path != "":
+			case slices.Contains(strings.Split(parts[1], ","), "memory") && path != "":
 				files = append(files, "sys/fs/cgroup/memory/"+path+"/memory.limit_in_bytes")
 			}
 		}
 	}
 	return append(files, "sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory/memory.limit_in_bytes")
-}
-
-func hasController(list, name string) bool {
-	for c := range strings.SplitSeq(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
 }
 
 // unlimited is where a cgroup v1 limit means none (the kernel writes its
