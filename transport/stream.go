@@ -457,8 +457,8 @@ func (w *sseWriter) comment(text string) error {
 // serveSSE streams runID's events after seq `after` as SSE until the run
 // ends or the client goes away.
 func (s *Server) serveSSE(c echo.Context, runID string, after int64) error {
-	s.streamSSE(c, runID, after)
-	return nil // the response is committed: errors cannot be sent as JSON
+	_ = s.streamSSE(c, runID, after) // it has told the client what it could
+	return nil                       // the response is committed: errors cannot be sent as JSON
 }
 
 // streamSSE is serveSSE returning follow's outcome: nil once the run's
