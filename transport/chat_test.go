@@ -313,3 +313,52 @@ func TestCancelEndsApprovalWait(t *testing.T) {
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+tk["messageId"].(string)+"/continue", nil, &t3), http.StatusAccepted)
 	require.Equal(t, "interrupted", e.waitMessage(chatID, tk["messageId"].(string))["status"])
 }
+
+// onDisconnect on an SSE answer: with "cancel", a client that leaves
+// before its run's end takes the turn with it, and without it the run
+// goes on; a client that leaves once the end went out cancels nothing —
+// a run that ended interrupted for an approval keeps waiting, and a later
+// call answers it. The last case runs several turns: the client leaves
+// as soon as it has read the end, while the server may still be closing
+// the response.
+func TestSSEOnDisconnect(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
+	for _, mode := range []string{"cancel", "continue"} {
+		ctx, leave := context.WithCancel(sseCtx(t))
+		s := e.openSSE(ctx, "POST", "/api/v1/chats/"+chatID+"/messages",
+			map[string]any{"content": strings.Repeat("w ", 40), "onDisconnect": mode}, nil)
+		mid := s.resp.Header.Get("X-Message-Id")
+		s.until(t, "node_delta")
+		leave()
+		s.resp.Body.Close()
+		m := e.waitMessage(chatID, mid)
+		if mode == "cancel" {
+			require.Equal(t, "cancelled", m["status"])
+		} else {
+			require.Equal(t, "completed", m["status"])
+		}
+	}
+
+	_, chatID = e.newChat(approvalGraph())
+	for range 10 {
+		ctx, leave := context.WithCancel(sseCtx(t))
+		s := e.openSSE(ctx, "POST", "/api/v1/chats/"+chatID+"/messages",
+			map[string]any{"content": `/tool calculator {"expression":"6*7"}`, "onDisconnect": "cancel"}, nil)
+		mid := s.resp.Header.Get("X-Message-Id")
+		s.until(t, "run_interrupted")
+		leave()
+		s.resp.Body.Close()
+		// The server has let go of the stream, and done what its
+		// disconnect does, when the gauge falls.
+		waitFor(t, "the stream to be let go", func() bool {
+			return e.metric(`chatgraph_active_streams{transport="sse"}`) == 0
+		})
+		require.Equal(t, "interrupted", e.waitMessage(chatID, mid)["status"])
+		evs := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue",
+			map[string]any{"resume": map[string]any{"approved": true}}, nil).all(t)
+		require.Equal(t, "run_completed", evs[len(evs)-1].Type)
+		require.Equal(t, "tool calculator returned: 42", e.waitMessage(chatID, mid)["content"])
+	}
+}

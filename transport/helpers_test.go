@@ -409,3 +409,15 @@ func (e *env) waitRunDone(runID string) {
 		return r["live"] != true
 	})
 }
+
+// until reads s up to and including its first event of type typ.
+func (s *sseStream) until(t *testing.T, typ string) *sseEvent {
+	t.Helper()
+	for {
+		ev, err := s.next(false)
+		require.NoError(t, err, "before %s", typ)
+		if ev.Type == typ {
+			return ev
+		}
+	}
+}
