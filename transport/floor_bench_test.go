@@ -82,12 +82,28 @@ func BenchmarkEventLatencyFloorLeaderRates(b *testing.B) {
 // floorFsyncModes runs a floor (leader: the leader floor) at a load of
 // 1,000 runs of words words tokenDelayMs apart, with and without fsync.
 func floorFsyncModes(b *testing.B, tokenDelayMs, words int, leader bool) {
-	for _, fsync := range []bool{true, false} {
-		b.Run("fsync="+map[bool]string{true: "on", false: "off"}[fsync], func(b *testing.B) {
-			benchLatencyFloor(b, fsync, tokenDelayMs, words, false, leader)
+	for _, mode := range []struct {
+		name           string
+		fsync, inPlace bool
+	}{{"on", true, false}, {"in-place", true, true}, {"off", false, false}} {
+		b.Run("fsync="+mode.name, func(b *testing.B) {
+			benchLatencyFloor(b, floorLog{fsync: mode.fsync, inPlace: mode.inPlace}, tokenDelayMs, words, false, leader)
 		})
 	}
 }
+
+// floorLog is how a floor keeps its log: with fsync, each commit is
+// fdatasynced before it is published; inPlace (with fsync) writes the
+// log over a file written and synced beforehand instead of appending to
+// an empty one, as SQLite writes its WAL from the start again after a
+// checkpoint: the sync then has only data to flush, no file size (ext4
+// commits its journal for an append's new size).
+type floorLog struct {
+	fsync, inPlace bool
+}
+
+// floorLogSize is the file an in-place floor log writes over, cyclically.
+const floorLogSize = 64 << 20
 
 // floorRates runs a floor (leader: the leader floor) at
 // BenchmarkEventLatencyWebSocketRates' loads, with fsync.
@@ -95,7 +111,7 @@ func floorRates(b *testing.B, leader bool) {
 	for _, rate := range []int{2500, 5000, 10000, 20000} {
 		b.Run("deltas="+strconv.Itoa(rate), func(b *testing.B) {
 			delayMs := 1000 * 1000 / rate
-			benchLatencyFloor(b, true, delayMs, max(10, 4000/delayMs), true, leader)
+			benchLatencyFloor(b, floorLog{fsync: true}, delayMs, max(10, 4000/delayMs), true, leader)
 		})
 	}
 }
@@ -103,7 +119,7 @@ func floorRates(b *testing.B, leader bool) {
 // benchLatencyFloor runs the floor's load; leader picks the floor that
 // commits on the emitting turns' goroutines (BenchmarkEventLatencyFloorLeader)
 // over the one with a committer and a publisher.
-func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread, leader bool) {
+func benchLatencyFloor(b *testing.B, lg floorLog, tokenDelayMs, words int, spread, leader bool) {
 	const runs, conns = 1000, 50
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -114,7 +130,23 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 		b.Fatal(err)
 	}
 	defer f.Close()
-	fl := &floor{log: f, fsync: fsync, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond,
+	if lg.inPlace {
+		if err := f.Truncate(floorLogSize); err != nil {
+			b.Fatal(err)
+		}
+		// Truncate leaves a hole: write the blocks, so that the log's
+		// writes find them allocated.
+		zero := make([]byte, 1<<20)
+		for off := int64(0); off < floorLogSize; off += int64(len(zero)) {
+			if _, err := f.WriteAt(zero, off); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fl := &floor{log: f, fsync: lg.fsync, inPlace: lg.inPlace, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), leader: leader}
 	fl.idle.L = &fl.mu
 	if !leader {
@@ -144,10 +176,12 @@ func benchLatencyFloor(b *testing.B, fsync bool, tokenDelayMs, words int, spread
 
 // floor is BenchmarkEventLatencyFloor's server.
 type floor struct {
-	log   *os.File
-	fsync bool
-	words int
-	delay time.Duration
+	log     *os.File
+	fsync   bool
+	inPlace bool  // write over the file from off, cyclically (floorLog)
+	off     int64 // where the next in-place write begins
+	words   int
+	delay   time.Duration
 
 	mu      sync.Mutex
 	pending []floorFrame // emitted, not yet written to the log
@@ -252,14 +286,25 @@ func (fl *floor) lead() {
 	}
 }
 
-// write appends a batch's frames to the log.
+// write appends a batch's frames to the log (writes them over it, in
+// place).
 func (fl *floor) write(batch []floorFrame) {
 	fl.buf = fl.buf[:0]
 	for _, fr := range batch {
 		fl.buf = append(fl.buf, fr.bytes...)
 	}
-	if _, err := fl.log.Write(fl.buf); err != nil {
-		panic(err)
+	if !fl.inPlace {
+		if _, err := fl.log.Write(fl.buf); err != nil {
+			panic(err)
+		}
+		return
+	}
+	for rest := fl.buf; len(rest) > 0; {
+		n := min(len(rest), int(floorLogSize-fl.off))
+		if _, err := fl.log.WriteAt(rest[:n], fl.off); err != nil {
+			panic(err)
+		}
+		rest, fl.off = rest[n:], (fl.off+int64(n))%floorLogSize
 	}
 }
 
