@@ -73,6 +73,38 @@ func TestErrorsAndLimits(t *testing.T) {
 	require.NotEmpty(t, limited.Header.Get("Retry-After"))
 }
 
+// A path that no route has answers 404 with what is wrong with it, a
+// route's path with a method it does not take 405 with the ones it does:
+// an empty id is no id left out of a command, and a trailing slash is
+// named as such, not taken for a method the route lacks.
+func TestRouteMisses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	graphID, chatID := e.newChat(basicGraph(""))
+	var b errBody
+	for _, miss := range []struct{ method, path, message string }{
+		{"GET", "/api/v1/runs//events", "no such route: the path's id is empty"},
+		{"POST", "/api/v1/runs//cancel", "no such route: the path's id is empty"},
+		{"POST", "/api/v1/chats//messages", "no such route: the path's id is empty"},
+		{"POST", "/api/v1/chats//cancel", "no such route: the path's id is empty"},
+		{"POST", "/api/v1/chats/" + chatID + "/messages//retry", "no such route: the path's mid is empty"},
+		{"GET", "/api/v1/chats/", "no such route: /api/v1/chats/ is /api/v1/chats without its trailing slash"},
+		{"GET", "/api/v1/graphs/" + graphID + "/", "no such route: /api/v1/graphs/" + graphID + "/ is /api/v1/graphs/" + graphID + " without its trailing slash"},
+		{"POST", "/api/v1/nothing/", "no such route"},
+	} {
+		e.mustStatus(e.do(miss.method, miss.path, map[string]any{"content": "hi"}, &b), http.StatusNotFound)
+		require.Equal(t, "not_found", b.Error.Code, "%s %s", miss.method, miss.path)
+		require.Equal(t, miss.message, b.Error.Message, "%s %s", miss.method, miss.path)
+	}
+	require.Empty(t, messages(e.chat(chatID)), "no call reached the chat")
+
+	resp := e.do("DELETE", "/api/v1/chats", nil, &b)
+	e.mustStatus(resp, http.StatusMethodNotAllowed)
+	require.Equal(t, "GET, POST", resp.Header.Get("Allow"))
+	require.Equal(t, "DELETE is not allowed here (allowed: GET, POST)", b.Error.Message)
+	e.mustStatus(e.do("GET", "/api/v1/chats", nil, nil), http.StatusOK)
+}
+
 func TestChatCallValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -299,7 +299,7 @@ func (s *Server) routes() (*echo.Echo, error) {
 	// budget per client, the limiter before auth (token guessing is
 	// limited too), JSON-only bodies read within their deadline, and the
 	// request timeout off the streaming routes.
-	guard := []echo.MiddlewareFunc{s.rateLimiter(), s.auth, jsonOnly, s.bodyDeadline,
+	guard := []echo.MiddlewareFunc{s.rateLimiter(), s.auth, pathIDs, jsonOnly, s.bodyDeadline,
 		middleware.BodyLimit(strconv.FormatInt(s.cfg.BodyLimit, 10)),
 		middleware.ContextTimeoutWithConfig(middleware.ContextTimeoutConfig{
 			Timeout: s.cfg.RequestTimeout, Skipper: s.streaming})}

@@ -32,6 +32,9 @@ func (s *Server) ui(c echo.Context) error {
 		return newError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "%s is not allowed here (allowed: %s)", c.Request().Method, allow)
 	}
 	if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead || strings.HasPrefix(p, "api/") {
+		if trimmed := strings.TrimRight(c.Request().URL.Path, "/"); trimmed != c.Request().URL.Path && s.allowedMethods(trimmed) != "" {
+			return trailingSlash(c.Request().URL.Path)
+		}
 		return notFound("no such route")
 	}
 	if s.cfg.UI == nil {
@@ -62,9 +65,11 @@ func (s *Server) ui(c echo.Context) error {
 
 // allowedMethods returns the methods routes of this exact path accept
 // ("" when none): the router gives its own 404 handler priority over 405,
-// so the not-found handler answers 405 itself.
+// so the not-found handler answers 405 itself. A trailing slash is part
+// of the path (/api/v1/chats/ is no route of /api/v1/chats), and a
+// parameter matches no empty segment (see pathIDs).
 func (s *Server) allowedMethods(path string) string {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	var methods []string
 	for _, r := range s.echo.Routes() {
 		if r.Method == "echo_route_not_found" || strings.Contains(r.Path, "*") {
@@ -76,7 +81,7 @@ func (s *Server) allowedMethods(path string) string {
 		}
 		match := true
 		for i := range rs {
-			if !strings.HasPrefix(rs[i], ":") && rs[i] != segs[i] {
+			if param := strings.HasPrefix(rs[i], ":"); param && segs[i] == "" || !param && rs[i] != segs[i] {
 				match = false
 				break
 			}
@@ -87,4 +92,30 @@ func (s *Server) allowedMethods(path string) string {
 	}
 	sort.Strings(methods)
 	return strings.Join(methods, ", ")
+}
+
+// pathIDs answers 404 for a route matched with a path parameter that is
+// no id: an empty one (/api/v1/runs//events), which the handlers would
+// otherwise read as an id left out of a command, or one holding a slash,
+// as the router matches the last parameter of /api/v1/graphs/g_1/.
+func pathIDs(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		for i, v := range c.ParamValues() {
+			switch name := c.ParamNames()[i]; {
+			case name == "*":
+			case v == "":
+				return notFound("no such route: the path's %s is empty", name)
+			case strings.HasSuffix(v, "/") && strings.HasSuffix(c.Request().URL.Path, "/"):
+				return trailingSlash(c.Request().URL.Path)
+			case strings.Contains(v, "/"):
+				return notFound("no such route")
+			}
+		}
+		return next(c)
+	}
+}
+
+// trailingSlash is the 404 of a route's path with a slash after it.
+func trailingSlash(path string) *Error {
+	return notFound("no such route: %s is %s without its trailing slash", path, strings.TrimRight(path, "/"))
 }
