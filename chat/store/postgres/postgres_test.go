@@ -35,7 +35,7 @@ func open(t *testing.T) (chat.Store, runtime.Store) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, open)
+	storetest.Run(t, open, storetest.ReplacesNUL())
 }
 
 // A schema whose chat tables predate versioned migrations (the tables of

@@ -32,9 +32,17 @@ func Durable(reopen func(t *testing.T, cs chat.Store, runs runtime.Store) (chat.
 	return func(s *suite) { s.reopen = reopen }
 }
 
+// ReplacesNUL tells the suite that the store writes U+0000 in text (and
+// the escape \u0000 in a graph's JSON) as U+FFFD, as one on PostgreSQL
+// must; without it the suite expects them back as written.
+func ReplacesNUL() Option {
+	return func(s *suite) { s.replacesNUL = true }
+}
+
 type suite struct {
-	open   Open
-	reopen func(t *testing.T, cs chat.Store, runs runtime.Store) (chat.Store, runtime.Store)
+	open        Open
+	reopen      func(t *testing.T, cs chat.Store, runs runtime.Store) (chat.Store, runtime.Store)
+	replacesNUL bool
 }
 
 // Run runs the conformance suite against the stores open returns.
@@ -57,6 +65,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"BeginTurnClaim", s.testClaim},
 		{"ClaimRace", s.testClaimRace},
 		{"FinishMessageComparesRun", s.testFinishMessage},
+		{"TextWithNUL", s.testTextWithNUL},
 		{"UnsettledListsOpenAnswers", s.testUnsettled},
 		{"ListsPage", s.testPages},
 		{"MessagesPage", s.testMessagePages},
@@ -612,6 +621,46 @@ func (s *suite) testFinishMessage(t *testing.T) {
 
 	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: "zz", ChatID: "c1", RunID: "r2"}), chat.ErrNotFound)
 	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: a1.ID, ChatID: "nope", RunID: "r2"}), chat.ErrNotFound)
+}
+
+// Text holding U+0000 — a client's message, a tool's error in an answer,
+// a graph's name or JSON — is written and read back, or with U+FFFD in
+// its place (ReplacesNUL); an id holding it is simply not found.
+func (s *suite) testTextWithNUL(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	const nul = "a\x00b"
+	want, wantJSON := nul, `{"name":"a\u0000b","x":"\\u0000"}`
+	if s.replacesNUL {
+		want, wantJSON = "a\uFFFDb", `{"name":"a\ufffdb","x":"\\u0000"}`
+	}
+	require.NoError(t, cs.CreateGraph(ctx, &chat.Graph{ID: "g1", Name: nul, Body: json.RawMessage(`{"name":"a\u0000b","x":"\\u0000"}`)}))
+	g, err := cs.GetGraph(ctx, "g1")
+	require.NoError(t, err)
+	require.Equal(t, want, g.Name)
+	require.JSONEq(t, wantJSON, string(g.Body))
+
+	require.NoError(t, cs.CreateChat(ctx, &chat.Chat{ID: "c1", GraphID: "g1", Title: nul}, 0))
+	c, err := cs.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, want, c.Title)
+	u := &chat.Message{ID: "u-r1", Role: chat.RoleUser, Content: nul, RunID: "r1", TurnRunID: "r1", Status: chat.StatusCompleted}
+	a := &chat.Message{ID: "a-r1", ParentID: u.ID, Role: chat.RoleAssistant, RunID: "r1", TurnRunID: "r1", Status: chat.StatusPending}
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: a.ID, Messages: []*chat.Message{u, a},
+		Run: reservation("r1", "c1")}))
+	require.Equal(t, want, getMessage(t, cs, "c1", u.ID).Content)
+	require.NoError(t, cs.FinishMessage(ctx, &chat.Message{ID: a.ID, ChatID: "c1", RunID: "r1", Content: "echo: " + nul,
+		Status: chat.StatusFailed, Error: "tool: " + nul}))
+	m := getMessage(t, cs, "c1", a.ID)
+	require.Equal(t, "echo: "+want, m.Content)
+	require.Equal(t, "tool: "+want, m.Error)
+
+	_, err = cs.GetChat(ctx, "c1\x00")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	_, err = cs.GetMessage(ctx, "c1", "u-r1\x00")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	_, err = cs.GetGraph(ctx, "g1\x00")
+	require.ErrorIs(t, err, chat.ErrNotFound)
 }
 
 func (s *suite) testUnsettled(t *testing.T) {

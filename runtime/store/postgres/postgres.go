@@ -84,6 +84,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = "chatgraph"
 	}
+	// Every connection writes U+0000 as U+FFFD (nul.go).
+	pcfg.ConnConfig.Tracer = nulSafeArgs{}
+	pcfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		nulSafeJSONB(c.TypeMap())
+		return nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres store: %w", err)

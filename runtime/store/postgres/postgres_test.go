@@ -34,7 +34,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) runtime.Store { return open(t) },
 		storetest.Durable(func(t *testing.T, s runtime.Store) runtime.Store {
 			return openSchema(t, s.(*postgres.Store).Schema())
-		}))
+		}), storetest.ReplacesNUL())
 }
 
 func TestOpenConfig(t *testing.T) {

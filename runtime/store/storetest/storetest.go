@@ -31,9 +31,17 @@ func Durable(reopen func(t *testing.T, s runtime.Store) runtime.Store) Option {
 	return func(s *suite) { s.reopen = reopen }
 }
 
+// ReplacesNUL tells the suite that the store writes U+0000 in text as
+// U+FFFD, as one on PostgreSQL must (its text holds no U+0000); without
+// it the suite expects text back as it was written.
+func ReplacesNUL() Option {
+	return func(s *suite) { s.replacesNUL = true }
+}
+
 type suite struct {
-	open   func(t *testing.T) runtime.Store
-	reopen func(t *testing.T, s runtime.Store) runtime.Store
+	open        func(t *testing.T) runtime.Store
+	reopen      func(t *testing.T, s runtime.Store) runtime.Store
+	replacesNUL bool
 }
 
 // wait bounds every poll for something that happens in time (a lease
@@ -60,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) runtime.Store, opts ...Option) {
 		{"CheckpointUpsertOrder", s.testCheckpointUpsert},
 		{"EventsAppendAndPage", s.testEventsAppend},
 		{"EventsSeqConflict", s.testEventsSeqConflict},
+		{"TextWithNUL", s.testTextWithNUL},
 		{"Fencing", s.testFencing},
 		{"WriteBatches", s.testWriteBatches},
 		{"WriteBatchFinish", s.testWriteBatchFinish},
@@ -463,6 +472,48 @@ func (s *suite) testCheckpointUpsert(t *testing.T) {
 }
 
 // --- events ---------------------------------------------------------------
+
+// Text holding U+0000, which outside parts write (a tool's error quoting
+// its input, a client's id), is written: a run's record, attributes and
+// checkpoint keep it, or U+FFFD in its place (ReplacesNUL); its events
+// keep it; an id holding it is simply not found.
+func (s *suite) testTextWithNUL(t *testing.T) {
+	st := s.open(t)
+	ctx := t.Context()
+	const nul = "a\x00b"
+	want := nul
+	if s.replacesNUL {
+		want = "a\uFFFDb"
+	}
+	r := newRun("r1")
+	r.Attrs = map[string]any{"note": nul}
+	create(t, st, r)
+	r.Status, r.Error = runtime.RunFailed, "tool: "+nul
+	require.NoError(t, st.UpdateRun(ctx, r))
+	require.NoError(t, st.SaveCheckpoint(ctx, &runtime.Checkpoint{RunID: "r1", NodeID: "n1", Status: runtime.NodeFailed,
+		Error: nul, Summary: nul, Attempt: 1, StartedAt: at(0), UpdatedAt: at(time.Millisecond)}))
+	evs := mkEvents("r1", 1, 1)
+	evs[0].Data = map[string]any{"text": nul}
+	require.NoError(t, st.AppendEvents(ctx, "r1", 0, evs))
+
+	got := getRun(t, st, "r1")
+	require.Equal(t, "tool: "+want, got.Error)
+	require.Equal(t, want, got.Attrs["note"])
+	cps := checkpoints(t, st, "r1")
+	require.Len(t, cps, 1)
+	require.Equal(t, want, cps[0].Error)
+	require.Equal(t, want, cps[0].Summary)
+	read := events(t, st, "r1", 0, 0)
+	require.Len(t, read, 1)
+	raw, err := json.Marshal(read[0].Data)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"text":"a\u0000b"}`, string(raw), "event payloads keep U+0000")
+
+	_, err = st.GetRun(ctx, "r1\x00")
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+	_, err = st.Events(ctx, "r1\x00", 0, 0)
+	require.ErrorIs(t, err, runtime.ErrRunNotFound)
+}
 
 func (s *suite) testEventsAppend(t *testing.T) {
 	st := s.open(t)
