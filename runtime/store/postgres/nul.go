@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +31,7 @@ import (
 
 // nulSafeArgs is the pool's tracer. pgx hands it the arguments of each
 // query and batch before it encodes them, as the very slice it encodes:
-// it replaces there each string (and *string) holding U+0000. (pgx
+// it replaces there each string (*string, []string) holding U+0000. (pgx
 // writes a string in the text format itself, asking no codec, so a
 // codec cannot do this.)
 type nulSafeArgs struct{}
@@ -65,6 +66,14 @@ func replaceNULArgs(args []any) {
 			if v != nil && strings.IndexByte(*v, 0) >= 0 {
 				s := strings.ReplaceAll(*v, "\x00", "\uFFFD")
 				args[i] = &s // not the caller's string
+			}
+		case []string: // an array, as in id = ANY($1)
+			if slices.ContainsFunc(v, func(s string) bool { return strings.IndexByte(s, 0) >= 0 }) {
+				out := make([]string, len(v)) // not the caller's slice
+				for j, s := range v {
+					out[j] = strings.ReplaceAll(s, "\x00", "\uFFFD")
+				}
+				args[i] = out
 			}
 		}
 	}

@@ -24,7 +24,8 @@ func TestReplaceNULEscapes(t *testing.T) {
 
 func TestReplaceNULArgs(t *testing.T) {
 	s := "a\x00b"
-	args := []any{"x\x00", &s, "clean", 7, []byte("a\x00"), (*string)(nil)}
+	ids := []string{"r1", "r\x00"}
+	args := []any{"x\x00", &s, "clean", 7, []byte("a\x00"), (*string)(nil), ids}
 	replaceNULArgs(args)
 	require.Equal(t, "x\uFFFD", args[0])
 	require.Equal(t, "a\uFFFDb", *args[1].(*string))
@@ -32,4 +33,6 @@ func TestReplaceNULArgs(t *testing.T) {
 	require.Equal(t, "clean", args[2])
 	require.Equal(t, 7, args[3])
 	require.Equal(t, []byte("a\x00"), args[4], "bytes are not text")
+	require.Equal(t, []string{"r1", "r\uFFFD"}, args[6])
+	require.Equal(t, "r\x00", ids[1], "the caller's slice is not written")
 }
