@@ -19,6 +19,9 @@ var (
 	// ErrTooManyChats: the chat's owner already has as many chats as it
 	// may (Config.MaxChatsPerClient).
 	ErrTooManyChats = errors.New("too many chats")
+	// ErrRequestTaken: a turn's request id (Turn.Request) is the chat's
+	// already, another call's.
+	ErrRequestTaken = errors.New("request id taken")
 )
 
 // CheckOwned is a store's CreateChat decision, from what it counted in
@@ -158,6 +161,21 @@ type Turn struct {
 	Claim *Claim
 	// Run is the reservation: Status must be runtime.RunPending.
 	Run *runtime.RunRecord
+	// Request, when set, is kept under (ChatID, Request.ID): the turn is
+	// refused (ErrRequestTaken) when the chat has that request id.
+	Request *RequestRecord
+}
+
+// RequestRecord is a chat call made with an idempotent client request id
+// (Request.Idempotent): what a call sent again is answered with.
+type RequestRecord struct {
+	ID string
+	// Fingerprint digests what the call asked (requestFingerprint): the
+	// same id with another fingerprint is another call.
+	Fingerprint string
+	// Ticket is what the call revealed: its run, its messages, its chat.
+	Ticket    Ticket
+	CreatedAt time.Time
 }
 
 // Claim names the assistant message a continue takes over: the claim
@@ -349,6 +367,9 @@ type Store interface {
 	// ended, or of runs whose process died after the run ended and before
 	// it wrote the message (recovery settles those).
 	Unsettled(ctx context.Context, limit int) ([]*Message, error)
+	// GetRequest returns the chat's record of a request id (Turn.Request);
+	// ErrNotFound if it has none.
+	GetRequest(ctx context.Context, chatID, id string) (*RequestRecord, error)
 	// DeleteMessages removes messages (a rolled-back turn) and sets the
 	// active leaf when activeLeafID is not empty.
 	DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error

@@ -82,8 +82,11 @@ const (
 
 // chatTables are the chat store's tables, as chats.db had them, with the
 // record of its migrations (so steps the file had are not applied again,
-// and those it lacked are).
-var chatTables = []string{"graphs", "graph_versions", "chats", "messages", "chat_schema_migrations"}
+// and those it lacked are). Every table a recorded step may have made is
+// listed: a table the file lacks is skipped, one it has must come along
+// with the record of the step that made it.
+var chatTables = []string{"graphs", "graph_versions", "chats", "messages", "chat_data_migrations", "chat_requests",
+	"chat_schema_migrations"}
 
 // adoptSplitState turns a state dir of two files (runs.db and chats.db)
 // into one chatgraph.db, once: the run file becomes chatgraph.db (its

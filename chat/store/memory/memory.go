@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -29,9 +30,10 @@ type Store struct {
 }
 
 type memChat struct {
-	chat  chat.Chat
-	msgs  []*chat.Message
-	index map[string]*chat.Message
+	chat     chat.Chat
+	msgs     []*chat.Message
+	index    map[string]*chat.Message
+	requests map[string]chat.RequestRecord // by id (Turn.Request)
 }
 
 var _ chat.Store = (*Store)(nil)
@@ -307,6 +309,11 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 		}
 		seen[m.ID] = true
 	}
+	if r := t.Request; r != nil {
+		if _, ok := c.requests[r.ID]; ok {
+			return fmt.Errorf("%w: request %s of chat %s", chat.ErrRequestTaken, r.ID, t.ChatID)
+		}
+	}
 	var claimed *chat.Message
 	if t.Claim != nil {
 		m, ok := c.index[t.Claim.MessageID]
@@ -345,6 +352,14 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 	}
 	if claimed != nil {
 		claimed.RunID, claimed.Status, claimed.Error, claimed.UpdatedAt = t.Run.ID, chat.StatusPending, "", now
+	}
+	if r := t.Request; r != nil {
+		if c.requests == nil {
+			c.requests = map[string]chat.RequestRecord{}
+		}
+		rec := *r
+		rec.CreatedAt = now
+		c.requests[r.ID] = rec
 	}
 	if t.ActiveLeafID != "" {
 		c.chat.ActiveLeafID = t.ActiveLeafID
@@ -478,11 +493,27 @@ func (s *Store) DeleteMessages(_ context.Context, chatID string, ids []string, a
 		delete(c.index, id)
 	}
 	c.msgs = slices.DeleteFunc(c.msgs, func(m *chat.Message) bool { return del[m.ID] })
+	maps.DeleteFunc(c.requests, func(_ string, r chat.RequestRecord) bool { return del[r.Ticket.MessageID] })
 	if activeLeafID != "" {
 		c.chat.ActiveLeafID = activeLeafID
 	}
 	c.chat.UpdatedAt = s.now().UTC()
 	return nil
+}
+
+// GetRequest implements chat.Store.
+func (s *Store) GetRequest(_ context.Context, chatID, id string) (*chat.RequestRecord, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, err := s.chat(chatID)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := c.requests[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: request %s of chat %s", chat.ErrNotFound, id, chatID)
+	}
+	return &r, nil
 }
 
 // SetActiveLeaf implements chat.Store.

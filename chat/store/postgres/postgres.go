@@ -304,7 +304,10 @@ func (s *Store) DeleteChat(ctx context.Context, id string) error {
 		if err := affected(tag, chat.ErrNotFound, "chat "+id); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1`, id)
+		if _, err = tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1`, id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM chat_requests WHERE chat_id = $1`, id)
 		return err
 	})
 }
@@ -388,6 +391,17 @@ func stamp(turn chat.Turn, t time.Time) {
 func beginTurn(ctx context.Context, tx pgx.Tx, turn chat.Turn, t time.Time) error {
 	if err := touchChat(ctx, tx, turn.ChatID, turn.ActiveLeafID); err != nil {
 		return err
+	}
+	if r := turn.Request; r != nil {
+		tag, err := tx.Exec(ctx, `INSERT INTO chat_requests (chat_id, id, fingerprint, run_id, message_id, user_message_id, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (chat_id, id) DO NOTHING`,
+			turn.ChatID, r.ID, r.Fingerprint, r.Ticket.RunID, r.Ticket.MessageID, r.Ticket.UserMessageID, t)
+		if err != nil {
+			return err
+		}
+		if err := affected(tag, chat.ErrRequestTaken, "request "+r.ID+" of chat "+turn.ChatID); err != nil {
+			return err
+		}
 	}
 	if c := turn.Claim; c != nil {
 		tag, err := tx.Exec(ctx, `UPDATE chat_messages SET run_id = $1, status = $2, error = '', updated_at = $3
@@ -531,9 +545,27 @@ func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string,
 		if err := touchChat(ctx, tx, chatID, activeLeafID); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1 AND id = ANY($2)`, chatID, ids)
+		if _, err := tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1 AND id = ANY($2)`, chatID, ids); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM chat_requests WHERE chat_id = $1 AND message_id = ANY($2)`, chatID, ids)
 		return err
 	})
+}
+
+// GetRequest implements chat.Store.
+func (s *Store) GetRequest(ctx context.Context, chatID, id string) (*chat.RequestRecord, error) {
+	r := &chat.RequestRecord{ID: id, Ticket: chat.Ticket{ChatID: chatID}}
+	err := s.pool.QueryRow(ctx, `SELECT fingerprint, run_id, message_id, user_message_id, created_at FROM chat_requests
+		WHERE chat_id = $1 AND id = $2`, chatID, id).Scan(&r.Fingerprint, &r.Ticket.RunID, &r.Ticket.MessageID, &r.Ticket.UserMessageID, &r.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: request %s of chat %s", chat.ErrNotFound, id, chatID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.CreatedAt = r.CreatedAt.UTC()
+	return r, nil
 }
 
 // SetActiveLeaf implements chat.Store.

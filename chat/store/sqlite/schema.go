@@ -95,6 +95,21 @@ CREATE TABLE IF NOT EXISTS chat_data_migrations (
 	SQL: `
 CREATE INDEX IF NOT EXISTS graphs_name ON graphs(name) WHERE deleted = 0;
 `,
+}, {
+	Version: 6,
+	Name:    "chat calls by idempotent client request id",
+	SQL: `
+CREATE TABLE IF NOT EXISTS chat_requests (
+	chat_id         TEXT NOT NULL,
+	id              TEXT NOT NULL,
+	fingerprint     TEXT NOT NULL,
+	run_id          TEXT NOT NULL,
+	message_id      TEXT NOT NULL,
+	user_message_id TEXT NOT NULL DEFAULT '',
+	created_at      INTEGER NOT NULL,
+	PRIMARY KEY (chat_id, id)
+);
+`,
 }}
 
 // SchemaVersion is the chat schema version this package writes.

@@ -52,7 +52,7 @@ var _ chat.Joiner = (*Store)(nil)
 // In the run store's writer transaction (a group commit's joined writes,
 // Update) exec runs them on the writer's driver connection instead,
 // prepared there on first use (rsqlite.Store.Exec).
-var txQueries = []string{touchChatQuery, insertMessageQuery, claimMessageQuery, finishMessageQuery, messageRunQuery}
+var txQueries = []string{touchChatQuery, insertMessageQuery, claimMessageQuery, finishMessageQuery, messageRunQuery, insertRequestQuery}
 
 // exec runs q, a write, in tx, a transaction on the run store's writer:
 // on its driver connection (rsqlite.Store.Exec).
@@ -65,7 +65,8 @@ func (s *Store) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sq
 // sentinels callers branch on.
 func (s *Store) update(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
 	err := s.runs.Update(ctx, fn)
-	if err == nil || errors.Is(err, chat.ErrNotFound) || errors.Is(err, chat.ErrConflict) || errors.Is(err, chat.ErrTooManyChats) {
+	if err == nil || errors.Is(err, chat.ErrNotFound) || errors.Is(err, chat.ErrConflict) || errors.Is(err, chat.ErrTooManyChats) ||
+		errors.Is(err, chat.ErrRequestTaken) {
 		return err
 	}
 	return fmt.Errorf("chat sqlite store: %s: %w", op, err)
@@ -346,7 +347,10 @@ func (s *Store) DeleteChat(ctx context.Context, id string) error {
 		if err := affected(res, chat.ErrNotFound, "chat "+id); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM messages WHERE chat_id = ?`, id)
+		if _, err = tx.ExecContext(ctx, `DELETE FROM messages WHERE chat_id = ?`, id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM chat_requests WHERE chat_id = ?`, id)
 		return err
 	})
 }
@@ -431,6 +435,16 @@ func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t chat.Turn, now time
 	if err := s.touchChat(ctx, tx, t.ChatID, t.ActiveLeafID, now); err != nil {
 		return err
 	}
+	if r := t.Request; r != nil {
+		res, err := s.exec(ctx, tx, insertRequestQuery, t.ChatID, r.ID, r.Fingerprint, r.Ticket.RunID, r.Ticket.MessageID,
+			r.Ticket.UserMessageID, ts(now))
+		if err != nil {
+			return err
+		}
+		if err := affected(res, chat.ErrRequestTaken, "request "+r.ID+" of chat "+t.ChatID); err != nil {
+			return err
+		}
+	}
 	for _, m := range t.Messages {
 		ut, err := tools(m.UserTools)
 		if err != nil {
@@ -468,7 +482,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, id) DO NOTH
 WHERE chat_id = ? AND id = ? AND run_id = ?`
 	finishMessageQuery = `UPDATE messages SET content = ?, status = ?, error = ?, updated_at = ?
 WHERE chat_id = ? AND id = ? AND run_id = ?`
-	messageRunQuery = `SELECT run_id FROM messages WHERE chat_id = ? AND id = ?`
+	messageRunQuery    = `SELECT run_id FROM messages WHERE chat_id = ? AND id = ?`
+	insertRequestQuery = `INSERT INTO chat_requests (chat_id, id, fingerprint, run_id, message_id, user_message_id, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, id) DO NOTHING`
 )
 
 // lost says why a write conditional on a message's run id changed
@@ -619,9 +635,28 @@ func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string,
 			if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE chat_id = ? AND id = ?`, chatID, id); err != nil {
 				return err
 			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM chat_requests WHERE chat_id = ? AND message_id = ?`, chatID, id); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
+}
+
+// GetRequest implements chat.Store.
+func (s *Store) GetRequest(ctx context.Context, chatID, id string) (*chat.RequestRecord, error) {
+	r := &chat.RequestRecord{ID: id, Ticket: chat.Ticket{ChatID: chatID}}
+	var created int64
+	err := s.runs.ReadRow(ctx, `SELECT fingerprint, run_id, message_id, user_message_id, created_at FROM chat_requests
+		WHERE chat_id = ? AND id = ?`, chatID, id).Scan(&r.Fingerprint, &r.Ticket.RunID, &r.Ticket.MessageID, &r.Ticket.UserMessageID, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: request %s of chat %s", chat.ErrNotFound, id, chatID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.CreatedAt = fromTS(created)
+	return r, nil
 }
 
 // SetActiveLeaf implements chat.Store.

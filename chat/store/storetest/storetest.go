@@ -66,6 +66,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"ClaimRace", s.testClaimRace},
 		{"FinishMessageComparesRun", s.testFinishMessage},
 		{"TextWithNUL", s.testTextWithNUL},
+		{"RequestsKeptOncePerChat", s.testRequests},
 		{"UnsettledListsOpenAnswers", s.testUnsettled},
 		{"ListsPage", s.testPages},
 		{"MessagesPage", s.testMessagePages},
@@ -621,6 +622,74 @@ func (s *suite) testFinishMessage(t *testing.T) {
 
 	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: "zz", ChatID: "c1", RunID: "r2"}), chat.ErrNotFound)
 	require.ErrorIs(t, cs.FinishMessage(ctx, &chat.Message{ID: a1.ID, ChatID: "nope", RunID: "r2"}), chat.ErrNotFound)
+}
+
+// A turn's request (Turn.Request) is kept with the turn, read back by
+// any instance, and taken once per chat: a second turn with the id is
+// refused and writes nothing, also when it claims a message instead; the
+// same id in another chat is another request. Deleting the turn's
+// messages (a rollback) or the chat forgets it.
+func (s *suite) testRequests(t *testing.T) {
+	cs, runs := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	newChat(t, cs, "c2")
+	req := func(runID string) *chat.RequestRecord {
+		return &chat.RequestRecord{ID: "req-1", Fingerprint: "fp-" + runID,
+			Ticket: chat.Ticket{RunID: runID, MessageID: "a-" + runID, UserMessageID: "u-" + runID, ChatID: "c1"}}
+	}
+	_, err := cs.GetRequest(ctx, "c1", "req-1")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	u := &chat.Message{ID: "u-r1", Role: chat.RoleUser, Content: "hi", RunID: "r1", TurnRunID: "r1", Status: chat.StatusCompleted}
+	a := &chat.Message{ID: "a-r1", ParentID: u.ID, Role: chat.RoleAssistant, RunID: "r1", TurnRunID: "r1", Status: chat.StatusPending}
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: a.ID, Messages: []*chat.Message{u, a},
+		Run: reservation("r1", "c1"), Request: req("r1")}))
+	other, _ := s.second(t, cs, runs)
+	got, err := other.GetRequest(ctx, "c1", "req-1")
+	require.NoError(t, err)
+	require.Equal(t, "fp-r1", got.Fingerprint)
+	require.Equal(t, chat.Ticket{RunID: "r1", MessageID: "a-r1", UserMessageID: "u-r1", ChatID: "c1"}, got.Ticket)
+	require.False(t, got.CreatedAt.IsZero())
+
+	// Taken: a new turn, and a claim, are refused with nothing written.
+	u2 := &chat.Message{ID: "u-r2", Role: chat.RoleUser, Content: "hi", RunID: "r2", TurnRunID: "r2", Status: chat.StatusCompleted}
+	a2 := &chat.Message{ID: "a-r2", ParentID: u2.ID, Role: chat.RoleAssistant, RunID: "r2", TurnRunID: "r2", Status: chat.StatusPending}
+	err = other.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: a2.ID, Messages: []*chat.Message{u2, a2},
+		Run: reservation("r2", "c1"), Request: req("r2")})
+	require.ErrorIs(t, err, chat.ErrRequestTaken)
+	err = cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Claim: &chat.Claim{MessageID: a.ID, FromRunID: "r1"},
+		Run: reservation("r3", "c1"), Request: req("r3")})
+	require.ErrorIs(t, err, chat.ErrRequestTaken)
+	_, err = cs.GetMessage(ctx, "c1", "u-r2")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	require.Equal(t, "r1", getMessage(t, cs, "c1", a.ID).RunID, "the refused claim took nothing")
+	for _, id := range []string{"r2", "r3"} {
+		_, err = runs.GetRun(ctx, id)
+		require.ErrorIs(t, err, runtime.ErrRunNotFound, "no reservation of %s", id)
+	}
+	c, err := cs.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, a.ID, c.ActiveLeafID)
+	got, err = cs.GetRequest(ctx, "c1", "req-1")
+	require.NoError(t, err)
+	require.Equal(t, "r1", got.Ticket.RunID, "the first turn's request is kept")
+
+	// Another chat's request of the same id.
+	u4 := &chat.Message{ID: "u-r4", Role: chat.RoleUser, Content: "hi", RunID: "r4", TurnRunID: "r4", Status: chat.StatusCompleted}
+	r4 := req("r4")
+	r4.Ticket.ChatID = "c2"
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c2", Messages: []*chat.Message{u4}, Run: reservation("r4", "c2"), Request: r4}))
+	got, err = cs.GetRequest(ctx, "c2", "req-1")
+	require.NoError(t, err)
+	require.Equal(t, "r4", got.Ticket.RunID)
+
+	// A rollback of the turn forgets it; so does deleting the chat.
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{u.ID, a.ID}, ""))
+	_, err = cs.GetRequest(ctx, "c1", "req-1")
+	require.ErrorIs(t, err, chat.ErrNotFound)
+	require.NoError(t, cs.DeleteChat(ctx, "c2"))
+	_, err = cs.GetRequest(ctx, "c2", "req-1")
+	require.ErrorIs(t, err, chat.ErrNotFound)
 }
 
 // Text holding U+0000 — a client's message, a tool's error in an answer,
