@@ -3,8 +3,11 @@ package chat
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -46,6 +49,10 @@ type Request struct {
 	UserTools   []string
 	// ClientRequestID is also a cancel scope.
 	ClientRequestID string
+	// Idempotent makes ClientRequestID the call's key in its chat: the
+	// call sent again is answered with the first one's ticket, not run
+	// again, and another call with the key is refused (see Send).
+	Idempotent bool
 	// Strategy is the double-texting strategy (default enqueue).
 	Strategy runcontrol.Strategy
 	// Resume answers the continued run's interrupts.
@@ -79,6 +86,9 @@ type Ticket struct {
 	MessageID     string `json:"messageId"`
 	UserMessageID string `json:"userMessageId,omitempty"`
 	ChatID        string `json:"chatId"`
+	// Replayed: the call was an idempotent one sent again; the ticket is
+	// the first one's and nothing was started.
+	Replayed bool `json:"-"`
 }
 
 // idEncoding is base32 over the id alphabet [a-z2-7] in byte order, so
@@ -119,20 +129,100 @@ type turn struct {
 	parentRun  *runtime.RunRecord
 	values     map[string]any // continue: answers by interrupt id
 	value      any            // continue: the single answer
+	// fingerprint digests an Idempotent call as sent (requestFingerprint):
+	// its turn is kept under its ClientRequestID ("": not kept).
+	fingerprint string
 }
 
 // Send starts a chat call: it prepares the turn, mints the run id and
 // launches the run (see launch). The ticket names the run and the
 // assistant message it writes.
+//
+// An Idempotent call is kept under its ClientRequestID in its chat, in
+// the transaction that writes its turn. Sent again — a client retrying
+// a call whose answer it lost, at once or after a restart, to any
+// process — it is answered with the first call's ticket (Replayed) and
+// starts nothing; a different call with the same id is refused
+// (conflict). Of calls with one id racing, one turn is written and the
+// others are answered as its repeats. A call refused before its turn was
+// written (reject, a bad request) keeps nothing: sent again, it runs.
 func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
+	if tk, err := s.sentBefore(ctx, req); tk != nil || err != nil {
+		return tk, err
+	}
 	started, err := s.enterStart(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer started()
+	tk, err := s.send(ctx, req)
+	if errors.Is(err, ErrRequestTaken) {
+		// A call with the same id wrote its turn first.
+		if tk, err := s.sentBefore(ctx, req); tk != nil || err != nil {
+			return tk, err
+		}
+	}
+	return tk, err
+}
+
+// sentBefore answers an Idempotent call whose id its chat has kept: the
+// first call's ticket (Replayed) when the call is the same, a conflict
+// when it is not; nil, nil when the chat has no such call (or it is not
+// Idempotent).
+func (s *Service) sentBefore(ctx context.Context, req Request) (*Ticket, error) {
+	if !req.Idempotent || req.ClientRequestID == "" {
+		return nil, nil
+	}
+	chatID := req.ChatID
+	if chatID == "" && req.FromRunID != "" {
+		rec, err := s.runs.GetRun(ctx, req.FromRunID)
+		if err != nil {
+			return nil, nil // the call's preparation says what is wrong
+		}
+		chatID = rec.ChatID
+	}
+	kept, err := s.chats.GetRequest(ctx, chatID, req.ClientRequestID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case kept.Fingerprint != requestFingerprint(req):
+		return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
+			"clientRequestId %s was used by another call in chat %s (run %s)", req.ClientRequestID, chatID, kept.Ticket.RunID),
+			Details: map[string]any{"runIds": []string{kept.Ticket.RunID}}}
+	}
+	tk := kept.Ticket
+	tk.Replayed = true
+	s.log.Info("request replayed", "run", tk.RunID, "chat", chatID, "kind", req.Kind, "clientRequestId", req.ClientRequestID)
+	return &tk, nil
+}
+
+// requestFingerprint digests what a call asks — its kind, what it names,
+// its content, tools, answers and transcript — leaving out how it waits
+// (Strategy) and its id: two calls with one fingerprint do the same.
+func requestFingerprint(req Request) string {
+	h := sha256.New()
+	parent := "\x00none"
+	if req.ParentID != nil {
+		parent = *req.ParentID
+	}
+	enc := json.NewEncoder(h)
+	// Encoding a Request's fields cannot fail: they are strings, string
+	// lists and values decoded from JSON.
+	_ = enc.Encode([]any{req.Kind, req.ChatID, req.MessageID, req.FromRunID, req.Content, parent, req.AgentNodeID,
+		req.UserTools, req.Resume, req.ClientTools, req.History})
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// send is Send of a call not answered as a repeat.
+func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 	t, err := s.prepare(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	if req.Idempotent && req.ClientRequestID != "" {
+		t.fingerprint = requestFingerprint(req) // of the call as sent: prepare fills in what it names
 	}
 	runID := NewID("r_")
 	lr := newLiveRun(runID, t.chat.ID, t.assistant.ID, t.graph)
@@ -712,6 +802,13 @@ func (t *turn) attrs() map[string]any {
 // written pending and marked running when its run starts.
 func (s *Service) writeTurn(ctx context.Context, t *turn, runID string, holding bool) ([]any, error) {
 	w := Turn{ChatID: t.chat.ID, Run: s.reservation(t, runID)}
+	if t.fingerprint != "" {
+		tk := Ticket{RunID: runID, MessageID: t.assistant.ID, ChatID: t.chat.ID}
+		if t.newUser {
+			tk.UserMessageID = t.user.ID
+		}
+		w.Request = &RequestRecord{ID: t.req.ClientRequestID, Fingerprint: t.fingerprint, Ticket: tk}
+	}
 	if t.req.Kind == KindContinueMessage {
 		w.Claim = &Claim{MessageID: t.assistant.ID, FromRunID: t.assistant.RunID}
 		var writes []any

@@ -362,3 +362,63 @@ func TestSSEOnDisconnect(t *testing.T) {
 		require.Equal(t, "tool calculator returned: 42", e.waitMessage(chatID, mid)["content"])
 	}
 }
+
+// A chat call with a clientRequestId sent again — over HTTP or, with the
+// id in the frame, over WebSocket — answers the first call's ticket
+// (header Idempotent-Replayed, ack "replayed": true) and starts nothing;
+// with SSE it streams the first call's run. Another call with the id is
+// 409. A WebSocket frame's own id stands in for a cancel scope only: two
+// frames of one id without clientRequestId are two calls.
+func TestClientRequestIDAnswersRepeats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	body := map[string]any{"content": "hello", "clientRequestId": "retry-1"}
+	var first, again map[string]any
+	resp := e.do("POST", "/api/v1/chats/"+chatID+"/messages", body, &first)
+	e.mustStatus(resp, http.StatusAccepted)
+	require.Empty(t, resp.Header.Get("Idempotent-Replayed"))
+	resp = e.do("POST", "/api/v1/chats/"+chatID+"/messages", body, &again)
+	e.mustStatus(resp, http.StatusAccepted)
+	require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first, again)
+
+	s := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages", body, nil)
+	require.Equal(t, "true", s.resp.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, first["runId"], s.resp.Header.Get("X-Run-Id"))
+	evs := s.all(t)
+	requireGapFree(t, evs, 0)
+	require.Equal(t, "run_completed", evs[len(evs)-1].Type)
+
+	var b errBody
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "other", "clientRequestId": "retry-1"}, &b),
+		http.StatusConflict)
+	require.Equal(t, "conflict", b.Error.Code)
+	require.Contains(t, b.Error.Message, "clientRequestId retry-1 was used by another call")
+
+	c := e.ws()
+	frame := map[string]any{"id": "f1", "type": "stream_chat", "chatId": chatID, "content": "hi", "clientRequestId": "retry-2"}
+	c.send(frame)
+	ack := c.read()
+	require.Equal(t, "ack", ack["type"])
+	require.Nil(t, ack["replayed"])
+	c.until(terminalOf(ack["runId"].(string)))
+	frame["id"] = "f2"
+	c.send(frame)
+	ack2 := c.read()
+	require.Equal(t, true, ack2["replayed"])
+	require.Equal(t, ack["runId"], ack2["runId"])
+	require.Equal(t, ack["messageId"], ack2["messageId"])
+	c.until(terminalOf(ack2["runId"].(string)))
+
+	plain := map[string]any{"id": "f3", "type": "stream_chat", "chatId": chatID, "content": "hi"}
+	c.send(plain)
+	a := c.read()
+	c.until(terminalOf(a["runId"].(string)))
+	c.send(plain)
+	b2 := c.read()
+	require.NotEqual(t, a["runId"], b2["runId"])
+	require.Nil(t, b2["replayed"])
+	c.until(terminalOf(b2["runId"].(string)))
+	require.Len(t, messages(e.chat(chatID)), 8, "four turns: the first, retry-2, and f3 twice")
+}

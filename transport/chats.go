@@ -305,6 +305,7 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	if err := unmarshalStrictShape(b, (*httpBody)(f)); err != nil {
 		return err
 	}
+	f.idempotent = f.ClientRequestID != ""
 	res, _, err := s.exec(c.Request().Context(), f)
 	if err != nil {
 		return err
@@ -313,6 +314,9 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 		return c.JSON(http.StatusAccepted, res.cancel)
 	}
 	ticket := res.ticket
+	if ticket.Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
 	if !wantsSSE(c) {
 		return c.JSON(http.StatusAccepted, ticket)
 	}

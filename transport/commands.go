@@ -46,7 +46,7 @@ func chatCall(kind chat.Kind, body func(f *clientFrame) any) command {
 		},
 		run: func(s *Server, ctx context.Context, f *clientFrame) (*commandResult, error) {
 			req := chat.Request{Kind: kind, ChatID: f.ChatID, MessageID: f.MessageID, Content: f.Content, ParentID: f.ParentID,
-				AgentNodeID: f.AgentNodeID, UserTools: f.UserTools, ClientRequestID: f.ClientRequestID,
+				AgentNodeID: f.AgentNodeID, UserTools: f.UserTools, ClientRequestID: f.ClientRequestID, Idempotent: f.idempotent,
 				Strategy: runcontrol.Strategy(f.MultitaskStrategy)}
 			if kind == chat.KindContinueMessage {
 				req.Resume = orValue(f.Resume, f.Value)
@@ -106,7 +106,7 @@ var commands = map[string]command{
 		},
 		run: func(s *Server, ctx context.Context, f *clientFrame) (*commandResult, error) {
 			return s.send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: f.RunID, Resume: orValue(f.Value, f.Resume),
-				ClientRequestID: f.ClientRequestID, Strategy: runcontrol.Strategy(f.MultitaskStrategy)})
+				ClientRequestID: f.ClientRequestID, Idempotent: f.idempotent, Strategy: runcontrol.Strategy(f.MultitaskStrategy)})
 		},
 	},
 	"cancel": {

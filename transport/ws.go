@@ -48,6 +48,10 @@ type clientFrame struct {
 	Resume            any      `json:"resume"`
 	Value             any      `json:"value"`
 	AfterSeq          int64    `json:"afterSeq"`
+	// idempotent: the client named the call's clientRequestId itself (a
+	// WebSocket frame's id stands in for a missing one, for cancel only):
+	// the call sent again is answered, not run again (chat.Request.Idempotent).
+	idempotent bool
 }
 
 // serverFrame is an ack or an error (events are written pre-encoded).
@@ -60,7 +64,10 @@ type serverFrame struct {
 	ChatID        string   `json:"chatId,omitempty"`
 	Status        string   `json:"status,omitempty"`
 	RunIDs        []string `json:"runIds,omitempty"`
-	Error         *Error   `json:"error,omitempty"`
+	// Replayed: the ack of a call sent again (an idempotent
+	// clientRequestId): the first call's run, nothing started.
+	Replayed bool   `json:"replayed,omitempty"`
+	Error    *Error `json:"error,omitempty"`
 }
 
 // errBadFrame: a client frame that is not a JSON object.
@@ -427,6 +434,7 @@ func (wc *wsConn) command(f *clientFrame) {
 		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID})
 		return
 	}
+	f.idempotent = f.ClientRequestID != ""
 	if f.Type != "cancel" && f.ClientRequestID == "" {
 		// A frame's id is its client request id unless it names one.
 		f.ClientRequestID = f.ID
@@ -447,7 +455,7 @@ func (wc *wsConn) command(f *clientFrame) {
 			wc.mu.Unlock()
 		}
 		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: t.RunID, MessageID: t.MessageID,
-			UserMessageID: t.UserMessageID, ChatID: t.ChatID})
+			UserMessageID: t.UserMessageID, ChatID: t.ChatID, Replayed: t.Replayed})
 		wc.follow(f.ID, t.RunID, 0)
 	}
 }
