@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,4 +165,29 @@ func TestTwoServersSharePostgresAndRedis(t *testing.T) {
 	types, _ = sse(t, a.url+"/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "x", "clientRequestId": "early"})
 	require.Equal(t, "run_cancelled", types[len(types)-1])
 	require.NotContains(t, types, "node_started")
+
+	// One idempotent call sent to both processes at once, five times
+	// over: one turn, one ticket.
+	for i := range 5 {
+		body := map[string]any{"content": "once", "clientRequestId": fmt.Sprintf("both-%d", i)}
+		var ta, tb map[string]any
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages", body, &ta))
+		})
+		wg.Go(func() {
+			require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/messages", body, &tb))
+		})
+		wg.Wait()
+		require.Equal(t, ta, tb, "call %d", i)
+	}
+	var runs []map[string]any
+	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/runs?chatId="+chatID, nil, &runs))
+	n := 0
+	for _, r := range runs {
+		if crid, _ := r["attrs"].(map[string]any)["clientRequestId"].(string); strings.HasPrefix(crid, "both-") {
+			n++
+		}
+	}
+	require.Equal(t, 5, n, "one run per call")
 }
