@@ -54,7 +54,14 @@ func (p *closedRuns) done(runID string) {
 // durability), each sending turn after turn of a one-word echo answer,
 // each on a new chat, and waiting for its run to close. cpu-µs/turn is
 // the process's CPU per turn.
-func BenchmarkTurns(b *testing.B) {
+func BenchmarkTurns(b *testing.B) { benchTurns(b, false) }
+
+// BenchmarkTurnsIdempotent: BenchmarkTurns with each call idempotent (a
+// clientRequestId the chat keeps): what looking for the id before the
+// turn and keeping it with the turn add.
+func BenchmarkTurnsIdempotent(b *testing.B) { benchTurns(b, true) }
+
+func benchTurns(b *testing.B, idempotent bool) {
 	const clients = 16
 	ctx := context.Background()
 	runs, err := rsqlite.Open(ctx, rsqlite.Config{Path: filepath.Join(b.TempDir(), "chatgraph.db")})
@@ -102,7 +109,11 @@ func BenchmarkTurns(b *testing.B) {
 	for range clients {
 		wg.Go(func() {
 			for id := range turns {
-				tk, err := svc.Send(ctx, chat.Request{Kind: chat.KindStreamChat, ChatID: id, Content: "hello"})
+				req := chat.Request{Kind: chat.KindStreamChat, ChatID: id, Content: "hello"}
+				if idempotent {
+					req.ClientRequestID, req.Idempotent = "req-"+id, true
+				}
+				tk, err := svc.Send(ctx, req)
 				if err != nil {
 					b.Error(err)
 					return
