@@ -12,9 +12,10 @@ import (
 
 // PostgreSQL holds no U+0000 in text: a text value carrying one is refused
 // ("invalid byte sequence for encoding UTF8: 0x00"), and so is the escape
-// \u0000 in a jsonb value. Such values come from outside: a tool's error
-// quoting its input, a model's output, a client's message or the id in a
-// URL. Refused, a read answered 500 and a run's write failed at every
+// \u0000 in a jsonb value, as is a surrogate escape there that is not
+// half of a pair (\ud800 alone). Such values come from outside: a tool's
+// error quoting its input, a model's output, a client's message, graph
+// or the id in a URL. Refused, a read answered 500 and a run's write failed at every
 // attempt, the run retried for ever. The store's connections (those of
 // the chat store that shares its pool too) therefore write U+0000 as
 // U+FFFD, the replacement character:
@@ -22,8 +23,9 @@ import (
 //     columns, ids compared in a WHERE. An encoded JSON text holds no raw
 //     U+0000 (encoders escape it), so a string bound to a json column is
 //     unchanged.
-//   - in every jsonb value (nulSafeJSONB), where the escape \u0000 becomes
-//     \ufffd.
+//   - in every jsonb value (nulSafeJSONB), where the escape \u0000, and a
+//     surrogate escape that is not half of a pair, become \ufffd (a
+//     client's graph kept as it sent it, say).
 //
 // Columns of type json keep the escape as they keep the rest of their
 // value verbatim: event payloads, inputs, outputs. A value without
@@ -113,36 +115,69 @@ func (p nulSafePlan) Encode(value any, buf []byte) ([]byte, error) {
 	return out, nil
 }
 
-// replaceNULEscapes returns an encoded JSON value with each escape \u0000
-// in its strings written \ufffd, or nil when it has none. An escape is
-// one whose backslash is not itself escaped: "\\u0000" is the text
-// \u0000 and stays. (The jsonb binary format is the JSON text after a
-// version byte, which the scan passes over like any byte outside a
-// string.)
+// replaceNULEscapes returns an encoded JSON value with each escape that
+// jsonb refuses written \ufffd — \u0000, and a surrogate escape that is
+// not half of a pair (\ud800 alone) — or nil when it has none. It walks
+// the escapes from the start, so an escaped backslash is never taken for
+// the start of one: "\\u0000" is the text \u0000 and stays. (A JSON
+// text holds backslashes in strings only; the jsonb binary format is the
+// JSON text after a version byte.)
 func replaceNULEscapes(encoded []byte) []byte {
-	const esc = `\u0000`
-	i := bytes.Index(encoded, []byte(esc))
-	if i < 0 {
+	var out []byte // nil until an escape is replaced
+	done := 0      // encoded[:done] is in out
+	for i := 0; i < len(encoded); {
+		j := bytes.IndexByte(encoded[i:], '\\')
+		if j < 0 {
+			break
+		}
+		i += j
+		code, ok := hexEscape(encoded[i:])
+		if !ok { // \\, \n, ...: two bytes
+			i += 2
+			continue
+		}
+		n := 6
+		switch {
+		case code >= 0xd800 && code <= 0xdbff:
+			if low, ok := hexEscape(encoded[i+6:]); ok && low >= 0xdc00 && low <= 0xdfff {
+				i += 12 // a pair: one character
+				continue
+			}
+		case code >= 0xdc00 && code <= 0xdfff, code == 0:
+		default:
+			i += n
+			continue
+		}
+		if out == nil {
+			out = make([]byte, 0, len(encoded))
+		}
+		out = append(append(out, encoded[done:i]...), `\ufffd`...)
+		i += n
+		done = i
+	}
+	if out == nil {
 		return nil
 	}
-	out := make([]byte, 0, len(encoded))
-	for {
-		// The match is an escape when an even number of backslashes come
-		// before it (the byte before encoded, if any, ended the last
-		// match: a '0').
-		n := 0
-		for j := i - 1; j >= 0 && encoded[j] == '\\'; j-- {
-			n++
-		}
-		out = append(out, encoded[:i]...)
-		if n%2 == 0 {
-			out = append(out, `\ufffd`...)
-		} else {
-			out = append(out, esc...)
-		}
-		encoded = encoded[i+len(esc):]
-		if i = bytes.Index(encoded, []byte(esc)); i < 0 {
-			return append(out, encoded...)
+	return append(out, encoded[done:]...)
+}
+
+// hexEscape reads the \uXXXX escape b begins with.
+func hexEscape(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	var code rune
+	for _, c := range b[2:6] {
+		switch {
+		case c >= '0' && c <= '9':
+			code = code<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			code = code<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			code = code<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
 		}
 	}
+	return code, true
 }
