@@ -20,6 +20,9 @@ const (
 	RunInterrupted RunStatus = "interrupted"
 )
 
+// RunStatuses are the run statuses, in a run's order.
+var RunStatuses = []RunStatus{RunPending, RunRunning, RunCompleted, RunFailed, RunCancelled, RunInterrupted}
+
 // Finished reports whether s is terminal.
 func (s RunStatus) Finished() bool {
 	return s == RunCompleted || s == RunFailed || s == RunCancelled || s == RunInterrupted

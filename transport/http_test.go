@@ -220,3 +220,41 @@ func TestEventPublishDelayIsMeasured(t *testing.T) {
 	require.Equal(t, float64(len(evs)-deltas), e.metric(`chatgraph_event_publish_delay_seconds_count{kind="other"}`))
 	require.Positive(t, e.metric(`chatgraph_event_publish_delay_seconds_sum{kind="delta"}`))
 }
+
+// GET /runs filters by chat and status, newest first, within its limit;
+// a status that is no run status and a bad limit are 400, not an empty
+// list.
+func TestListRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatA := e.newChat(basicGraph(""))
+	_, chatB := e.newChat(approvalGraph())
+	var ta, tb map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatA+"/messages", map[string]any{"content": "hi"}, &ta), http.StatusAccepted)
+	e.waitMessage(chatA, ta["messageId"].(string))
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatB+"/messages", map[string]any{"content": `/tool calculator {"expression":"1"}`}, &tb),
+		http.StatusAccepted)
+	e.waitMessage(chatB, tb["messageId"].(string))
+	ids := func(query string) []string {
+		var runs []map[string]any
+		e.mustStatus(e.do("GET", "/api/v1/runs"+query, nil, &runs), http.StatusOK)
+		out := make([]string, len(runs))
+		for i, r := range runs {
+			out[i] = r["id"].(string)
+		}
+		return out
+	}
+	a, b := ta["runId"].(string), tb["runId"].(string)
+	require.Equal(t, []string{b, a}, ids(""), "newest first")
+	require.Equal(t, []string{a}, ids("?chatId="+chatA))
+	require.Equal(t, []string{a}, ids("?status=completed"))
+	require.Equal(t, []string{b, a}, ids("?status=completed,%20interrupted"))
+	require.Equal(t, []string{b}, ids("?limit=1"))
+	require.Empty(t, ids("?chatId="+chatA+"&status=failed"))
+
+	var bad errBody
+	e.mustStatus(e.do("GET", "/api/v1/runs?status=completed,weird", nil, &bad), http.StatusBadRequest)
+	require.Equal(t, "invalid_json", bad.Error.Code)
+	require.Equal(t, `status "weird" is no run status (pending, running, completed, failed, cancelled, interrupted)`, bad.Error.Message)
+	e.mustStatus(e.do("GET", "/api/v1/runs?limit=0", nil, &bad), http.StatusBadRequest)
+}

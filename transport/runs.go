@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,7 +111,11 @@ func (s *Server) listRuns(c echo.Context) error {
 	f := runtime.RunFilter{ChatID: c.QueryParam("chatId"), GraphID: c.QueryParam("graphId")}
 	if v := c.QueryParam("status"); v != "" {
 		for _, st := range strings.Split(v, ",") {
-			f.Status = append(f.Status, runtime.RunStatus(strings.TrimSpace(st)))
+			st := runtime.RunStatus(strings.TrimSpace(st))
+			if !slices.Contains(runtime.RunStatuses, st) {
+				return badRequest("status %q is no run status (%s)", st, joinStatuses(runtime.RunStatuses))
+			}
+			f.Status = append(f.Status, st)
 		}
 	}
 	if v := c.QueryParam("limit"); v != "" {
@@ -129,4 +134,13 @@ func (s *Server) listRuns(c echo.Context) error {
 		out[i] = toRunJSON(r)
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// joinStatuses lists statuses for an error message.
+func joinStatuses(ss []runtime.RunStatus) string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }
