@@ -113,6 +113,9 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 	var mu sync.Mutex // Prepare and Launch run in the pass; start in the run's goroutine
 	return runtime.RecoveryConfig{Batch: recoveryBatch,
 		Prepare: func(ctx context.Context, rec *runtime.RunRecord) (runtime.RecoverRequest, error) {
+			if err := s.refused.wait(rec.ID, time.Now()); err != nil {
+				return runtime.RecoverRequest{}, err
+			}
 			p, err := s.planOf(ctx, rec, plans)
 			if err != nil {
 				return runtime.RecoverRequest{}, err

@@ -153,6 +153,10 @@ type Service struct {
 	lag      func() time.Duration // the engine's CommitLag
 	waiting  atomic.Int64
 
+	// refused backs off the recovery of runs whose writes were refused
+	// (backoff.go).
+	refused refusals
+
 	mu        sync.Mutex
 	closing   bool
 	live      map[string]*LiveRun

@@ -469,8 +469,20 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		hold.discard()
 		return
 	}
+	if _, recovers := s.runs.(runtime.Leaser); err != nil && recovers {
+		// The run's writes were refused: its record is still running,
+		// and recovery takes it up again (backing off: backoff.go). Its
+		// message is recovery's to finish, as the outcome here is one the
+		// store never took.
+		wait := s.refused.note(lr.ID, err, time.Now(), s.cfg.RecoveryInterval)
+		s.log.Error("run store failed", "run", lr.ID, "err", err, "recovery_in", wait)
+		hold.discard()
+		return
+	}
 	if err != nil {
 		s.log.Error("run store failed", "run", lr.ID, "err", err)
+	} else {
+		s.refused.forget(lr.ID)
 	}
 	if l.finish != nil {
 		l.finish(ctx, res, err)

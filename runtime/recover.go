@@ -228,7 +228,8 @@ type RecoveryConfig struct {
 	// Batch is how many expired runs one pass takes at most (default 100).
 	Batch int
 	// Prepare supplies the plan (or graph), services and sink to recover a
-	// run with. Required: the kernel keeps no graphs.
+	// run with. Required: the kernel keeps no graphs. An error gives the
+	// claim back; one that is ErrRecoverLater does so without a warning.
 	Prepare func(ctx context.Context, rec *RunRecord) (RecoverRequest, error)
 	// Launch, when set, starts each claimed and prepared run instead of
 	// the engine: it must call start exactly once (typically in a
@@ -242,6 +243,11 @@ type RecoveryConfig struct {
 	// started by the engine, not by Launch).
 	Done func(rec *RunRecord, res *RunResult, err error)
 }
+
+// ErrRecoverLater is what a RecoveryConfig.Prepare that does not want a
+// run now wraps: RecoverExpired gives the claim back quietly, and a later
+// pass (of this process or another) claims the run again.
+var ErrRecoverLater = errors.New("runtime: recover the run later")
 
 // RecoverExpired makes one pass: it claims every run whose lease expired
 // (up to Batch) and continues it in the background. With an OwnerLister
@@ -331,7 +337,11 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 		}
 		req, err := cfg.Prepare(ctx, rec)
 		if err != nil {
-			e.log.Warn("cannot prepare run for recovery", "run", id, "err", err)
+			if errors.Is(err, ErrRecoverLater) {
+				e.log.Debug("run recovered later", "run", id, "err", err)
+			} else {
+				e.log.Warn("cannot prepare run for recovery", "run", id, "err", err)
+			}
 			release()
 			continue
 		}
