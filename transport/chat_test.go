@@ -396,6 +396,20 @@ func TestClientRequestIDAnswersRepeats(t *testing.T) {
 	require.Equal(t, "conflict", b.Error.Code)
 	require.Contains(t, b.Error.Message, "clientRequestId retry-1 was used by another call")
 
+	// The Idempotency-Key header names the call as clientRequestId does
+	// (quoted, as a structured-field string, or bare).
+	var byHeader, again2 map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "keyed"}, &byHeader,
+		map[string]string{"Idempotency-Key": `"key-1"`}), http.StatusAccepted)
+	resp = e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "keyed", "clientRequestId": "key-1"}, &again2,
+		map[string]string{"Idempotency-Key": "key-1"})
+	e.mustStatus(resp, http.StatusAccepted)
+	require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, byHeader, again2)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "keyed", "clientRequestId": "other"}, &b,
+		map[string]string{"Idempotency-Key": "key-1"}), http.StatusBadRequest)
+	require.Contains(t, b.Error.Message, "Idempotency-Key header and clientRequestId differ")
+
 	c := e.ws()
 	frame := map[string]any{"id": "f1", "type": "stream_chat", "chatId": chatID, "content": "hi", "clientRequestId": "retry-2"}
 	c.send(frame)
@@ -420,5 +434,5 @@ func TestClientRequestIDAnswersRepeats(t *testing.T) {
 	require.NotEqual(t, a["runId"], b2["runId"])
 	require.Nil(t, b2["replayed"])
 	c.until(terminalOf(b2["runId"].(string)))
-	require.Len(t, messages(e.chat(chatID)), 8, "four turns: the first, retry-2, and f3 twice")
+	require.Len(t, messages(e.chat(chatID)), 10, "five turns: retry-1, key-1, retry-2, and f3 twice")
 }

@@ -305,6 +305,12 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	if err := unmarshalStrictShape(b, (*httpBody)(f)); err != nil {
 		return err
 	}
+	if key := idempotencyKey(c.Request().Header.Get("Idempotency-Key")); key != "" && f.Type != "cancel" {
+		if f.ClientRequestID != "" && f.ClientRequestID != key {
+			return badRequest("the Idempotency-Key header and clientRequestId differ: they name one call")
+		}
+		f.ClientRequestID = key
+	}
 	f.idempotent = f.ClientRequestID != ""
 	res, _, err := s.exec(c.Request().Context(), f)
 	if err != nil {
@@ -326,6 +332,17 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 		s.cancelRunQuietly(ticket.RunID)
 	}
 	return nil // the response is committed
+}
+
+// idempotencyKey is the value of an Idempotency-Key header: a chat call's
+// clientRequestId sent the way HTTP clients send one (the IETF draft's
+// structured-field string, "…", or a bare token, as many APIs take it).
+func idempotencyKey(v string) string {
+	v = strings.TrimSpace(v)
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(v[1 : len(v)-1])
+	}
+	return v
 }
 
 // httpBody is a clientFrame as an HTTP body: only the fields a body may

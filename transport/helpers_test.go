@@ -123,8 +123,9 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	return e
 }
 
-// do sends a JSON request and decodes a JSON answer into out (if not nil).
-func (e *env) do(method, path string, body any, out any) *http.Response {
+// do sends a JSON request (with the headers given) and decodes a JSON
+// answer into out (if not nil).
+func (e *env) do(method, path string, body any, out any, header ...map[string]string) *http.Response {
 	e.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -143,6 +144,11 @@ func (e *env) do(method, path string, body any, out any) *http.Response {
 	req.Header.Set("Content-Type", "application/json")
 	if e.token != "" {
 		req.Header.Set("Authorization", "Bearer "+e.token)
+	}
+	for _, h := range header {
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(e.t, err)
