@@ -170,7 +170,7 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 // when it is not; nil, nil when the chat has no such call (or it is not
 // Idempotent).
 func (s *Service) sentBefore(ctx context.Context, req Request) (*Ticket, error) {
-	if !req.Idempotent || req.ClientRequestID == "" {
+	if !req.keyed() {
 		return nil, nil
 	}
 	chatID := req.ChatID
@@ -198,6 +198,9 @@ func (s *Service) sentBefore(ctx context.Context, req Request) (*Ticket, error) 
 	return &tk, nil
 }
 
+// keyed reports whether the call is kept under its id (Idempotent).
+func (req Request) keyed() bool { return req.Idempotent && req.ClientRequestID != "" }
+
 // requestFingerprint digests what a call asks — its kind, what it names,
 // its content, tools, answers and transcript — leaving out how it waits
 // (Strategy) and its id: two calls with one fingerprint do the same.
@@ -221,7 +224,7 @@ func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 	if err != nil {
 		return nil, err
 	}
-	if req.Idempotent && req.ClientRequestID != "" {
+	if req.keyed() {
 		t.fingerprint = requestFingerprint(req) // of the call as sent: prepare fills in what it names
 	}
 	runID := NewID("r_")
@@ -251,12 +254,9 @@ func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 	if err != nil {
 		return nil, err
 	}
-	ticket := &Ticket{RunID: runID, MessageID: t.assistant.ID, ChatID: t.chat.ID}
-	if t.newUser {
-		ticket.UserMessageID = t.user.ID
-	}
+	ticket := t.ticket(runID)
 	s.log.Info("run accepted", "run", runID, "chat", t.chat.ID, "kind", req.Kind, "message", t.assistant.ID)
-	return ticket, nil
+	return &ticket, nil
 }
 
 // enterStart waits for a place among the chat calls starting at once
@@ -469,17 +469,17 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		hold.discard()
 		return
 	}
-	if _, recovers := s.runs.(runtime.Leaser); err != nil && recovers {
-		// The run's writes were refused: its record is still running,
-		// and recovery takes it up again (backing off: backoff.go). Its
-		// message is recovery's to finish, as the outcome here is one the
-		// store never took.
-		wait := s.refused.note(lr.ID, err, time.Now(), s.cfg.RecoveryInterval)
-		s.log.Error("run store failed", "run", lr.ID, "err", err, "recovery_in", wait)
-		hold.discard()
-		return
-	}
 	if err != nil {
+		if _, recovers := s.runs.(runtime.Leaser); recovers {
+			// The run's writes were refused: its record is still
+			// running, and recovery takes it up again (backing off:
+			// backoff.go). Its message is recovery's to finish, as the
+			// outcome here is one the store never took.
+			wait := s.refused.note(lr.ID, err, time.Now(), s.cfg.RecoveryInterval)
+			s.log.Error("run store failed", "run", lr.ID, "err", err, "recovery_in", wait)
+			hold.discard()
+			return
+		}
 		s.log.Error("run store failed", "run", lr.ID, "err", err)
 	} else {
 		s.refused.forget(lr.ID)
@@ -807,6 +807,15 @@ func (t *turn) attrs() map[string]any {
 	return a
 }
 
+// ticket is what the turn reveals once runID is its run.
+func (t *turn) ticket(runID string) Ticket {
+	tk := Ticket{RunID: runID, MessageID: t.assistant.ID, ChatID: t.chat.ID}
+	if t.newUser {
+		tk.UserMessageID = t.user.ID
+	}
+	return tk
+}
+
 // writeTurn persists the turn's messages (or claims the continued one)
 // with the reservation of its run, in one transaction, before the run id
 // is revealed. A new answer whose run holds its chat's turn (it starts at
@@ -815,11 +824,7 @@ func (t *turn) attrs() map[string]any {
 func (s *Service) writeTurn(ctx context.Context, t *turn, runID string, holding bool) ([]any, error) {
 	w := Turn{ChatID: t.chat.ID, Run: s.reservation(t, runID)}
 	if t.fingerprint != "" {
-		tk := Ticket{RunID: runID, MessageID: t.assistant.ID, ChatID: t.chat.ID}
-		if t.newUser {
-			tk.UserMessageID = t.user.ID
-		}
-		w.Request = &RequestRecord{ID: t.req.ClientRequestID, Fingerprint: t.fingerprint, Ticket: tk}
+		w.Request = &RequestRecord{ID: t.req.ClientRequestID, Fingerprint: t.fingerprint, Ticket: t.ticket(runID)}
 	}
 	if t.req.Kind == KindContinueMessage {
 		w.Claim = &Claim{MessageID: t.assistant.ID, FromRunID: t.assistant.RunID}
