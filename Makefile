@@ -44,7 +44,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeClientFrame -fuzztime 60s ./transport
 	$(GO) test -run '^$$' -fuzz FuzzRequestBodies -fuzztime 60s ./transport
 	$(GO) test -run '^$$' -fuzz FuzzAdapterBodies -fuzztime 60s ./transport
-	$(GO) test -run '^$$' -fuzz FuzzReplaceNULEscapes -fuzztime 30s ./runtime/store/postgres
+	$(GO) test -run '^$$' -fuzz FuzzFixJSONBEscapes -fuzztime 30s ./runtime/store/postgres
 
 # The MCP servers the Go tests run for real (pinned in
 # internal/mcptest/package-lock.json; see internal/mcptest).

@@ -61,19 +61,19 @@ func replaceNULArgs(args []any) {
 	for i, a := range args {
 		switch v := a.(type) {
 		case string:
-			if strings.IndexByte(v, 0) >= 0 {
-				args[i] = strings.ReplaceAll(v, "\x00", "\uFFFD")
+			if hasNUL(v) {
+				args[i] = replaceNUL(v)
 			}
 		case *string:
-			if v != nil && strings.IndexByte(*v, 0) >= 0 {
-				s := strings.ReplaceAll(*v, "\x00", "\uFFFD")
+			if v != nil && hasNUL(*v) {
+				s := replaceNUL(*v)
 				args[i] = &s // not the caller's string
 			}
 		case []string: // an array, as in id = ANY($1)
-			if slices.ContainsFunc(v, func(s string) bool { return strings.IndexByte(s, 0) >= 0 }) {
+			if slices.ContainsFunc(v, hasNUL) {
 				out := make([]string, len(v)) // not the caller's slice
 				for j, s := range v {
-					out[j] = strings.ReplaceAll(s, "\x00", "\uFFFD")
+					out[j] = replaceNUL(s)
 				}
 				args[i] = out
 			}
@@ -81,8 +81,12 @@ func replaceNULArgs(args []any) {
 	}
 }
 
-// nulSafeJSONB registers, in m, a jsonb type whose encoded values have
-// each escape \u0000 written \ufffd.
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+func replaceNUL(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
+
+// nulSafeJSONB registers, in m, a jsonb type whose encoded values pass
+// through fixJSONBEscapes.
 func nulSafeJSONB(m *pgtype.Map) {
 	if jsonb, ok := m.TypeForOID(pgtype.JSONBOID); ok {
 		m.RegisterType(&pgtype.Type{Name: jsonb.Name, OID: jsonb.OID, Codec: nulSafeCodec{jsonb.Codec}})
@@ -90,7 +94,7 @@ func nulSafeJSONB(m *pgtype.Map) {
 }
 
 // nulSafeCodec is a jsonb codec whose encoded values pass through
-// replaceNULEscapes.
+// fixJSONBEscapes (nulSafePlan).
 type nulSafeCodec struct{ pgtype.Codec }
 
 func (c nulSafeCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
@@ -109,20 +113,20 @@ func (p nulSafePlan) Encode(value any, buf []byte) ([]byte, error) {
 	if err != nil || out == nil { // an error, or SQL NULL
 		return out, err
 	}
-	if fixed := replaceNULEscapes(out[start:]); fixed != nil {
+	if fixed := fixJSONBEscapes(out[start:]); fixed != nil {
 		out = append(out[:start], fixed...)
 	}
 	return out, nil
 }
 
-// replaceNULEscapes returns an encoded JSON value with each escape that
+// fixJSONBEscapes returns an encoded JSON value with each escape that
 // jsonb refuses written \ufffd — \u0000, and a surrogate escape that is
 // not half of a pair (\ud800 alone) — or nil when it has none. It walks
 // the escapes from the start, so an escaped backslash is never taken for
 // the start of one: "\\u0000" is the text \u0000 and stays. (A JSON
 // text holds backslashes in strings only; the jsonb binary format is the
 // JSON text after a version byte.)
-func replaceNULEscapes(encoded []byte) []byte {
+func fixJSONBEscapes(encoded []byte) []byte {
 	var out []byte // nil until an escape is replaced
 	done := 0      // encoded[:done] is in out
 	for i := 0; i < len(encoded); {
@@ -136,24 +140,22 @@ func replaceNULEscapes(encoded []byte) []byte {
 			i += 2
 			continue
 		}
-		n := 6
-		switch {
-		case code >= 0xd800 && code <= 0xdbff:
+		width, refused := 6, code == 0 || code >= 0xdc00 && code <= 0xdfff // a low surrogate alone
+		if code >= 0xd800 && code <= 0xdbff {
 			if low, ok := hexEscape(encoded[i+6:]); ok && low >= 0xdc00 && low <= 0xdfff {
-				i += 12 // a pair: one character
-				continue
+				width = 12 // a pair: one character
+			} else {
+				refused = true
 			}
-		case code >= 0xdc00 && code <= 0xdfff, code == 0:
-		default:
-			i += n
-			continue
 		}
-		if out == nil {
-			out = make([]byte, 0, len(encoded))
+		if refused {
+			if out == nil {
+				out = make([]byte, 0, len(encoded))
+			}
+			out = append(append(out, encoded[done:i]...), `\ufffd`...)
+			done = i + width
 		}
-		out = append(append(out, encoded[done:i]...), `\ufffd`...)
-		i += n
-		done = i
+		i += width
 	}
 	if out == nil {
 		return nil
