@@ -131,11 +131,8 @@ func benchLatencyFloor(b *testing.B, lg floorLog, tokenDelayMs, words int, sprea
 	}
 	defer f.Close()
 	if lg.inPlace {
-		if err := f.Truncate(floorLogSize); err != nil {
-			b.Fatal(err)
-		}
-		// Truncate leaves a hole: write the blocks, so that the log's
-		// writes find them allocated.
+		// Write the file's blocks, so that the log's writes find them
+		// allocated.
 		zero := make([]byte, 1<<20)
 		for off := int64(0); off < floorLogSize; off += int64(len(zero)) {
 			if _, err := f.WriteAt(zero, off); err != nil {
@@ -146,7 +143,7 @@ func benchLatencyFloor(b *testing.B, lg floorLog, tokenDelayMs, words int, sprea
 			b.Fatal(err)
 		}
 	}
-	fl := &floor{log: f, fsync: lg.fsync, inPlace: lg.inPlace, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond,
+	fl := &floor{log: f, floorLog: lg, words: words, delay: time.Duration(tokenDelayMs) * time.Millisecond,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), leader: leader}
 	fl.idle.L = &fl.mu
 	if !leader {
@@ -176,12 +173,11 @@ func benchLatencyFloor(b *testing.B, lg floorLog, tokenDelayMs, words int, sprea
 
 // floor is BenchmarkEventLatencyFloor's server.
 type floor struct {
-	log     *os.File
-	fsync   bool
-	inPlace bool  // write over the file from off, cyclically (floorLog)
-	off     int64 // where the next in-place write begins
-	words   int
-	delay   time.Duration
+	log *os.File
+	floorLog
+	off   int64 // where the next in-place write begins (inPlace: cyclically)
+	words int
+	delay time.Duration
 
 	mu      sync.Mutex
 	pending []floorFrame // emitted, not yet written to the log
