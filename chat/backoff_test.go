@@ -52,12 +52,7 @@ func TestRefusedRunRecoveryBacksOff(t *testing.T) {
 	refuse.Store(true)
 	f := newFixtureDeps(t, refusingRuns{durableRuns: runs, refuse: &refuse, refused: &refused}, chats,
 		runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond}, spyDeps(t, runs, &spyModel{}))
-	graph := `{"nodes":[{"id":"start","type":"chat_start","data":{}},
-		{"id":"helper","type":"agent","data":{"name":"Helper","model":"spy/echo","tokenDelayMs":30}},
-		{"id":"out","type":"chat_output","data":{}}],
-		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"helper","targetHandle":"input",` + flowEdge + `},
-		{"id":"e2","source":"helper","sourceHandle":"output","target":"out","targetHandle":"input",` + flowEdge + `}]}`
-	chatID := f.saveChat(graph)
+	chatID := f.saveChat(slowSpyGraph)
 	f.svc.Start(context.Background())
 	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two POISON"})
 	require.Eventually(t, func() bool { return refused.Load() >= 2 }, 10*time.Second, 5*time.Millisecond,

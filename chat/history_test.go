@@ -121,6 +121,13 @@ const (
 		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"helper","targetHandle":"input",` + flowEdge + `},
 		{"id":"e2","source":"helper","sourceHandle":"output","target":"out","targetHandle":"input",` + flowEdge + `},
 		{"id":"e3","source":"calc","sourceHandle":"tool","target":"helper","targetHandle":"tools","data":{"channel":"link"}}]}`
+	// slowSpyGraph: chat_start -> agent (spy model, a word every 40 ms) ->
+	// chat_output: its words reach the store in commits of their own.
+	slowSpyGraph = `{"nodes":[{"id":"start","type":"chat_start","data":{}},
+		{"id":"helper","type":"agent","data":{"name":"Helper","model":"spy/echo","tokenDelayMs":40}},
+		{"id":"out","type":"chat_output","data":{}}],
+		"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"helper","targetHandle":"input",` + flowEdge + `},
+		{"id":"e2","source":"helper","sourceHandle":"output","target":"out","targetHandle":"input",` + flowEdge + `}]}`
 	// gateGraph: chat_start -> approval -> agent (spy model) -> chat_output.
 	gateGraph = `{"nodes":[{"id":"start","type":"chat_start","data":{}},{"id":"ok","type":"approval","data":{}},
 		{"id":"helper","type":"agent","data":{"name":"Helper","model":"spy/echo"}},{"id":"out","type":"chat_output","data":{}}],
@@ -339,12 +346,7 @@ func TestRecoveredRunReadsTheSameHistory(t *testing.T) {
 			spyA, spyB := &spyModel{}, &spyModel{}
 			a := newFixtureDeps(t, dyingRuns{durableRuns: runs, dead: &dead}, deadChats{Store: chats, dead: &dead},
 				runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond}, spyDeps(t, runs, spyA))
-			graph := `{"nodes":[{"id":"start","type":"chat_start","data":{}},
-				{"id":"helper","type":"agent","data":{"name":"Helper","model":"spy/echo","tokenDelayMs":40}},
-				{"id":"out","type":"chat_output","data":{}}],
-				"edges":[{"id":"e1","source":"start","sourceHandle":"message","target":"helper","targetHandle":"input",` + flowEdge + `},
-				{"id":"e2","source":"helper","sourceHandle":"output","target":"out","targetHandle":"input",` + flowEdge + `}]}`
-			chatID := a.saveChat(graph)
+			chatID := a.saveChat(slowSpyGraph)
 			tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "hello"})
 			require.Equal(t, chat.StatusCompleted, a.settled(chatID, tk.MessageID).Status)
 			tk = a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})

@@ -935,9 +935,7 @@ func TestTerminalEventCommitsWithTheEnd(t *testing.T) {
 	g := newGraph("ends").node("s", "start").node("a", "step").flow("s", "a").build()
 	var wg sync.WaitGroup
 	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 1000 {
 				res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: fmt.Sprintf("end-%d-%d", w, i)})
 				if err != nil || res.Status != runtime.RunCompleted {
@@ -945,7 +943,7 @@ func TestTerminalEventCommitsWithTheEnd(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	require.Zero(t, split.Load(), "terminal events committed without the run's end")
