@@ -112,6 +112,10 @@ func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *Ru
 	if err != nil {
 		return nil, err
 	}
+	base, err := e.continuedFrom(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
 	prev := make(map[string]*Checkpoint, len(cps))
 	var stale []*Checkpoint
 	for _, cp := range cps {
@@ -131,12 +135,34 @@ func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *Ru
 	// The stale marks go out with the run's first flush (before any node
 	// executes); a crash before it leaves them running, to be marked again.
 	r.wb.cps = stale
-	r.prev, r.answers, r.recovering = prev, rec.Answers, true
+	r.prev, r.base, r.answers, r.recovering = prev, base, rec.Answers, true
 	r.logged = newLogged(p, evs)
 	if n := len(evs); n > 0 {
 		r.seq = evs[n-1].Seq
 	}
 	return r, nil
+}
+
+// continuedFrom is the starting point of a recovered run that continues
+// another (startingPoint), for the nodes with no checkpoint of their own:
+// what the run started from is not its progress, so a run whose writes
+// do not hold it (an exit-mode run writes no checkpoint before its end)
+// would otherwise execute its parent's succeeded nodes again and ask its
+// answered interrupts anew. A fresh run, or one whose parent is gone
+// (deleted by retention), has none (nil).
+func (e *Engine) continuedFrom(ctx context.Context, rec *RunRecord) (map[string]*Checkpoint, error) {
+	if rec.ParentID == "" {
+		return nil, nil
+	}
+	parent, err := e.store.GetRun(ctx, rec.ParentID)
+	if errors.Is(err, ErrRunNotFound) {
+		e.log.Warn("recovered run's parent is gone: its nodes execute again", "run", rec.ID, "parent", rec.ParentID)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.startingPoint(ctx, parent, rec.Options.ForkAtSeq)
 }
 
 // logged is what a recovered run's log already holds, so the run does not

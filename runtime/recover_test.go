@@ -395,3 +395,96 @@ func TestRecoverSkipsRunsThatEndedMeanwhile(t *testing.T) {
 	_, err = mem.ClaimRun(context.Background(), "done", "srv-2", time.Minute)
 	require.NoError(t, err, "the pass gave its claim back")
 }
+
+// A continued run starts from its parent's checkpoints and the answers
+// it was given, which are not its progress: in every durability mode
+// (exit mode writes no checkpoint between a run's start and end) a crash
+// of the continuation recovers it from the same point. The parent's
+// succeeded nodes replay, the interrupt keeps its answer, and a fork
+// executes again what came after its seq.
+func TestRecoverContinuedRunKeepsItsStartingPoint(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []runtime.Durability{runtime.DurabilitySync, runtime.DurabilityBatched, runtime.DurabilityExit} {
+		t.Run(string(mode)+"/answered interrupt", func(t *testing.T) {
+			t.Parallel()
+			k := newKit(t)
+			mem := newMem()
+			same := func(c *runtime.Config) { c.Owner = "server-1"; c.Durability = mode }
+			g := newGraph("answered").node("s", "start").node("a", "step", `{"effect":"external"}`).
+				node("ask", "step", `{"interrupt":"approve"}`).node("b", "step", `{"effect":"external"}`).
+				flow("s", "a").flow("a", "ask").flow("ask", "b").build()
+			res, err := k.engine(t, mem, same).Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "parent", Input: "x"})
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunInterrupted, res.Status)
+
+			crashWhileBRuns(t, k, mem, same, runtime.ResumeRequest{RunID: "parent", NewRunID: "child", Graph: g, Value: "yes"})
+			res, err = k.engine(t, mem, same).Recover(context.Background(), runtime.RecoverRequest{RunID: "child", Graph: g})
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunCompleted, res.Status, "the answer was given again, not asked anew")
+			out, _ := res.Output("b")
+			require.Equal(t, "b(map[answer:yes])", out)
+			require.Equal(t, 1, k.execCount("a"), "the parent's succeeded node replays")
+			require.Equal(t, 2, k.execCount("b"), "the node the crash cut short runs once more")
+			log, err := mem.Events(context.Background(), "child", 0, 0)
+			require.NoError(t, err)
+			checkLifecycle(t, log)
+		})
+		t.Run(string(mode)+"/fork", func(t *testing.T) {
+			t.Parallel()
+			k := newKit(t)
+			mem := newMem()
+			same := func(c *runtime.Config) { c.Owner = "server-1"; c.Durability = mode }
+			g := newGraph("fork").node("s", "start").node("a", "step", `{"effect":"external"}`).
+				node("b", "step", `{"effect":"external"}`).node("c", "step", `{"effect":"external"}`).
+				flow("s", "a").flow("a", "b").flow("b", "c").build()
+			res, err := k.engine(t, mem, same).Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "parent", Input: "x"})
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunCompleted, res.Status)
+			parentLog, err := mem.Events(context.Background(), "parent", 0, 0)
+			require.NoError(t, err)
+			var atSeq int64
+			for _, ev := range parentLog {
+				if ev.Type == runtime.EventNodeCompleted && ev.NodeID == "a" {
+					atSeq = ev.Seq
+				}
+			}
+			require.NotZero(t, atSeq)
+
+			crashWhileBRuns(t, k, mem, same, runtime.ResumeRequest{RunID: "parent", NewRunID: "child", Graph: g, AtSeq: atSeq})
+			res, err = k.engine(t, mem, same).Recover(context.Background(), runtime.RecoverRequest{RunID: "child", Graph: g})
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunCompleted, res.Status)
+			require.Equal(t, 1, k.execCount("a"), "what the fork kept replays")
+			require.Equal(t, 3, k.execCount("b"), "the parent's, the one the crash cut short, the recovered one")
+			require.Equal(t, 2, k.execCount("c"), "what came after the fork's seq executes again, not replays the parent's")
+			log, err := mem.Events(context.Background(), "child", 0, 0)
+			require.NoError(t, err)
+			checkLifecycle(t, log)
+		})
+	}
+}
+
+// crashWhileBRuns continues a run with req on an engine whose process
+// dies while node b executes, and leaves the continuation running in mem.
+func crashWhileBRuns(t *testing.T, k *kit, mem runtime.Store, mod func(*runtime.Config), req runtime.ResumeRequest) {
+	t.Helper()
+	started, _ := k.hold("b")
+	ctx, kill := context.WithCancel(context.Background())
+	cs := &crashStore{Store: mem, kill: kill}
+	dead := k.engine(t, cs, mod)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = dead.Resume(ctx, req)
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b never started")
+	}
+	cs.die()
+	<-done
+	rec, err := mem.GetRun(context.Background(), req.NewRunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunRunning, rec.Status, "the dead process never finished the run")
+}

@@ -71,8 +71,13 @@ type run struct {
 	firstErr  error
 	interrupt []InterruptInfo
 
-	// Resume state: the parent run's checkpoints and the answers to its interrupts.
+	// Resume state: the parent run's checkpoints and the answers to its
+	// interrupts. A recovered run has its own checkpoints in prev and,
+	// when it continues another run, its starting point in base (the
+	// parent's, startingPoint): a node with no checkpoint of its own
+	// starts as the continuation first started it.
 	prev    map[string]*Checkpoint
+	base    map[string]*Checkpoint
 	answers map[string]any
 
 	// Durability: the run's lease (with a Leaser store), and for a
@@ -179,18 +184,9 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 	if as.err != nil {
 		return nil, as.err
 	}
-	cps, err := e.store.Checkpoints(ctx, parent.ID)
+	prev, err := e.startingPoint(ctx, parent, req.AtSeq)
 	if err != nil {
 		return nil, err
-	}
-	prev := make(map[string]*Checkpoint, len(cps))
-	for _, cp := range cps {
-		prev[cp.NodeID] = cp
-	}
-	if req.AtSeq > 0 {
-		if prev, err = e.forkPoint(ctx, parent, prev, req.AtSeq); err != nil {
-			return nil, err
-		}
 	}
 	id := req.NewRunID
 	if id == "" {
@@ -212,12 +208,32 @@ func (e *Engine) resumeRun(ctx context.Context, req ResumeRequest) (*run, error)
 		GraphID: p.GraphID, PlanVersion: p.PlanVersion, Kind: kind, Attrs: attrs,
 		EntryNodeIDs: parent.EntryNodeIDs, Input: parent.Input, Options: parent.Options, Answers: answers,
 		Status: RunRunning, CreatedAt: now, UpdatedAt: now}
+	rec.Options.ForkAtSeq = req.AtSeq
 	r, err := e.startRun(ctx, p, as, rec, req.Services, req.Sink, req.Joined)
 	if err != nil {
 		return nil, err
 	}
 	r.prev, r.answers = prev, answers
 	return r, nil
+}
+
+// startingPoint is what a run continuing parent starts from: the
+// parent's checkpoints by node, or with atSeq > 0 (a fork) those of the
+// nodes that had succeeded by event seq atSeq. Its succeeded nodes
+// replay; its interrupted nodes take the run's answers.
+func (e *Engine) startingPoint(ctx context.Context, parent *RunRecord, atSeq int64) (map[string]*Checkpoint, error) {
+	cps, err := e.store.Checkpoints(ctx, parent.ID)
+	if err != nil {
+		return nil, err
+	}
+	prev := make(map[string]*Checkpoint, len(cps))
+	for _, cp := range cps {
+		prev[cp.NodeID] = cp
+	}
+	if atSeq > 0 {
+		return e.forkPoint(ctx, parent, prev, atSeq)
+	}
+	return prev, nil
 }
 
 // forkPoint keeps, of a run's checkpoints, the nodes whose success was
@@ -615,13 +631,16 @@ func (r *run) start(n int32) {
 	if r.store != nil {
 		hash = inputsHash(r.rec.RootID, r.p, n, in)
 	}
-	prev := r.prev[pn.node.ID]
+	prev, own := r.prev[pn.node.ID], r.recovering
+	if prev == nil && r.base != nil {
+		prev, own = r.base[pn.node.ID], false
+	}
 	now := r.now()
 	// A node starts once per run: its FlowContext is still zero.
 	fc := &r.fcs[n]
 	fc.r, fc.node, fc.attempt, fc.inputsHash, fc.begin = r, n, 1, hash, now
 	switch {
-	case r.recovering && prev != nil:
+	case own && prev != nil:
 		if r.restore(n, prev, fc) {
 			return
 		}

@@ -101,6 +101,10 @@ type RunOptions struct {
 	MaxNodeFailures int           `json:"maxNodeFailures,omitempty"`
 	// Durability overrides the engine's default mode for this run.
 	Durability Durability `json:"durability,omitempty"`
+	// ForkAtSeq is the parent's event seq a fork started from
+	// (ResumeRequest.AtSeq; 0: the parent's end). The kernel sets it, so
+	// that a recovered run starts from the same point as the run did.
+	ForkAtSeq int64 `json:"forkAtSeq,omitempty"`
 }
 
 // FailurePolicy decides what a node failure with no failure path does.
