@@ -716,12 +716,18 @@ func (s *Service) checkUserTools(t *turn) error {
 
 // answers maps a continue's resume value onto the parent run's pending
 // interrupts: an object keyed by their ids answers several, anything else
-// answers the only one.
+// answers the only one. A value for a run with none pending (one that
+// failed or was cancelled, which voids its waits) is refused: it would
+// answer nothing.
 func (t *turn) answers(v any) error {
 	if v == nil {
 		return nil
 	}
 	pending := t.parentRun.Interrupts
+	if len(pending) == 0 {
+		return conflict("run %s is %s with no pending interrupt: a resume value would answer nothing (continue it without one)",
+			t.parentRun.ID, t.parentRun.Status)
+	}
 	if m, ok := v.(map[string]any); ok && len(pending) > 1 {
 		vals := map[string]any{}
 		for _, in := range pending {
@@ -742,9 +748,7 @@ func (t *turn) answers(v any) error {
 		return &Error{Code: CodeInvalid, Message: "the run has several pending interrupts: resume with an object keyed by interrupt id",
 			Details: map[string]any{"interruptIds": ids}}
 	}
-	if len(pending) == 1 {
-		t.value = v
-	}
+	t.value = v
 	return nil
 }
 

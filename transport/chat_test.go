@@ -308,6 +308,18 @@ func TestCancelEndsApprovalWait(t *testing.T) {
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/cancel", nil, &res), http.StatusAccepted)
 	require.Equal(t, "cancelled", res["status"])
 	require.Equal(t, "cancelled", message(e.chat(chatID), tk["messageId"].(string))["status"])
+	// The cancel voided the wait: an answer to it is refused, by the run
+	// and by the message, and nothing runs.
+	var refused struct {
+		Error struct{ Code, Message string }
+	}
+	e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/resume", map[string]any{"value": map[string]any{"approved": true}}, &refused),
+		http.StatusConflict)
+	require.Equal(t, "conflict", refused.Error.Code)
+	require.Contains(t, refused.Error.Message, "no pending interrupt")
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+tk["messageId"].(string)+"/continue",
+		map[string]any{"resume": map[string]any{"approved": true}}, nil), http.StatusConflict)
+	require.Equal(t, "cancelled", message(e.chat(chatID), tk["messageId"].(string))["status"])
 	// A cancelled message can still be continued: the graph runs again.
 	var t3 map[string]any
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+tk["messageId"].(string)+"/continue", nil, &t3), http.StatusAccepted)
