@@ -913,6 +913,14 @@ func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (
 		// The turn's own transcript (Request.History) is not written yet
 		// when it joins the run's first commit.
 		msgs = append(msgs, t.history...)
+		for _, m := range msgs {
+			if m.ID == t.user.ID {
+				// As written: the rollback of a turn ahead of this one
+				// may have moved it (reparentOrphans).
+				t.user.ParentID = m.ParentID
+				break
+			}
+		}
 		br, err := branch(msgs, t.user.ParentID)
 		if err != nil {
 			return nil, err
@@ -924,7 +932,8 @@ func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (
 }
 
 // rollback deletes the messages and runs of the turns a rollback undid,
-// and re-parents this turn's user message onto what remains.
+// and re-parents this turn's user message, and any other written under a
+// deleted message, onto what remains.
 func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 	msgs, err := s.chats.Messages(ctx, t.chat.ID)
 	if err != nil {
@@ -945,12 +954,16 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 			gone[m.ID] = true
 		}
 	}
-	if t.newUser {
-		p := t.user.ParentID
+	// What remains of a deleted message's branch: its nearest ancestor
+	// that stays.
+	remains := func(p string) string {
 		for hops := 0; gone[p] && hops <= len(msgs); hops++ {
 			p = byID[p].ParentID
 		}
-		if p != t.user.ParentID {
+		return p
+	}
+	if t.newUser {
+		if p := remains(t.user.ParentID); p != t.user.ParentID {
 			t.user.ParentID = p
 			if err := s.chats.UpdateMessage(ctx, t.user); err != nil {
 				s.log.Error("rollback: re-parenting", "message", t.user.ID, "err", err)
@@ -960,6 +973,14 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 	if err := s.chats.DeleteMessages(ctx, t.chat.ID, del, t.assistant.ID); err != nil {
 		s.log.Error("rollback: deleting messages", "chat", t.chat.ID, "err", err)
 	}
+	// Turns sent meanwhile that this rollback did not supersede (they
+	// queued behind this one) may have been written under a message it
+	// deleted: they move onto what remains too, before their runs start
+	// (they wait for this turn). Read after the delete, so a turn written
+	// while the rollback read the chat is among them.
+	if len(del) > 0 {
+		s.reparentOrphans(ctx, t.chat.ID, gone, remains)
+	}
 	if ins, ok := s.runs.(runtime.Inspector); ok {
 		for _, v := range victims {
 			if err := ins.DeleteRun(ctx, v); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
@@ -968,6 +989,25 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 		}
 	}
 	s.log.Info("rolled back", "chat", t.chat.ID, "runs", victims, "messages", len(del))
+}
+
+// reparentOrphans moves the chat's messages whose parent a rollback
+// deleted (gone) onto what remains of that parent's branch.
+func (s *Service) reparentOrphans(ctx context.Context, chatID string, gone map[string]bool, remains func(string) string) {
+	msgs, err := s.chats.Messages(ctx, chatID)
+	if err != nil {
+		s.log.Error("rollback: reading messages", "chat", chatID, "err", err)
+		return
+	}
+	for _, m := range msgs {
+		if !gone[m.ParentID] {
+			continue
+		}
+		m.ParentID = remains(m.ParentID)
+		if err := s.chats.UpdateMessage(ctx, m); err != nil {
+			s.log.Error("rollback: re-parenting", "message", m.ID, "err", err)
+		}
+	}
 }
 
 // finishMessage writes the assistant message's final status and content

@@ -2,8 +2,10 @@ package transport_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -447,4 +449,51 @@ func TestClientRequestIDAnswersRepeats(t *testing.T) {
 	require.Nil(t, b2["replayed"])
 	c.until(terminalOf(b2["runId"].(string)))
 	require.Len(t, messages(e.chat(chatID)), 10, "five turns: retry-1, key-1, retry-2, and f3 twice")
+}
+
+// Turns sent together with rollback among them leave a consistent tree:
+// a turn that survives a rollback but was written under one of the
+// messages it deleted moves onto what remains, as the rolling-back
+// turn's own user message does, so no message hangs from a deleted one,
+// no turn fails for a branch it cannot find, and the chat takes the next
+// message. The turns race for the chat, so each round orders them anew.
+func TestConcurrentRollbackKeepsTheTree(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 5}`))
+	for round := range 8 {
+		var base map[string]any
+		e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "base"}, &base), http.StatusAccepted)
+		e.waitMessage(chatID, base["messageId"].(string))
+		var wg sync.WaitGroup
+		for i, strategy := range []string{"rollback", "rollback", "interrupt", "enqueue", "enqueue", "enqueue"} {
+			wg.Go(func() {
+				e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
+					map[string]any{"content": fmt.Sprintf("round %d turn %d", round, i), "multitaskStrategy": strategy}, nil), http.StatusAccepted)
+			})
+		}
+		wg.Wait()
+		waitFor(t, "the round's turns to end", func() bool {
+			for _, m := range messages(e.chat(chatID)) {
+				if m["status"] == "pending" || m["status"] == "running" {
+					return false
+				}
+			}
+			return true
+		})
+		ids := map[string]bool{}
+		msgs := messages(e.chat(chatID))
+		for _, m := range msgs {
+			ids[m["id"].(string)] = true
+		}
+		for _, m := range msgs {
+			if p, _ := m["parentId"].(string); p != "" {
+				require.True(t, ids[p], "round %d: message %s hangs from %s, which is gone", round, m["id"], p)
+			}
+			require.NotEqual(t, "failed", m["status"], "round %d: message %s failed: %v", round, m["id"], m["error"])
+		}
+	}
+	var next map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "plain follow-up"}, &next), http.StatusAccepted)
+	require.Equal(t, "completed", e.waitMessage(chatID, next["messageId"].(string))["status"])
 }
