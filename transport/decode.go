@@ -16,8 +16,26 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// idPattern is what client-chosen ids may look like.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:\-]{1,128}$`)
+// idChars is the characters and length an id may have: a path id
+// outside them names nothing (see pathIDs).
+var idChars = regexp.MustCompile(`^[A-Za-z0-9_.:\-]{1,128}$`)
+
+// idPattern is what client-chosen ids may look like: idChars, and not
+// made only of dots, since "." and ".." are dot segments that browsers
+// and fetch clients take out of a URL's path: no such id could be
+// addressed.
+var idPattern idRule
+
+// idRule is the check of a client-chosen id (see idPattern).
+type idRule struct{}
+
+// MatchString reports whether s is an id a client may choose.
+func (idRule) MatchString(s string) bool {
+	return idChars.MatchString(s) && strings.Trim(s, ".") != ""
+}
+
+// String names the rule, as error messages give it.
+func (idRule) String() string { return idChars.String() + " and not be only dots" }
 
 func newValidator() *validator.Validate {
 	v := validator.New(validator.WithRequiredStructEnabled())
@@ -187,7 +205,7 @@ func ruleMessage(fe validator.FieldError) string {
 	case "min":
 		return "must be at least " + fe.Param()
 	case "ident":
-		return "must match " + idPattern.String()
+		return "must match " + idPattern.String() + " (a browser drops . and .. from a URL's path)"
 	case "clientid":
 		return "must be 1 to 256 printable characters"
 	}

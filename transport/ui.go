@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"sort"
@@ -24,8 +25,12 @@ health at <a href="/healthz"><code>/healthz</code></a>, metrics at <a href="/met
 `
 
 // ui serves the web UI (Config.UI) at /, falling back to index.html for
-// client-side routes, or a placeholder page when no UI was built in.
+// client-side routes, or a placeholder page when no UI was built in. A
+// query string that does not parse is 400 here too, as on the API.
 func (s *Server) ui(c echo.Context) error {
+	if err := checkQuery(c.Request()); err != nil {
+		return err
+	}
 	p := strings.TrimPrefix(path.Clean("/"+c.Request().URL.Path), "/")
 	if allow := s.allowedMethods(c.Request().URL.Path); allow != "" {
 		c.Response().Header().Set("Allow", allow)
@@ -94,15 +99,27 @@ func (s *Server) allowedMethods(path string) string {
 	return strings.Join(methods, ", ")
 }
 
-// pathIDs answers 404 for a route matched with a path parameter that is
-// no id: an empty one (/api/v1/runs//events), which the handlers would
-// otherwise read as an id left out of a command, or one holding a slash,
-// as the router matches the last parameter of /api/v1/graphs/g_1/.
+// pathIDs checks a matched route's address before its handler reads it.
+// A path parameter that is no id answers 404: an empty one
+// (/api/v1/runs//events), which the handlers would otherwise read as an
+// id left out of a command, or one holding a slash, as the router matches
+// the last parameter of /api/v1/graphs/g_1/. The router matches the path
+// as sent (URL.RawPath when it has escapes), so each parameter is then
+// unescaped, once for every route: ns%3Ag_1 is the id ns:g_1, as the web
+// UI's encodeURIComponent sends it. An id parameter that does not unescape,
+// or unescapes to what no id holds (a slash, a space: outside idChars), is
+// 400 naming it. A query string that does not parse is 400 too (see
+// checkQuery): url.ParseQuery would drop the bad pair, and the filter or
+// limit with it.
 func pathIDs(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		for i, v := range c.ParamValues() {
-			switch name := c.ParamNames()[i]; {
+		names, values := c.ParamNames(), c.ParamValues()
+		unescaped := make([]string, len(values))
+		for i, v := range values {
+			switch name := names[i]; {
 			case name == "*":
+				unescaped[i] = v
+				continue
 			case v == "":
 				return notFound("no such route: the path's %s is empty", name)
 			case strings.HasSuffix(v, "/") && strings.HasSuffix(c.Request().URL.Path, "/"):
@@ -110,9 +127,44 @@ func pathIDs(next echo.HandlerFunc) echo.HandlerFunc {
 			case strings.Contains(v, "/"):
 				return notFound("no such route")
 			}
+			u, err := unescapeParam(names[i], v)
+			if err != nil {
+				return err
+			}
+			unescaped[i] = u
+		}
+		c.SetParamValues(unescaped...)
+		if err := checkQuery(c.Request()); err != nil {
+			return err
 		}
 		return next(c)
 	}
+}
+
+// unescapeParam unescapes the path parameter name's value v. The id
+// parameters (all but the OpenAI model, which may be a graph's name) must
+// then be of idChars; dot-only ids pass, so that one saved before
+// idPattern refused them can still be read and deleted by a client that
+// sends it.
+func unescapeParam(name, v string) (string, error) {
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", badRequest("the path's %s %q is not percent-encoded right: %v", name, v, err)
+	}
+	if name != "model" && !idChars.MatchString(u) {
+		return "", badRequest("the path's %s %q is no id: an id must match %s", name, u, idChars)
+	}
+	return u, nil
+}
+
+// checkQuery answers 400 for a query string that does not parse (a bad
+// escape such as %ZZ, or a ';' separator): echo's QueryParam would read
+// it as if the bad pair were not there.
+func checkQuery(r *http.Request) error {
+	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+		return badRequest("the query string does not parse: %v", err)
+	}
+	return nil
 }
 
 // trailingSlash is the 404 of a route's path with a slash after it.
