@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -243,13 +244,9 @@ func (s *Server) updateGraph(c echo.Context) error {
 	if gc.diags.HasErrors() {
 		return invalidGraph(gc.diags)
 	}
-	var ifVersion int64
-	if h := strings.Trim(c.Request().Header.Get("If-Match"), `" `); h != "" && h != "*" {
-		v, err := strconv.ParseInt(h, 10, 64)
-		if err != nil {
-			return badRequest("If-Match must be a planVersion")
-		}
-		ifVersion = v
+	ifVersion, err := s.ifMatch(c, id)
+	if err != nil {
+		return err
 	}
 	rec := &chat.Graph{ID: id, Name: gc.body.Name, Body: storedBody(gc)}
 	if err := s.chats.UpdateGraph(c.Request().Context(), rec, ifVersion); err != nil {
@@ -257,6 +254,30 @@ func (s *Server) updateGraph(c echo.Context) error {
 	}
 	s.log.Info("graph saved", "graph", rec.ID, "planVersion", rec.PlanVersion)
 	return c.JSON(http.StatusOK, graphJSON(rec, gc.diags))
+}
+
+// ifMatch reads the If-Match of a save of graph id: the planVersion the
+// store must find (0, the store's "any", when there is none or it is
+// "*"). A planVersion is 1 or more, so 0 or a negative one names no
+// version the graph is at: the save is 409 (404 if there is no graph)
+// here, as the store answers a stale one, since passing 0 on would save.
+func (s *Server) ifMatch(c echo.Context, id string) (int64, error) {
+	h := strings.Trim(c.Request().Header.Get("If-Match"), `" `)
+	if h == "" || h == "*" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(h, 10, 64)
+	if err != nil {
+		return 0, badRequest("If-Match must be a planVersion")
+	}
+	if v < 1 {
+		g, err := s.chats.GetGraph(c.Request().Context(), id)
+		if err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chat.ErrConflict, id, g.PlanVersion, v)
+	}
+	return v, nil
 }
 
 func (s *Server) getGraph(c echo.Context) error {
