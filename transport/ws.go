@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -171,8 +173,71 @@ func (w wsUpgrade) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, bufio.NewReadWriter(br, bufio.NewWriterSize(w.wire, wsWriteBuffer)), nil
 }
 
-func isUpgrade(r *http.Request) bool {
-	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+func isUpgrade(r *http.Request) bool { return headerHasToken(r.Header, "Upgrade", "websocket") }
+
+// headerHasToken reports whether one of the comma-separated values of
+// header name is token (case-insensitively).
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// handshakeRefusal is what coder/websocket's Accept would refuse in an
+// upgrade request, as the API's error (Accept would answer text/plain):
+// a handshake RFC 6455 §4.2.1 does not allow is 400; a version other than
+// 13 is 426 with Sec-WebSocket-Version: 13 (§4.2.2, §4.4); a browser
+// page of another origin is 403 cross_origin. nil: Accept takes it. The
+// route takes GET alone: the router answers other methods 405. Headers
+// the answer needs are set on h.
+func (s *Server) handshakeRefusal(r *http.Request, h http.Header) *Error {
+	switch {
+	case !r.ProtoAtLeast(1, 1):
+		return badRequest("a WebSocket handshake needs HTTP/1.1 or later, not %s", r.Proto)
+	case !headerHasToken(r.Header, "Connection", "upgrade"):
+		return badRequest("a WebSocket handshake needs Connection: Upgrade")
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		h.Set("Sec-WebSocket-Version", "13")
+		h.Set("Upgrade", "websocket")
+		h.Set("Connection", "Upgrade")
+		return newError(http.StatusUpgradeRequired, CodeInvalidJSON,
+			"WebSocket version %q is not supported: the server speaks version 13", r.Header.Get("Sec-WebSocket-Version"))
+	case !validWebSocketKey(r.Header.Values("Sec-WebSocket-Key")):
+		return badRequest("a WebSocket handshake needs one Sec-WebSocket-Key: 16 bytes in base64")
+	case !s.websocketOriginAllowed(r):
+		return newError(http.StatusForbidden, CodeCrossOrigin,
+			"a WebSocket from origin %q is refused: it is not the server's own nor in --allowed-origins", r.Header.Get("Origin"))
+	}
+	return nil
+}
+
+func validWebSocketKey(keys []string) bool {
+	if len(keys) != 1 {
+		return false
+	}
+	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(keys[0]))
+	return err == nil && len(k) == 16
+}
+
+// websocketOriginAllowed is the rule Accept applies with OriginPatterns:
+// a request without Origin is not a browser page's; a browser's Origin
+// must name the request's Host or a host matching --allowed-origins
+// (host patterns: originPatternAllowed).
+func (s *Server) websocketOriginAllowed(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	return strings.EqualFold(u.Host, r.Host) || s.originPatternAllowed(u.Host)
 }
 
 // websocket is GET /api/v1/ws.
@@ -196,6 +261,9 @@ func (s *Server) websocket(c echo.Context) error {
 		}
 		return newError(http.StatusBadRequest, CodeInvalidJSON, "this route needs a WebSocket upgrade (subprotocol %s)", Subprotocol)
 	}
+	if e := s.handshakeRefusal(r, c.Response().Header()); e != nil {
+		return e
+	}
 	if s.svc.Closing() {
 		return chat.ErrShuttingDown
 	}
@@ -211,7 +279,7 @@ func (s *Server) websocket(c echo.Context) error {
 	if err != nil {
 		s.wsSlots.release(ip)
 		s.log.Info("websocket refused", "err", err)
-		return nil // Accept answered the request
+		return nil // Accept answered the request (the hijack failed: handshakeRefusal let it through)
 	}
 	if !authorized {
 		_ = conn.Close(CloseUnauthorized, "unauthorized")
