@@ -101,6 +101,15 @@ func decodeClientFrame(b []byte) (*clientFrame, error) {
 	return &f, nil
 }
 
+// wsCommand is a client frame queued for the connection's worker: a
+// frame to run, or, with err, the error answering a frame that could not
+// be decoded. Both wait their turn in the one queue, so that every frame
+// is answered in the order it was sent.
+type wsCommand struct {
+	f   *clientFrame
+	err error
+}
+
 // wsConn is one WebSocket connection: a reader that always runs, a
 // command worker while commands are queued, and one forwarder per
 // followed run. Whoever has a frame to send writes it (one write at a
@@ -114,7 +123,7 @@ type wsConn struct {
 	conn *websocket.Conn
 	ctx  context.Context
 	stop context.CancelFunc
-	cmds chan *clientFrame
+	cmds chan wsCommand
 
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -287,7 +296,7 @@ func (s *Server) websocket(c echo.Context) error {
 		return nil
 	}
 	conn.SetReadLimit(s.cfg.WSReadLimit)
-	wc := &wsConn{s: s, conn: conn, wire: wire, cmds: make(chan *clientFrame, 64),
+	wc := &wsConn{s: s, conn: conn, wire: wire, cmds: make(chan wsCommand, 64),
 		subs: map[string]context.CancelFunc{}, onCancel: map[string]bool{}}
 	// The connection's commands count against the client's run limit.
 	wc.ctx, wc.stop = context.WithCancel(chat.WithClient(s.base, ip))
@@ -359,12 +368,10 @@ func (wc *wsConn) serve() {
 			wc.close(CloseBadFrame, "bad frame: not a JSON object")
 			break
 		}
-		if err != nil {
-			wc.sendFrame(serverFrame{Type: "error", ID: f.ID, Error: errorJSON(err)})
-			continue
-		}
+		// A frame that could not be decoded is answered by the worker too,
+		// in its turn.
 		select {
-		case wc.cmds <- f:
+		case wc.cmds <- wsCommand{f: f, err: err}:
 		case <-wc.ctx.Done():
 		}
 		if wc.ctx.Err() != nil {
@@ -452,8 +459,12 @@ func (wc *wsConn) worker() {
 	defer wc.wg.Done()
 	for {
 		select {
-		case f := <-wc.cmds:
-			wc.command(f)
+		case c := <-wc.cmds:
+			if c.err != nil {
+				wc.sendError(c.f.ID, c.err)
+			} else {
+				wc.command(c.f)
+			}
 			continue
 		case <-wc.ctx.Done():
 		default:

@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -60,4 +61,35 @@ func TestWebSocketRefusedUpgradesAnswerJSON(t *testing.T) {
 		require.NoError(t, err, origin)
 		_ = conn.Close(websocket.StatusNormalClosure, "")
 	}
+}
+
+// Commands and the errors of frames that could not be decoded are
+// answered in the order they were sent.
+func TestWebSocketAnswersInSendOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	c := e.ws()
+	var sent []string
+	c.send(map[string]any{"id": "A", "type": "stream_chat", "chatId": chatID, "content": "hi"})
+	sent = append(sent, "A")
+	for i := range 40 {
+		id := fmt.Sprint(i)
+		c.send(map[string]any{"id": "s" + id, "type": "subscribe", "runId": "r_nope"})
+		require.NoError(t, c.conn.Write(c.ctx, websocket.MessageText, fmt.Appendf(nil, `{"id":"d%s","type":"stream_chat","chatId":5}`, id)))
+		c.send(map[string]any{"id": "u" + id, "type": "what"})
+		sent = append(sent, "s"+id, "d"+id, "u"+id)
+	}
+	var got []string
+	for len(got) < len(sent) {
+		f := c.read()
+		if f["type"] == "event" {
+			continue
+		}
+		got = append(got, f["id"].(string))
+		if f["id"] != "A" {
+			require.Equal(t, "error", f["type"], "%v", f)
+		}
+	}
+	require.Equal(t, sent, got)
 }
