@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -109,6 +110,14 @@ type wsCommand struct {
 	f   *clientFrame
 	err error
 }
+
+// Close codes of the connection's reader and pinger (the others are in
+// errors.go).
+const (
+	CloseProtocolError = websocket.StatusProtocolError           // a frame RFC 6455 does not allow
+	CloseInvalidUTF8   = websocket.StatusInvalidFramePayloadData // a text frame that is not UTF-8
+	ClosePingTimeout   = websocket.StatusCode(4408)              // no pong within WSPing of a ping
+)
 
 // wsConn is one WebSocket connection: a reader that always runs, a
 // command worker while commands are queued, and one forwarder per
@@ -349,18 +358,15 @@ func websocketProtocols(r *http.Request) []string {
 // connections; a worker runs only while commands are queued).
 func (wc *wsConn) serve() {
 	for {
-		_, data, err := wc.conn.Read(context.Background())
+		typ, data, err := wc.conn.Read(context.Background())
 		if err != nil {
-			switch websocket.CloseStatus(err) {
-			case -1:
-				if strings.Contains(err.Error(), "read limited") {
-					wc.close(CloseTooBig, "frame too big")
-				} else {
-					wc.close(websocket.StatusNormalClosure, "")
-				}
-			default:
-				wc.close(websocket.StatusNormalClosure, "")
-			}
+			wc.close(readCloseStatus(err))
+			break
+		}
+		if typ == websocket.MessageText && !utf8.Valid(data) {
+			// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+			// connection.
+			wc.close(CloseInvalidUTF8, "invalid UTF-8 in a text frame")
 			break
 		}
 		f, err := decodeClientFrame(data)
@@ -396,6 +402,25 @@ func (wc *wsConn) serve() {
 	for _, id := range cancel {
 		wc.s.cancelRunQuietly(id)
 	}
+}
+
+// readCloseStatus is how the server closes a connection whose read
+// failed: after the client's close frame (coder/websocket has answered
+// it) or when the connection simply ended, 1000; a message over the read
+// limit, 1009; anything else the reader refused (an unmasked frame,
+// reserved bits or opcodes, a bad control or close frame) is a protocol
+// violation, 1002 (for most of them coder/websocket has sent its own
+// 1002 already, with its reason).
+func readCloseStatus(err error) (websocket.StatusCode, string) {
+	var ne net.Error
+	switch {
+	case websocket.CloseStatus(err) != -1, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, net.ErrClosed), errors.As(err, &ne):
+		return websocket.StatusNormalClosure, ""
+	case errors.Is(err, websocket.ErrMessageTooBig):
+		return CloseTooBig, "frame too big"
+	}
+	return CloseProtocolError, "protocol error"
 }
 
 // close ends the connection with a status that says why. Idempotent.
@@ -450,7 +475,7 @@ func (wc *wsConn) ping() {
 	ctx, cancel := context.WithTimeout(wc.ctx, wc.s.cfg.WSPing)
 	defer cancel()
 	if err := wc.conn.Ping(ctx); err != nil && wc.ctx.Err() == nil {
-		wc.close(websocket.StatusGoingAway, "ping timed out")
+		wc.close(ClosePingTimeout, "ping timed out")
 	}
 }
 
