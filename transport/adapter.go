@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -17,8 +18,9 @@ import (
 // The protocol adapters (AG-UI in agui.go, OpenAI chat completions in
 // openai.go) translate other clients' requests into chat calls and a
 // run's events into their wire formats. What they share is here: reading
-// a run's events through follow, which nodes' text is the answer, the
-// interrupts a run ended with, and the tool call ids clients send back.
+// a run's events through follow, what of a run's text streams as the
+// answer (answerText), the interrupts a run ended with, and the tool
+// call ids clients send back.
 
 // Node types and event data fields of the wire contract the adapters read.
 const (
@@ -179,62 +181,176 @@ func readRunEnd(ev runEvent) runEnd {
 	return end
 }
 
-// answerNodes are the nodes whose node_delta text is the chat's answer:
-// the agents with a flow edge into a chat_output node or, when the run's
-// entries include no such path (no chat_output, or an agent chat), its
-// entry agents.
-func answerNodes(g *runtime.Graph, entries []string) map[string]bool {
+// The answer's text on an adapter's stream: a client that builds its
+// answer from the stream ends with exactly the chat message's text —
+// the messages of the chat_output nodes the run reaches, in graph order,
+// joined by blank lines (each joins its inputs in edge order), or without
+// one the entry agent's answer (chat.Service writes it so). Only text
+// that is certainly the start of that text streams live: the node_delta
+// text of one agent, the lead (see planAnswer), whose deltas are its
+// answer. Every other node's deltas are dropped, and whatever the final
+// text holds beyond what streamed (a template's text, a second input,
+// another chat_output) is sent once the run completes (answerText.rest).
+
+// answerPlan is what a run's stream carries live, decided up front from
+// the graph and the run's entry and active nodes.
+type answerPlan struct {
+	lead  string // the agent whose deltas stream live ("": none, the text comes at the end)
+	whole bool   // the lead's answer is the whole final text: nothing follows it
+}
+
+// planAnswer picks the lead: the source of the first input of the first
+// chat_output the run reaches (its first active flow edge) when that is
+// an agent feeding it through an unconditional on_success edge (nothing
+// between them transforms its text); when the run reaches no
+// chat_output, its first entry agent. Any other shape (a template or
+// router in front, a conditional or failure edge, a chat_output the run
+// enters) has no lead: nothing streams live and the whole text comes at
+// the end. An empty active list counts every node as active.
+func planAnswer(g *runtime.Graph, entries, active []string) answerPlan {
 	types := make(map[string]string, len(g.Nodes))
 	for _, n := range g.Nodes {
 		types[n.ID] = n.Type
 	}
-	out := map[string]bool{}
-	for _, e := range g.Edges {
-		if e.Data.Channel == runtime.ChannelFlow && types[e.Target] == typeChatOutput && types[e.Source] == typeAgent {
-			out[e.Source] = true
+	on := func(id string) bool { return len(active) == 0 || slices.Contains(active, id) }
+	var outputs []string
+	for _, n := range g.Nodes {
+		if n.Type == typeChatOutput && on(n.ID) {
+			outputs = append(outputs, n.ID)
 		}
 	}
-	if len(out) > 0 && !agentEntry(types, entries) {
-		return out
-	}
-	out = map[string]bool{}
-	for _, id := range entries {
-		if types[id] == typeAgent {
-			out[id] = true
-		}
-	}
-	if len(out) == 0 { // entries unknown: every agent
-		for id, t := range types {
-			if t == typeAgent {
-				out[id] = true
+	if len(outputs) == 0 {
+		var agents []string
+		for _, id := range entries {
+			if types[id] == typeAgent {
+				agents = append(agents, id)
 			}
 		}
+		if len(agents) == 0 {
+			return answerPlan{} // a chat turn without chat_output: the message has no text
+		}
+		return answerPlan{lead: agents[0], whole: len(agents) == 1}
 	}
-	return out
-}
-
-func agentEntry(types map[string]string, entries []string) bool {
-	for _, id := range entries {
-		if types[id] == typeAgent {
-			return true
+	if slices.Contains(entries, outputs[0]) {
+		return answerPlan{} // its first input is the run's own
+	}
+	var in []runtime.Edge
+	for _, e := range g.Edges {
+		if e.Data.Channel == runtime.ChannelFlow && e.Target == outputs[0] && on(e.Source) {
+			in = append(in, e)
 		}
 	}
-	return false
+	if len(in) == 0 {
+		return answerPlan{}
+	}
+	first := in[0]
+	if types[first.Source] != typeAgent || first.Data.Condition != "" ||
+		(first.Data.When != "" && first.Data.When != runtime.WhenOnSuccess) {
+		return answerPlan{}
+	}
+	return answerPlan{lead: first.Source, whole: len(outputs) == 1 && len(in) == 1}
+}
+
+// answerText follows one run's events for an adapter: what of its
+// answer to stream live, and what to send at its end. Not safe for
+// concurrent use (one stream's events come in order on one goroutine).
+type answerText struct {
+	graph *runtime.Graph
+	plan  answerPlan
+	sent  strings.Builder // the text streamed so far
+	// replay is, after the lead was retried, how much of sent its new
+	// attempt has said again (an attempt streams its answer from the
+	// start); -1 when it is not replaying.
+	replay int
+	// stopped: the lead's new attempt said something else than what
+	// was sent; nothing more streams live.
+	stopped bool
+}
+
+func newAnswerText(g *runtime.Graph) *answerText { return &answerText{graph: g, replay: -1} }
+
+// event reads one event of the run and returns the text to stream for
+// it ("" for none): the lead's new text.
+func (a *answerText) event(ev runEvent) string {
+	if ev.Type == runtime.EventRunStarted {
+		var d runStartedInfo
+		_ = json.Unmarshal(ev.Data, &d)
+		a.plan = planAnswer(a.graph, d.EntryNodeIDs, d.ActiveNodeIDs)
+		return ""
+	}
+	if a.plan.lead == "" || ev.NodeID != a.plan.lead || a.stopped {
+		return ""
+	}
+	switch ev.Type {
+	case runtime.EventNodeRetrying:
+		if a.sent.Len() > 0 {
+			a.replay = 0 // the next attempt says its answer from the start
+		}
+	case eventNodeDelta:
+		return a.delta(deltaText(ev))
+	}
+	return ""
+}
+
+// delta takes one delta of the lead: a replaying attempt's text is
+// checked against what was sent and only what goes beyond it is new.
+func (a *answerText) delta(t string) string {
+	if a.replay >= 0 {
+		said := a.sent.String()[a.replay:]
+		n := min(len(t), len(said))
+		if t[:n] != said[:n] {
+			a.stopped = true
+			return ""
+		}
+		a.replay += n
+		if n == len(t) {
+			return ""
+		}
+		a.replay, t = -1, t[n:]
+	}
+	a.sent.WriteString(t)
+	return t
+}
+
+// closesAt reports whether nodeID's terminal event ends the answer's
+// live text: it is the lead's and its answer is the whole final text.
+func (a *answerText) closesAt(nodeID string) bool {
+	return a.plan.whole && nodeID == a.plan.lead
+}
+
+// rest is the text of the final message the stream has not carried: what
+// follows the streamed text. If the final text does not start with it
+// (the lead failed, or its retry said something else, after it streamed;
+// a router or a failure skipped its chat_output), the stream cannot take
+// back what it sent: rest is then the whole final text, so none of the
+// answer is lost, and ok is false.
+func (a *answerText) rest(final string) (text string, ok bool) {
+	sent := a.sent.String()
+	if !strings.HasPrefix(final, sent) {
+		return final, false
+	}
+	return final[len(sent):], true
+}
+
+// unstreamed reads the turn's final message (once its run completed)
+// and returns the text of it a's stream has not carried (see rest).
+func (s *Server) unstreamed(ctx context.Context, t *chat.Ticket, a *answerText) (string, error) {
+	m, err := s.chats.GetMessage(ctx, t.ChatID, t.MessageID)
+	if err != nil {
+		return "", err
+	}
+	text, ok := a.rest(m.Content)
+	if !ok {
+		s.log.Warn("the streamed text is not the start of the answer: the whole answer follows it", "run", t.RunID,
+			"streamed", a.sent.Len(), "answer", len(m.Content))
+	}
+	return text, nil
 }
 
 // runStartedInfo is what the adapters read from run_started.
 type runStartedInfo struct {
-	MessageID    string   `json:"messageId"`
-	EntryNodeIDs []string `json:"entryNodeIds"`
-	ParentRunID  string   `json:"parentRunId"`
-}
-
-// startedAnswerNodes are the answer nodes of the run a run_started event
-// opens (see answerNodes).
-func startedAnswerNodes(g *runtime.Graph, ev runEvent) map[string]bool {
-	var d runStartedInfo
-	_ = json.Unmarshal(ev.Data, &d)
-	return answerNodes(g, d.EntryNodeIDs)
+	EntryNodeIDs  []string `json:"entryNodeIds"`
+	ActiveNodeIDs []string `json:"activeNodeIds"`
 }
 
 // deltaText is the text a node_delta event carries ("" when none).

@@ -95,7 +95,7 @@ func (s *Server) aguiRun(c echo.Context) error {
 		return err
 	}
 	setTicketHeaders(c, t)
-	st := &aguiStream{s: s, in: &in, graph: graph, ticket: t, steps: map[string]bool{}, calls: map[string]bool{}}
+	st := &aguiStream{s: s, in: &in, text: newAnswerText(graph), ticket: t, steps: map[string]bool{}, calls: map[string]bool{}}
 	st.serve(c)
 	if ctx.Err() != nil && !st.ended {
 		// The client went away (HttpAgent.abortRun) before the run's end:
@@ -256,15 +256,14 @@ func (s *Server) aguiContinue(ctx context.Context, ch *chat.Chat, given map[stri
 type aguiStream struct {
 	s      *Server
 	in     *aguiInput
-	graph  *runtime.Graph
+	text   *answerText // what of the run's text streams
 	ticket *chat.Ticket
 	w      *sseWriter
-	answer map[string]bool
 	// steps are the nodes with an open step; calls the tool calls
-	// announced in this stream; textOpen whether the text message is.
+	// announced in this stream.
 	steps    map[string]bool
 	calls    map[string]bool
-	textOpen bool
+	textOpen bool // the text message is open
 	ended    bool // the run's terminal event was translated
 }
 
@@ -297,7 +296,7 @@ func (st *aguiStream) serve(c echo.Context) {
 	}
 	// RUN_STARTED goes out with watchRun's first flush, RUN_FINISHED when
 	// the handler returns.
-	err := st.s.watchRun(ctx, st.ticket.RunID, st.w, st.event)
+	err := st.s.watchRun(ctx, st.ticket.RunID, st.w, func(ev runEvent) error { return st.event(ctx, ev) })
 	if err == nil && !st.ended {
 		err = errRunGone // deleted meanwhile (a rollback)
 	}
@@ -310,6 +309,22 @@ func (st *aguiStream) serve(c echo.Context) {
 	}
 }
 
+// sendText sends text of the answer into the turn's message, opening it
+// first. Text after the message was closed (the lead's answer was not the
+// whole final text after all, see answerText.rest) opens it again.
+func (st *aguiStream) sendText(text string) error {
+	if text == "" {
+		return nil
+	}
+	if !st.textOpen {
+		st.textOpen = true
+		if err := st.send(map[string]any{"type": "TEXT_MESSAGE_START", "messageId": st.ticket.MessageID, "role": "assistant"}); err != nil {
+			return err
+		}
+	}
+	return st.send(map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": st.ticket.MessageID, "delta": text})
+}
+
 func (st *aguiStream) closeText() error {
 	if !st.textOpen {
 		return nil
@@ -318,10 +333,9 @@ func (st *aguiStream) closeText() error {
 	return st.send(map[string]any{"type": "TEXT_MESSAGE_END", "messageId": st.ticket.MessageID})
 }
 
+// toolCall shows a tool call on the turn's message (inside its text
+// message, when that is open: the message is opened and closed once).
 func (st *aguiStream) toolCall(id, name, args string) error {
-	if err := st.closeText(); err != nil {
-		return err
-	}
 	st.calls[id] = true
 	for _, ev := range []map[string]any{
 		{"type": "TOOL_CALL_START", "toolCallId": id, "toolCallName": name, "parentMessageId": st.ticket.MessageID},
@@ -336,10 +350,11 @@ func (st *aguiStream) toolCall(id, name, args string) error {
 }
 
 // event translates one chatgraph event (see the table in docs/api.md).
-func (st *aguiStream) event(ev runEvent) error {
+func (st *aguiStream) event(ctx context.Context, ev runEvent) error {
+	if text := st.text.event(ev); text != "" {
+		return st.sendText(text)
+	}
 	switch ev.Type {
-	case runtime.EventRunStarted:
-		st.answer = startedAnswerNodes(st.graph, ev)
 	case runtime.EventNodeStarted:
 		st.steps[ev.NodeID] = true
 		return st.send(map[string]any{"type": "STEP_STARTED", "stepName": ev.NodeID})
@@ -348,27 +363,12 @@ func (st *aguiStream) event(ev runEvent) error {
 			return nil
 		}
 		delete(st.steps, ev.NodeID)
-		if st.answer[ev.NodeID] {
+		if st.text.closesAt(ev.NodeID) {
 			if err := st.closeText(); err != nil {
 				return err
 			}
 		}
 		return st.send(map[string]any{"type": "STEP_FINISHED", "stepName": ev.NodeID})
-	case eventNodeDelta:
-		if !st.answer[ev.NodeID] {
-			return nil
-		}
-		text := deltaText(ev)
-		if text == "" {
-			return nil
-		}
-		if !st.textOpen {
-			st.textOpen = true
-			if err := st.send(map[string]any{"type": "TEXT_MESSAGE_START", "messageId": st.ticket.MessageID, "role": "assistant"}); err != nil {
-				return err
-			}
-		}
-		return st.send(map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": st.ticket.MessageID, "delta": text})
 	case eventToolCall:
 		var d toolCallEvent
 		if json.Unmarshal(ev.Data, &d) != nil || d.Replayed || d.ClientTool {
@@ -389,6 +389,17 @@ func (st *aguiStream) event(ev runEvent) error {
 		return nil
 	}
 	st.ended = true
+	if ev.Type == runtime.EventRunCompleted {
+		// The final text that did not stream live (a template's, a
+		// second input's, another chat_output's).
+		rest, err := st.s.unstreamed(ctx, st.ticket, st.text)
+		if err != nil {
+			return err
+		}
+		if err := st.sendText(rest); err != nil {
+			return err
+		}
+	}
 	if err := st.closeText(); err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package transport_test
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -193,4 +195,72 @@ func TestAGUIRunRolledBack(t *testing.T) {
 	last := evs[len(evs)-1].Data
 	require.Equal(t, "RUN_FINISHED", last["type"], "%v", aguiTypes(evs))
 	require.Equal(t, map[string]any{"type": "cancelled"}, last["outcome"])
+}
+
+// The AG-UI stream's text is the chat message's text also when the
+// answer is more than one agent's text (see
+// TestOpenAIStreamIsTheWholeAnswer), in one text message: one
+// TEXT_MESSAGE_START, one TEXT_MESSAGE_END after all its content.
+func TestAGUIStreamIsTheWholeAnswer(t *testing.T) {
+	t.Parallel()
+	// An agent chat to a1 of start -> a1 -> a2 -> chat_output: the
+	// answer is a2's, which streams.
+	pipeline := graphWith("", [][3]any{{"a2", "agent", map[string]any{"name": "Second"}}},
+		edge("e1", "start", "message", "a1", "input", "flow"), edge("e2", "a1", "output", "a2", "input", "flow"),
+		edge("e3", "a2", "output", "out", "input", "flow"))
+	// a1 (slow) and a2 into one chat_output; a2, given a tool command by
+	// a template, calls the calculator while a1's text is open.
+	withTool := graphWith(`{"name":"Slow","tokenDelayMs":50}`, [][3]any{
+		{"t", "template", map[string]any{"template": `/tool calculator {"expression":"6*7"}`}},
+		{"a2", "agent", map[string]any{"name": "Calc"}},
+		{"calc", "tool", map[string]any{"name": "calculator"}},
+	}, edge("e1", "start", "message", "a1", "input", "flow"), edge("e2", "a1", "output", "out", "input", "flow"),
+		edge("e3", "start", "message", "t", "input", "flow"), edge("e4", "t", "output", "a2", "input", "flow"),
+		edge("e5", "a2", "output", "out", "input", "flow"), edge("l1", "calc", "tool", "a2", "tools", "link"))
+	for name, tc := range map[string]struct {
+		graph   map[string]any
+		props   map[string]any
+		message string
+		chunks  []string // live chunks, then the rest
+		tool    bool     // a server tool call is shown
+	}{
+		"template after the agent": {templateGraph(), nil, "[echo: one two]", []string{"[echo: one two]"}, false},
+		"two agents into one chat_output": {twoAgentsGraph(), nil, "echo: one two\n\necho: one two",
+			[]string{"echo:", " one", " two", "\n\necho: one two"}, false},
+		"agent chat into a pipeline": {pipeline, map[string]any{"agentNodeId": "a1"}, "echo: echo: one two",
+			[]string{"echo:", " echo:", " one", " two"}, false},
+		"a server tool call inside the text": {withTool, nil, "echo: one two\n\ntool calculator returned: 42",
+			[]string{"echo:", " one", " two", "\n\ntool calculator returned: 42"}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			thread := "t-whole-" + strings.ReplaceAll(name, " ", "-")
+			in := map[string]any{"threadId": thread, "runId": "r1", "forwardedProps": tc.props,
+				"messages": []any{map[string]any{"id": "u1", "role": "user", "content": "one two"}}}
+			evs := e.openSSE(context.Background(), "POST", "/api/v1/ag-ui/graphs/"+e.saveGraph(tc.graph), in, nil).all(t)
+			msgs := messages(e.chat(thread))
+			message := msgs[len(msgs)-1]
+			require.Equal(t, tc.message, message["content"])
+			var text, deltas []string
+			for _, ev := range evs {
+				typ := ev.Data["type"].(string)
+				if !strings.HasPrefix(typ, "TEXT_MESSAGE") {
+					continue
+				}
+				require.Equal(t, message["id"], ev.Data["messageId"])
+				if typ == "TEXT_MESSAGE_CONTENT" {
+					deltas = append(deltas, ev.Data["delta"].(string))
+					typ += " ..."
+				}
+				if len(text) == 0 || text[len(text)-1] != typ {
+					text = append(text, typ)
+				}
+			}
+			require.Equal(t, []string{"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT ...", "TEXT_MESSAGE_END"}, text)
+			require.Equal(t, tc.tool, slices.Contains(aguiTypes(evs), "TOOL_CALL_RESULT"))
+			require.Equal(t, tc.message, strings.Join(deltas, ""))
+			require.NoError(t, ssetest.WholeChunks(tc.chunks, deltas))
+		})
+	}
 }

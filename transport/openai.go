@@ -344,7 +344,8 @@ func (s *Server) chatCompletions(c echo.Context) error {
 	}
 	c.Response().Header().Set(HeaderChatID, t.ChatID)
 	setTicketHeaders(c, t)
-	cc := &completion{s: s, req: req, graph: graph, ticket: t, id: "chatcmpl-" + t.RunID, created: time.Now().Unix(), agents: map[string]bool{}}
+	cc := &completion{s: s, req: req, ticket: t, id: "chatcmpl-" + t.RunID, created: time.Now().Unix(),
+		text: newAnswerText(graph), agents: map[string]bool{}}
 	for _, n := range graph.Nodes {
 		if n.Type == typeAgent {
 			cc.agents[n.ID] = true
@@ -368,13 +369,11 @@ func (s *Server) chatCompletions(c echo.Context) error {
 type completion struct {
 	s       *Server
 	req     *oaiRequest
-	graph   *runtime.Graph
 	ticket  *chat.Ticket
 	id      string
 	created int64
-	answer  map[string]bool
+	text    *answerText     // what of the run's text streams
 	agents  map[string]bool // the graph's agent nodes (their outputs report usage)
-	sent    strings.Builder
 	usage   *oaiUsage
 	ended   bool // follow saw the run's terminal event
 }
@@ -406,22 +405,18 @@ func (cc *completion) addUsage(data json.RawMessage) {
 	cc.usage.TotalTokens += u.TotalTokens
 }
 
-// follow reads the run, calling text for every delta of its answer,
-// and returns how it ended. text writes to w (nil when not streaming),
-// which watchRun flushes after each batch.
+// follow reads the run, calling text with the answer's text as it
+// streams live (see answerText), and returns how it ended. text writes
+// to w (nil when not streaming), which watchRun flushes after each batch.
 func (cc *completion) follow(ctx context.Context, w *sseWriter, text func(string) error) (runEnd, error) {
 	var end *runEnd
 	err := cc.s.watchRun(ctx, cc.ticket.RunID, w, func(ev runEvent) error {
+		if t := cc.text.event(ev); t != "" {
+			return text(t)
+		}
 		switch {
-		case ev.Type == runtime.EventRunStarted:
-			cc.answer = startedAnswerNodes(cc.graph, ev)
 		case ev.Type == runtime.EventNodeCompleted && cc.agents[ev.NodeID]:
 			cc.addUsage(ev.Data)
-		case ev.Type == eventNodeDelta && cc.answer[ev.NodeID]:
-			if t := deltaText(ev); t != "" {
-				cc.sent.WriteString(t)
-				return text(t)
-			}
 		case ev.Type.Terminal():
 			e := readRunEnd(ev)
 			end = &e
@@ -564,13 +559,17 @@ func (cc *completion) stream(c echo.Context) error {
 	if err := chunk(&oaiAnswer{Role: "assistant", Content: &empty}, nil); err != nil {
 		return nil
 	}
-	end, err := cc.follow(ctx, w, func(t string) error { return chunk(&oaiAnswer{Content: &t}, nil) })
-	if err != nil {
+	// fail ends the stream with an error frame instead of [DONE].
+	fail := func(err error) error {
 		if ctx.Err() == nil {
 			cc.s.log.Warn("openai stream ended", "run", cc.ticket.RunID, "err", err)
 			_ = w.write(sseData(mustJSON(oaiErrorBody(apiError(err)))))
 		}
 		return nil
+	}
+	end, err := cc.follow(ctx, w, func(t string) error { return chunk(&oaiAnswer{Content: &t}, nil) })
+	if err != nil {
+		return fail(err)
 	}
 	if err := w.flush(); err != nil { // the last chunks, before reading the message
 		return nil
@@ -578,9 +577,13 @@ func (cc *completion) stream(c echo.Context) error {
 	reason := "stop"
 	switch end.Status {
 	case runtime.EventRunCompleted:
-		// Text no answer node streamed (a template after the agent, say).
-		if content, err := cc.message(ctx); err == nil && strings.HasPrefix(content, cc.sent.String()) && len(content) > cc.sent.Len() {
-			rest := content[cc.sent.Len():]
+		// The final text that did not stream live (a template's, a
+		// second input's, another chat_output's).
+		rest, err := cc.s.unstreamed(ctx, cc.ticket, cc.text)
+		if err != nil {
+			return fail(err)
+		}
+		if rest != "" {
 			if err := chunk(&oaiAnswer{Content: &rest}, nil); err != nil {
 				return nil
 			}

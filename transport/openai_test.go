@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -407,4 +408,126 @@ func TestOpenAIUsage(t *testing.T) {
 	resp, err = client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: eid, Messages: msgs})
 	require.NoError(t, err)
 	require.Contains(t, resp.RawJSON(), `"usage":null`)
+}
+
+// graphWith is basicGraph(agentData) with more nodes (id, type, data
+// triples) and edges in place of its own.
+func graphWith(agentData string, nodes [][3]any, edges ...map[string]any) map[string]any {
+	g := basicGraph(agentData)
+	for _, n := range nodes {
+		g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": n[0], "type": n[1], "position": map[string]any{"x": 0, "y": 0}, "data": n[2]})
+	}
+	es := make([]any, len(edges))
+	for i, e := range edges {
+		es[i] = e
+	}
+	g["edges"] = es
+	return g
+}
+
+// templateGraph is chat_start -> agent a1 -> template "[...]" ->
+// chat_output: the answer wraps the agent's text.
+func templateGraph() map[string]any {
+	return graphWith("", [][3]any{{"t", "template", map[string]any{"template": "[{{.content}}]"}}},
+		edge("e1", "start", "message", "a1", "input", "flow"), edge("e2", "a1", "output", "t", "input", "flow"),
+		edge("e3", "t", "output", "out", "input", "flow"))
+}
+
+// twoAgentsGraph is chat_start -> agents a1 and a2 -> one chat_output:
+// the answer is a1's text, a blank line, a2's. Their words 5 ms apart
+// interleave.
+func twoAgentsGraph() map[string]any {
+	return graphWith(`{"name":"First","tokenDelayMs":5}`, [][3]any{{"a2", "agent", map[string]any{"name": "Second", "tokenDelayMs": 5}}},
+		edge("e1", "start", "message", "a1", "input", "flow"), edge("e2", "start", "message", "a2", "input", "flow"),
+		edge("e3", "a1", "output", "out", "input", "flow"), edge("e4", "a2", "output", "out", "input", "flow"))
+}
+
+// streamOpenAI streams one completion of model with the SDK: its content
+// deltas and the content of the chat message it answered.
+func (e *env) streamOpenAI(model, content string) (deltas []string, message string) {
+	e.t.Helper()
+	var raw *http.Response
+	client := e.openai()
+	stream := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: model,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}}, oaiopt.WithResponseInto(&raw))
+	for stream.Next() {
+		if ch := stream.Current(); len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			deltas = append(deltas, ch.Choices[0].Delta.Content)
+		}
+	}
+	require.NoError(e.t, stream.Err())
+	msgs := messages(e.chat(raw.Header.Get("X-Chatgraph-Chat-Id")))
+	return deltas, msgs[len(msgs)-1]["content"].(string)
+}
+
+// The stream's text is the chat message's text also when the answer is
+// more than one agent's text: only the agent whose text starts the answer
+// (feeding the chat_output directly) streams live, the rest follows at
+// the end; a template in front streams nothing live.
+func TestOpenAIStreamIsTheWholeAnswer(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		graph   map[string]any
+		message string
+		chunks  []string // live chunks, then the rest
+	}{
+		"template after the agent": {templateGraph(), "[echo: one two]", []string{"[echo: one two]"}},
+		"two agents into one chat_output": {twoAgentsGraph(), "echo: one two\n\necho: one two",
+			[]string{"echo:", " one", " two", "\n\necho: one two"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			deltas, message := e.streamOpenAI(e.saveGraph(tc.graph), "one two")
+			require.Equal(t, tc.message, message)
+			require.Equal(t, message, strings.Join(deltas, ""))
+			require.NoError(t, ssetest.WholeChunks(tc.chunks, deltas))
+		})
+	}
+}
+
+// stutter is a model whose first call fails after it streamed "echo:
+// on"; its next call says then.
+type stutter struct {
+	calls *atomic.Int32
+	then  []string
+}
+
+func (s stutter) Stream(_ context.Context, _ llm.Request, onText func(string)) (llm.Response, error) {
+	if s.calls.Add(1) == 1 {
+		onText("echo:")
+		onText(" on")
+		return llm.Response{}, errors.New("connection reset")
+	}
+	for _, w := range s.then {
+		onText(w)
+	}
+	return llm.Response{Content: strings.Join(s.then, ""), FinishReason: "stop"}, nil
+}
+
+// An agent retried after it streamed says its answer again from the
+// start: the stream sends only what goes beyond what it sent. When the
+// new attempt says something else, the stream cannot take back what it
+// sent: the whole answer follows it.
+func TestOpenAIStreamOfARetriedAgent(t *testing.T) {
+	t.Parallel()
+	same, other := stutter{new(atomic.Int32), []string{"echo:", " one", " two"}}, stutter{new(atomic.Int32), []string{"other"}}
+	models := llm.NewModels()
+	require.NoError(t, models.Register("same", same))
+	require.NoError(t, models.Register("other", other))
+	for model, want := range map[string]struct {
+		message string
+		chunks  []string // what the stream sends
+	}{
+		"same/x":  {"echo: one two", []string{"echo:", " on", "e", " two"}},
+		"other/x": {"other", []string{"echo:", " on", "other"}},
+	} {
+		t.Run(model, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, func(c *transportConfig) { c.Models = models })
+			deltas, message := e.streamOpenAI(e.saveGraph(basicGraph(`{"model":"`+model+`","retry":{"maxAttempts":2}}`)), "one two")
+			require.Equal(t, want.message, message)
+			require.NoError(t, ssetest.WholeChunks(want.chunks, deltas))
+		})
+	}
 }

@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test'
 import { HttpAgent } from '@ag-ui/client'
 import { agentGraph, approvalGraph, startServer } from './server.mjs'
 
-let server, plain, approve, slow
+let server, plain, approve, slow, whole
 
 before(async () => {
   server = await startServer()
@@ -14,6 +14,22 @@ before(async () => {
   plain = await server.api('POST', '/api/v1/graphs', agentGraph('ag-ui helper', { tokenDelayMs: 20 }))
   approve = await server.api('POST', '/api/v1/graphs', approvalGraph('ag-ui approvals'))
   slow = await server.api('POST', '/api/v1/graphs', agentGraph('ag-ui slow', { tokenDelayMs: 150 }))
+  // a1 (words 50 ms apart) and a2 into one chat_output; a2, given a tool
+  // command by a template, calls the calculator while a1 streams.
+  const pos = { x: 0, y: 0 }
+  const edge = (id, source, sourceHandle, target, targetHandle, channel = 'flow') => ({
+    id, source, sourceHandle, target, targetHandle, data: { channel },
+  })
+  whole = await server.api('POST', '/api/v1/graphs', agentGraph('ag-ui two agents', { tokenDelayMs: 50 }, [
+    { id: 't', type: 'template', position: pos, data: { template: '/tool calculator {"expression":"6*7"}' } },
+    { id: 'a2', type: 'agent', position: pos, data: { name: 'Calc' } },
+    { id: 'calc', type: 'tool', position: pos, data: { name: 'calculator' } },
+  ], [
+    edge('e3', 'start', 'message', 't', 'input'),
+    edge('e4', 't', 'output', 'a2', 'input'),
+    edge('e5', 'a2', 'output', 'out', 'input'),
+    edge('l1', 'calc', 'tool', 'a2', 'tools', 'link'),
+  ]))
 })
 
 after(async () => {
@@ -121,6 +137,25 @@ describe('@ag-ui/client HttpAgent', () => {
     const answer = agent.messages.find((m) => m.id === messageId)
     assert.equal(answer.toolCalls[0].function.name, 'calculator')
     assert.equal(answer.content, 'tool calculator returned: 42')
+  })
+
+  test('an answer of two agents arrives whole in one text message', async () => {
+    const agent = agentFor(whole)
+    agent.addMessage({ id: randomUUID(), role: 'user', content: 'one two' })
+    const { events, finished } = await run(agent)
+    assert.equal(finished.outcome, 'success')
+    const t = types(events)
+    assert.equal(t.filter((x) => x === 'TEXT_MESSAGE_START').length, 1)
+    assert.equal(t.filter((x) => x === 'TEXT_MESSAGE_END').length, 1)
+    const { messageId } = chatgraphRun(events)
+    const chat = await server.api('GET', `/api/v1/chats/${agent.threadId}`)
+    const content = chat.messages.find((m) => m.id === messageId).content
+    assert.equal(content, 'echo: one two\n\ntool calculator returned: 42')
+    // a1's text streamed live, the rest came at the end; a2's call hangs
+    // on the same message.
+    const answer = agent.messages.find((m) => m.id === messageId)
+    assert.equal(answer.content, content)
+    assert.equal(answer.toolCalls[0].function.name, 'calculator')
   })
 
   test('an approval interrupts the run; resume continues it', async () => {
