@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"slices"
+	"time"
 
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
@@ -10,12 +11,38 @@ import (
 
 // CancelRequest names what to cancel: one run (RunID), the run of one
 // client request (ClientRequestID; it may not exist yet), or whatever
-// runs in a chat (ChatID alone). A ChatID given with a request id must
-// name an existing chat.
+// runs in a chat (ChatID alone). A client request id is the client's
+// name for a call in its chat, not across chats: it needs the ChatID
+// (an existing chat) or, from the connection the call came on (or will
+// come on), the Conn of Request.Conn.
 type CancelRequest struct {
 	ChatID          string
 	RunID           string
 	ClientRequestID string
+	Conn            string
+}
+
+// requestScopes are the cancel scopes of a call's client request id
+// (none without one): the id within its chat, and within the client
+// connection it came on. Chat and connection ids hold no '/', so a
+// scope names one pair.
+func requestScopes(chatID, conn, crid string) []runcontrol.Scope {
+	if crid == "" {
+		return nil
+	}
+	scopes := []runcontrol.Scope{chatRequestScope(chatID, crid)}
+	if conn != "" {
+		scopes = append(scopes, connRequestScope(conn, crid))
+	}
+	return scopes
+}
+
+func chatRequestScope(chatID, crid string) runcontrol.Scope {
+	return runcontrol.RequestScope("chat/" + chatID + "/" + crid)
+}
+
+func connRequestScope(conn, crid string) runcontrol.Scope {
+	return runcontrol.RequestScope("conn/" + conn + "/" + crid)
 }
 
 // CancelResult is the outcome of a cancel: runcontrol.StatusCancelled
@@ -35,13 +62,15 @@ func (s *Service) Cancel(ctx context.Context, req CancelRequest) (*CancelResult,
 	switch {
 	case req.RunID != "":
 		return s.cancelRun(ctx, req.RunID)
-	case req.ClientRequestID != "":
-		if req.ChatID != "" {
-			if _, err := s.chats.GetChat(ctx, req.ChatID); err != nil {
-				return nil, err
-			}
+	case req.ClientRequestID != "" && req.ChatID != "":
+		if _, err := s.chats.GetChat(ctx, req.ChatID); err != nil {
+			return nil, err
 		}
-		return s.cancelScope(runcontrol.RequestScope(req.ClientRequestID))
+		return s.cancelScope(chatRequestScope(req.ChatID, req.ClientRequestID))
+	case req.ClientRequestID != "" && req.Conn != "":
+		return s.cancelScope(connRequestScope(req.Conn, req.ClientRequestID))
+	case req.ClientRequestID != "":
+		return nil, invalid("a clientRequestId names a call in its chat: cancel it with the chatId too")
 	case req.ChatID != "":
 		if _, err := s.chats.GetChat(ctx, req.ChatID); err != nil {
 			return nil, err
@@ -58,15 +87,25 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	if err != nil {
 		return nil, err
 	}
+	if res.Status == runcontrol.StatusCancelled {
+		s.awaitCancelled(ctx, id)
+	}
 	rec, err := s.runs.GetRun(ctx, id)
 	if res.Status == runcontrol.StatusCancelled {
-		// A run that just ended waiting for a human commits its end
-		// before it lets go of its binding: the cancel reached a run that
-		// no longer acts on it, so end its wait as well (as cancelChat).
-		if err == nil {
+		switch {
+		case err != nil, !rec.Status.Finished(), rec.Status == runtime.RunCancelled:
+			return res, nil
+		case rec.Status == runtime.RunInterrupted:
+			// A run that just ended waiting for a human commits its end
+			// before it lets go of its binding: the cancel reached a run
+			// that no longer acts on it, so end its wait as well (as
+			// cancelChat).
 			s.cancelWaitingRun(ctx, rec)
+			return res, nil
 		}
-		return res, nil
+		// It had decided its end before the cancel came (its terminal
+		// event was on its way while it still held its binding): it is
+		// finished, not cancelled.
 	}
 	if err != nil {
 		return nil, err
@@ -80,6 +119,24 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	}
 	e.Details = map[string]any{"status": rec.Status}
 	return nil, e
+}
+
+// awaitCancelled waits, for a run of this process that a cancel reached,
+// until it has ended (at most the engine's cancel grace and a second:
+// a cancelled run ends within the grace), so that the cancel answers
+// with the run's real end. A run of another process is not awaited.
+func (s *Service) awaitCancelled(ctx context.Context, id string) {
+	lr := s.Live(id)
+	if lr == nil {
+		return
+	}
+	t := time.NewTimer(s.engine.CancelGrace() + time.Second)
+	defer t.Stop()
+	select {
+	case <-lr.Done():
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // cancelChat cancels what runs in a chat — bound runs (executing or
@@ -133,7 +190,10 @@ func (s *Service) cancelWaitingRun(ctx context.Context, rec *runtime.RunRecord) 
 	}
 	mid, _ := rec.Attrs["messageId"].(string)
 	m, err := s.chats.GetMessage(ctx, rec.ChatID, mid)
-	if err != nil || m.RunID != rec.ID {
+	if err == nil && m.RunID != rec.ID {
+		return nil // continued by a newer run: nothing waits on this one
+	}
+	if err != nil {
 		if _, err := s.engine.CancelInterrupted(ctx, rec.ID, runcontrol.ErrUserCancel); err != nil {
 			return nil
 		}

@@ -186,7 +186,8 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, start fu
 		scopes = append(scopes, runcontrol.ChatScope(rec.ChatID))
 	}
 	if crid, _ := rec.Attrs["clientRequestId"].(string); crid != "" {
-		scopes = append(scopes, runcontrol.RequestScope(crid))
+		// Its connection, if it had one, is gone with its process.
+		scopes = append(scopes, requestScopes(rec.ChatID, "", crid)...)
 	}
 	return s.launch(context.Background(), launch{
 		run: lr, scopes: scopes, strategy: runcontrol.Enqueue, afterSeq: rec.LastSeq, linkNow: true,

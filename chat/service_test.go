@@ -271,6 +271,44 @@ func TestCancelFinishedRunIsAConflict(t *testing.T) {
 	require.Contains(t, ce.Message, "already ended completed")
 }
 
+// endGate is a run store whose group commits that end a run completed
+// wait for open: the run has decided its end and still holds its binding.
+type endGate struct {
+	*memory.Store
+	reached chan struct{} // closed when a commit waits
+	open    chan struct{}
+	once    sync.Once
+}
+
+func (g *endGate) WriteBatches(ctx context.Context, bs []runtime.WriteBatch) error {
+	for _, b := range bs {
+		if b.Finish != nil && b.Finish.Status == runtime.RunCompleted {
+			g.once.Do(func() { close(g.reached) })
+			<-g.open
+		}
+	}
+	return g.Store.WriteBatches(ctx, bs)
+}
+
+// A cancel that reaches a run which had already decided its end (its
+// terminal commit under way, its binding still held) answers with that
+// end, as for any finished run, not "cancelled" for a run that then
+// completes.
+func TestCancelRacingTheEndAnswersTheEnd(t *testing.T) {
+	t.Parallel()
+	inner := memory.New()
+	runs := &endGate{Store: inner, reached: make(chan struct{}), open: make(chan struct{})}
+	f := newFixture(t, runs, chatmemory.New(inner), runtime.Config{})
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "hi"})
+	<-runs.reached
+	time.AfterFunc(50*time.Millisecond, func() { close(runs.open) })
+	_, err := f.svc.Cancel(context.Background(), chat.CancelRequest{RunID: tk.RunID})
+	ce := requireCode(t, err, chat.CodeConflict)
+	require.Contains(t, ce.Message, "already ended completed")
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, tk.MessageID).Status)
+}
+
 func waitClosed(t *testing.T, f *fixture, runID string) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {

@@ -47,8 +47,14 @@ type Request struct {
 	ParentID    *string
 	AgentNodeID string
 	UserTools   []string
-	// ClientRequestID is also a cancel scope.
+	// ClientRequestID is also a cancel scope, within the chat (a
+	// CancelRequest naming the chat and the id reaches the call) and,
+	// with Conn, within the client's connection.
 	ClientRequestID string
+	// Conn names the client connection the call came on (a WebSocket's),
+	// so that a cancel from the same connection may name the call by its
+	// ClientRequestID alone (CancelRequest.Conn); empty for HTTP.
+	Conn string
 	// Idempotent makes ClientRequestID the call's key in its chat: the
 	// call sent again is answered with the first one's ticket, not run
 	// again, and another call with the key is refused (see Send).
@@ -230,10 +236,7 @@ func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 	runID := NewID("r_")
 	lr := newLiveRun(runID, t.chat.ID, t.assistant.ID, t.graph)
 	lr.client = clientOf(ctx)
-	scopes := []runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}
-	if t.req.ClientRequestID != "" {
-		scopes = append(scopes, runcontrol.RequestScope(t.req.ClientRequestID))
-	}
+	scopes := append([]runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}, requestScopes(t.chat.ID, t.req.Conn, t.req.ClientRequestID)...)
 	err = s.launch(ctx, launch{
 		run: lr, scopes: scopes, strategy: t.req.Strategy, tryTurn: true,
 		write:    func(ctx context.Context, holding bool) ([]any, error) { return s.writeTurn(ctx, t, runID, holding) },

@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 )
 
 // ErrRunTimeLimit is the cause of a run cancelled for running longer than
@@ -38,3 +39,8 @@ func (g *execGuard) abandon(e *Engine) {
 // value that stays above zero names a node type that does not honour its
 // context.
 func (e *Engine) AbandonedExecutors() int64 { return e.abandoned.Load() }
+
+// CancelGrace is how long a cancelled run waits for its in-flight
+// executors before it ends cancelled anyway (Config.CancelGrace): a
+// cancel that reached a run sees its end within it.
+func (e *Engine) CancelGrace() time.Duration { return e.grace }

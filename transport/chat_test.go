@@ -167,6 +167,16 @@ func TestContinueAfterApproval(t *testing.T) {
 
 	// Continuing a completed message: conflict.
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue", nil, nil), http.StatusConflict)
+	// So is cancelling the answered run: nothing waits on it, and it
+	// stays as it ended.
+	var refused struct {
+		Error struct{ Details map[string]any }
+	}
+	e.mustStatus(e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, &refused), http.StatusConflict)
+	require.Equal(t, "interrupted", refused.Error.Details["status"])
+	var run map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+runID, nil, &run), http.StatusOK)
+	require.Equal(t, "interrupted", run["status"])
 }
 
 func TestResumeDenied(t *testing.T) {

@@ -47,7 +47,7 @@ func chatCall(kind chat.Kind, body func(f *clientFrame) any) command {
 		run: func(s *Server, ctx context.Context, f *clientFrame) (*commandResult, error) {
 			req := chat.Request{Kind: kind, ChatID: f.ChatID, MessageID: f.MessageID, Content: f.Content, ParentID: f.ParentID,
 				AgentNodeID: f.AgentNodeID, UserTools: f.UserTools, ClientRequestID: f.ClientRequestID, Idempotent: f.idempotent,
-				Strategy: runcontrol.Strategy(f.MultitaskStrategy)}
+				Conn: f.conn, Strategy: runcontrol.Strategy(f.MultitaskStrategy)}
 			if kind == chat.KindContinueMessage {
 				req.Resume = orValue(f.Resume, f.Value)
 			}
@@ -106,7 +106,7 @@ var commands = map[string]command{
 		},
 		run: func(s *Server, ctx context.Context, f *clientFrame) (*commandResult, error) {
 			return s.send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: f.RunID, Resume: orValue(f.Value, f.Resume),
-				ClientRequestID: f.ClientRequestID, Idempotent: f.idempotent, Strategy: runcontrol.Strategy(f.MultitaskStrategy)})
+				ClientRequestID: f.ClientRequestID, Idempotent: f.idempotent, Conn: f.conn, Strategy: runcontrol.Strategy(f.MultitaskStrategy)})
 		},
 	},
 	"cancel": {
@@ -118,7 +118,7 @@ var commands = map[string]command{
 			return nil
 		},
 		run: func(s *Server, ctx context.Context, f *clientFrame) (*commandResult, error) {
-			res, err := s.svc.Cancel(ctx, chat.CancelRequest{ChatID: f.ChatID, RunID: f.RunID, ClientRequestID: f.ClientRequestID})
+			res, err := s.svc.Cancel(ctx, chat.CancelRequest{ChatID: f.ChatID, RunID: f.RunID, ClientRequestID: f.ClientRequestID, Conn: f.conn})
 			if err != nil {
 				return nil, err
 			}

@@ -55,6 +55,9 @@ type clientFrame struct {
 	// WebSocket frame's id stands in for a missing one, for cancel only):
 	// the call sent again is answered, not run again (chat.Request.Idempotent).
 	idempotent bool
+	// conn names the WebSocket connection the frame came on (empty over
+	// HTTP): a cancel from it may name a call by clientRequestId alone.
+	conn string
 }
 
 // serverFrame is an ack or an error (events are written pre-encoded).
@@ -129,6 +132,7 @@ const (
 // (its reader) and no send buffer.
 type wsConn struct {
 	s    *Server
+	id   string // the connection's name in its calls' cancel scopes (chat.Request.Conn)
 	conn *websocket.Conn
 	ctx  context.Context
 	stop context.CancelFunc
@@ -305,7 +309,7 @@ func (s *Server) websocket(c echo.Context) error {
 		return nil
 	}
 	conn.SetReadLimit(s.cfg.WSReadLimit)
-	wc := &wsConn{s: s, conn: conn, wire: wire, cmds: make(chan wsCommand, 64),
+	wc := &wsConn{s: s, id: chat.NewID("ws_"), conn: conn, wire: wire, cmds: make(chan wsCommand, 64),
 		subs: map[string]context.CancelFunc{}, onCancel: map[string]bool{}}
 	// The connection's commands count against the client's run limit.
 	wc.ctx, wc.stop = context.WithCancel(chat.WithClient(s.base, ip))
@@ -538,7 +542,7 @@ func (wc *wsConn) command(f *clientFrame) {
 		wc.sendFrame(serverFrame{Type: "ack", ID: f.ID, RunID: f.RunID})
 		return
 	}
-	f.idempotent = f.ClientRequestID != ""
+	f.idempotent, f.conn = f.ClientRequestID != "", wc.id
 	if f.Type != "cancel" && f.ClientRequestID == "" {
 		// A frame's id is its client request id unless it names one.
 		f.ClientRequestID = f.ID

@@ -400,3 +400,57 @@ func TestWebSocketOnDisconnect(t *testing.T) {
 		}
 	}
 }
+
+// A client request id names a call in its chat, and a frame id names one
+// on its connection: a cancel by request id reaches neither another
+// chat's call with the same id nor, from a connection that sent none,
+// another connection's frame with the same id, now or as a kept intent.
+// With its chat named it reaches the call from any connection.
+func TestCancelByRequestIDStaysInItsChatAndConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	graphID, chatA := e.newChat(basicGraph(`{"tokenDelayMs": 20}`))
+	var ch map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats", map[string]any{"graphId": graphID}, &ch), http.StatusCreated)
+	chatB := ch["id"].(string)
+	long := strings.Repeat("w ", 100)
+
+	// Over HTTP: the same clientRequestId in two chats, chat A cancelled.
+	var a, b map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatA+"/messages", map[string]any{"content": long, "clientRequestId": "dup"}, &a), http.StatusAccepted)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatB+"/messages", map[string]any{"content": long, "clientRequestId": "dup"}, &b), http.StatusAccepted)
+	var res map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatA+"/cancel", map[string]any{"clientRequestId": "dup"}, &res), http.StatusAccepted)
+	require.Equal(t, []any{a["runId"]}, res["runIds"])
+	require.Equal(t, "cancelled", e.waitMessage(chatA, a["messageId"].(string))["status"])
+	require.Equal(t, "completed", e.waitMessage(chatB, b["messageId"].(string))["status"], "the other chat's call runs on")
+	// A kept intent for chat A leaves chat B's next call with the id alone.
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatA+"/cancel", map[string]any{"clientRequestId": "next"}, &res), http.StatusAccepted)
+	require.Equal(t, "pending", res["status"])
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatB+"/messages", map[string]any{"content": "hi", "clientRequestId": "next"}, &b), http.StatusAccepted)
+	require.Equal(t, "completed", e.waitMessage(chatB, b["messageId"].(string))["status"])
+
+	// Over WebSocket: two connections numbering their frames alike.
+	c1, c2 := e.ws(), e.ws()
+	c1.send(map[string]any{"id": "1", "type": "stream_chat", "chatId": chatA, "content": "hi"})
+	ack := c1.read()
+	c1.until(terminalOf(ack["runId"].(string)))
+	c1.send(map[string]any{"id": "k1", "type": "cancel", "clientRequestId": "2"})
+	require.Equal(t, "pending", c1.read()["status"], "a late cancel by frame id is kept for this connection")
+	c2.send(map[string]any{"id": "2", "type": "stream_chat", "chatId": chatA, "content": "hi"})
+	ack = c2.read()
+	run2 := ack["runId"].(string)
+	evs := eventsOf(c2.until(terminalOf(run2)), run2)
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"], "another connection's frame 2 is not cancelled")
+
+	// The call cancelled from another connection, by chat and id.
+	c2.send(map[string]any{"id": "3", "type": "stream_chat", "chatId": chatA, "content": long})
+	ack = c2.read()
+	run3 := ack["runId"].(string)
+	c1.send(map[string]any{"id": "k2", "type": "cancel", "chatId": chatA, "clientRequestId": "3"})
+	cancelAck := c1.read()
+	require.Equal(t, "cancelled", cancelAck["status"])
+	require.Equal(t, []any{run3}, cancelAck["runIds"])
+	evs = eventsOf(c2.until(terminalOf(run3)), run3)
+	require.Equal(t, "run_cancelled", evs[len(evs)-1]["type"])
+}

@@ -118,7 +118,10 @@ export function useChat(chatId: string | undefined, onError: (msg: string) => vo
     const f = inflightRef.current
     try {
       if (f && socket.isOpen()) {
-        await socket.request({ id: newRequestId('cancel'), type: 'cancel', clientRequestId: f.crid })
+        // A clientRequestId names a call in its chat: with the chat, the
+        // cancel reaches it from any connection (this one may have been
+        // reconnected since the call went out).
+        await socket.request({ id: newRequestId('cancel'), type: 'cancel', chatId: f.chatId, clientRequestId: f.crid })
       } else if (f) {
         await call(api.POST('/api/v1/chats/{id}/cancel', { params: { path: { id } }, body: { clientRequestId: f.crid } }))
       } else {
