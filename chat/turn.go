@@ -916,13 +916,8 @@ func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (
 		// The turn's own transcript (Request.History) is not written yet
 		// when it joins the run's first commit.
 		msgs = append(msgs, t.history...)
-		for _, m := range msgs {
-			if m.ID == t.user.ID {
-				// As written: the rollback of a turn ahead of this one
-				// may have moved it (reparentOrphans).
-				t.user.ParentID = m.ParentID
-				break
-			}
+		if err := s.followRollback(ctx, t, msgs); err != nil {
+			return nil, err
 		}
 		br, err := branch(msgs, t.user.ParentID)
 		if err != nil {
@@ -932,6 +927,37 @@ func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (
 		hist.prime(in.HistoryFrom, historyOf(br, nil))
 	}
 	return in.Value(), nil
+}
+
+// followRollback makes the turn's user message hang from what a
+// rollback of a turn ahead of this one left (msgs are the chat's
+// messages): as written, where that rollback moved it
+// (reparentOrphans), or moved now, where the turn was written under a
+// message the rollback had just deleted (rolledBack).
+func (s *Service) followRollback(ctx context.Context, t *turn, msgs []*Message) error {
+	present := false
+	for _, m := range msgs {
+		if m.ID == t.user.ID {
+			t.user.ParentID, present = m.ParentID, true
+			break
+		}
+	}
+	p, moved := t.user.ParentID, false
+	for hops := 0; p != "" && !slices.ContainsFunc(msgs, func(m *Message) bool { return m.ID == p }) && hops < 64; hops++ {
+		to, ok := s.rolledBack.lead(p)
+		if !ok {
+			break // gone otherwise: branch reports it
+		}
+		p, moved = to, true
+	}
+	if !moved || !present {
+		return nil
+	}
+	t.user.ParentID = p
+	if err := s.chats.UpdateMessage(ctx, t.user); err != nil {
+		return fmt.Errorf("moving the turn onto what a rollback left: %w", err)
+	}
+	return nil
 }
 
 // rollback deletes the messages and runs of the turns a rollback undid,
@@ -982,6 +1008,7 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 	// (they wait for this turn). Read after the delete, so a turn written
 	// while the rollback read the chat is among them.
 	if len(del) > 0 {
+		s.rolledBack.note(del, remains, time.Now())
 		s.reparentOrphans(ctx, t.chat.ID, gone, remains)
 	}
 	if ins, ok := s.runs.(runtime.Inspector); ok {
