@@ -200,6 +200,10 @@ const (
 	CloseTooBig       = websocket.StatusMessageTooBig
 	CloseTooSlow      = websocket.StatusPolicyViolation // the send queue overflowed
 	CloseShutdown     = websocket.StatusGoingAway
+	// The reader's and the pinger's.
+	CloseProtocolError = websocket.StatusProtocolError           // a frame RFC 6455 does not allow
+	CloseInvalidUTF8   = websocket.StatusInvalidFramePayloadData // a text frame that is not UTF-8
+	ClosePingTimeout   = websocket.StatusCode(4408)              // no pong within WSPing of a ping
 )
 
 // mustJSON encodes v (values built by this package always encode).

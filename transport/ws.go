@@ -114,14 +114,6 @@ type wsCommand struct {
 	err error
 }
 
-// Close codes of the connection's reader and pinger (the others are in
-// errors.go).
-const (
-	CloseProtocolError = websocket.StatusProtocolError           // a frame RFC 6455 does not allow
-	CloseInvalidUTF8   = websocket.StatusInvalidFramePayloadData // a text frame that is not UTF-8
-	ClosePingTimeout   = websocket.StatusCode(4408)              // no pong within WSPing of a ping
-)
-
 // wsConn is one WebSocket connection: a reader that always runs, a
 // command worker while commands are queued, and one forwarder per
 // followed run. Whoever has a frame to send writes it (one write at a
