@@ -739,6 +739,13 @@ func (t *turn) answers(v any) error {
 			}
 		}
 		if len(vals) == len(m) {
+			for _, in := range pending {
+				if x, ok := vals[in.ID]; ok {
+					if err := checkAnswer(in, x); err != nil {
+						return err
+					}
+				}
+			}
 			t.values = vals
 			return nil
 		}
@@ -751,8 +758,31 @@ func (t *turn) answers(v any) error {
 		return &Error{Code: CodeInvalid, Message: "the run has several pending interrupts: resume with an object keyed by interrupt id",
 			Details: map[string]any{"interruptIds": ids}}
 	}
+	if err := checkAnswer(pending[0], v); err != nil {
+		return err
+	}
 	t.value = v
 	return nil
+}
+
+// checkAnswer refuses a resume value that its interrupt's node could
+// only fail on (an approval's that is no decision, see
+// nodes.ParseApproval): refused here, the wait stays pending and the
+// client may answer again; taken, the continued run would fail with
+// invalid_resume and the wait be lost with it.
+func checkAnswer(in runtime.InterruptInfo, v any) error {
+	var err error
+	switch in.Reason {
+	case nodes.ReasonApproval, nodes.ReasonToolApproval:
+		_, err = nodes.ParseApproval(v)
+	case nodes.ReasonClientTool:
+		_, _, err = nodes.ParseClientResult(v)
+	}
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: CodeInvalid, Message: fmt.Sprintf("the answer to interrupt %s (%s at node %s): %v", in.ID, in.Reason, in.NodeID, err),
+		Details: map[string]any{"interruptId": in.ID}}
 }
 
 func findNode(g *runtime.Graph, id string) *runtime.Node {

@@ -188,6 +188,18 @@ func TestResumeDenied(t *testing.T) {
 		map[string]any{"content": `/tool calculator {"expression":"1+1"}`}, &tk), http.StatusAccepted)
 	mid := tk["messageId"].(string)
 	require.Equal(t, "interrupted", e.waitMessage(chatID, mid)["status"])
+	// An answer that is no decision is refused before anything runs: the
+	// wait stays, and the right answer is taken after it.
+	for _, bad := range []any{"yes", map[string]any{"approved": "x"}, 42} {
+		var refused struct {
+			Error struct{ Code, Message string }
+		}
+		e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/resume", map[string]any{"value": bad}, &refused),
+			http.StatusBadRequest)
+		require.Equal(t, "invalid_json", refused.Error.Code)
+		require.Contains(t, refused.Error.Message, `"approved": true|false`)
+	}
+	require.Equal(t, "interrupted", message(e.chat(chatID), mid)["status"])
 	var tk2 map[string]any
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+tk["runId"].(string)+"/resume",
 		map[string]any{"value": map[string]any{"approved": false, "reason": "no"}}, &tk2), http.StatusAccepted)
