@@ -121,23 +121,41 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	return nil, e
 }
 
-// awaitCancelled waits, for a run of this process that a cancel reached,
-// until it has ended (at most the engine's cancel grace and a second:
-// a cancelled run ends within the grace), so that the cancel answers
-// with the run's real end. A run of another process is not awaited.
+// awaitCancelled waits until a run that a cancel reached has ended (at
+// most the engine's cancel grace and a second: a cancelled run ends
+// within the grace), so that the cancel answers with the run's real end:
+// a run of this process until it is done, a run of another process until
+// the store has its end (read every awaitPoll).
 func (s *Service) awaitCancelled(ctx context.Context, id string) {
-	lr := s.Live(id)
-	if lr == nil {
-		return
-	}
 	t := time.NewTimer(s.engine.CancelGrace() + time.Second)
 	defer t.Stop()
-	select {
-	case <-lr.Done():
-	case <-t.C:
-	case <-ctx.Done():
+	if lr := s.Live(id); lr != nil {
+		select {
+		case <-lr.Done():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return
+	}
+	tick := time.NewTicker(awaitPoll)
+	defer tick.Stop()
+	for {
+		if rec, err := s.runs.GetRun(ctx, id); err != nil || rec.Status.Finished() {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
+
+// awaitPoll is how often awaitCancelled reads the end of a run that
+// another process holds.
+const awaitPoll = 10 * time.Millisecond
 
 // cancelChat cancels what runs in a chat — bound runs (executing or
 // queued) and runs waiting for a human (interrupted: the wait ends, their

@@ -309,6 +309,26 @@ func TestCancelRacingTheEndAnswersTheEnd(t *testing.T) {
 	require.Equal(t, chat.StatusCompleted, f.settled(chatID, tk.MessageID).Status)
 }
 
+// The same when the run is another process's: the cancel reaches it
+// through the shared run control and answers with the end the store
+// then has.
+func TestCancelRacingTheEndOfAnotherProcesssRun(t *testing.T) {
+	t.Parallel()
+	inner := memory.New()
+	runs := &endGate{Store: inner, reached: make(chan struct{}), open: make(chan struct{})}
+	chats := chatmemory.New(inner)
+	a := newFixture(t, runs, chats, runtime.Config{Owner: "a"})
+	b := newFixture(t, runs, chats, runtime.Config{Owner: "b"}, func(c *chat.Config) { c.Control = a.ctl })
+	_, chatID := a.chatOn(`{"name":"Helper"}`)
+	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "hi"})
+	<-runs.reached
+	require.Nil(t, b.svc.Live(tk.RunID), "the run is a's")
+	time.AfterFunc(50*time.Millisecond, func() { close(runs.open) })
+	_, err := b.svc.Cancel(context.Background(), chat.CancelRequest{RunID: tk.RunID})
+	ce := requireCode(t, err, chat.CodeConflict)
+	require.Contains(t, ce.Message, "already ended completed")
+}
+
 func waitClosed(t *testing.T, f *fixture, runID string) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
