@@ -68,10 +68,15 @@ describe('approval records', () => {
     const no: Ev[] = [
       { type: 'run_started', data: { parentRunId: 'n1' } },
       { type: 'node_started', nodeId: 'gate', attempt: 1 },
-      { type: 'node_failed', nodeId: 'gate', attempt: 1, data: { error: 'denied: too late', code: 'approval_denied' } },
+      { type: 'node_failed', nodeId: 'gate', attempt: 1, data: { error: 'approval_denied: gate: rejected: too late: sorry', code: 'approval_denied' } },
     ]
+    // No reason given: the server's error ends at "rejected".
+    const bare: Ev[] = no.map((e) => (e.type === 'node_failed' ? { ...e, data: { error: 'approval_denied: gate: rejected', code: 'approval_denied' } } : e))
     expect(approvalRecords(runChain('y', runs({ n1: node, y: yes })))[0]).toMatchObject({ prompt: 'Go on?', approved: true })
-    expect(approvalRecords(runChain('n', runs({ n1: node, n: no })))[0]).toMatchObject({ approved: false, reason: 'denied: too late' })
+    expect(approvalRecords(runChain('n', runs({ n1: node, n: no })))[0]).toMatchObject({ approved: false, reason: 'too late: sorry' })
+    const none = approvalRecords(runChain('n', runs({ n1: node, n: bare })))[0]
+    expect(none).toMatchObject({ approved: false })
+    expect(none.reason).toBeUndefined()
   })
 })
 

@@ -75,11 +75,25 @@ export function approvalRecords(chain: RunView[]): ApprovalRecord[] {
         if (n?.status === 'completed') rec.approved = true
         else if (n?.status === 'failed' && n.errorCode === 'approval_denied') {
           rec.approved = false
-          rec.reason = n.error
+          rec.reason = denialReason(n.error, a.nodeId)
         }
       }
       out.push(rec)
     }
   }
   return out
+}
+
+/**
+ * The reason given for denying approval node nodeId, read from its error:
+ * the server writes "approval_denied: <node>: rejected[: <reason>]", so
+ * "approval_denied: gate: rejected: too late" is "too late" and no reason
+ * is undefined. An error in another form is shown whole.
+ */
+export function denialReason(error: string | undefined, nodeId: string): string | undefined {
+  if (!error) return undefined
+  const head = `approval_denied: ${nodeId}: rejected`
+  if (!error.startsWith(head)) return error
+  const rest = error.slice(head.length)
+  return rest.startsWith(': ') && rest.length > 2 ? rest.slice(2) : undefined
 }
