@@ -226,6 +226,53 @@ describe.skipIf(!haveChromium)('chat', () => {
     await ctx.close()
   })
 
+  it('stops an answer after the WebSocket reconnected', async () => {
+    const { page, ctx, errors } = await newPage(browser!)
+    const gid = await createGraph(url, basicGraph({ tokenDelayMs: 200 }))
+    await open(page, url, `g=${gid}`)
+    await send(page, 'one two three four five six seven eight nine ten eleven twelve thirteen fourteen')
+    await expect.poll(() => body(page).textContent(), { timeout: 10_000 }).toMatch(/^echo: one/)
+    const opens = await page.evaluate(() => window.__chatgraph!.socket.opens)
+    await page.evaluate(() => window.__chatgraph!.socket.drop())
+    await expect.poll(() => page.evaluate(() => window.__chatgraph!.socket.opens), { timeout: 10_000 }).toBe(opens + 1)
+    // The call went out on the old connection: the cancel names its chat too, so it reaches it.
+    await page.getByTestId('stop').click()
+    await expect.poll(() => status(page), { timeout: 10_000 }).toBe('cancelled')
+    expect(await lastAssistant(page).getByTestId('msg-error').getAttribute('title')).toBe('user_cancel')
+    await send(page, 'after')
+    await expect.poll(() => body(page).textContent(), { timeout: 10_000 }).toBe('echo: after')
+    await expect.poll(() => status(page)).toBe('completed')
+    expect(errors).toEqual([])
+    await ctx.close()
+  })
+
+  it('sends a message longer than a WebSocket frame, and gives back one the server refuses', async () => {
+    const { page, ctx, errors } = await newPage(browser!)
+    const gid = await createGraph(url, basicGraph())
+    await open(page, url, `g=${gid}`)
+    const opens = await page.evaluate(() => window.__chatgraph!.socket.opens)
+    // 600 words of 120 characters: ~72 KB, over the server's 64 KiB frame
+    // limit (a frame that big closes the WebSocket: 1009), under its
+    // 200,000-character limit on content.
+    const long = Array.from({ length: 600 }, (_, i) => `w${i}é`.padEnd(120, 'x')).join(' ')
+    await send(page, long)
+    await expect.poll(() => status(page), { timeout: 20_000 }).toBe('completed')
+    const chatId = (await hash(page)).get('c')!
+    const chat = (await (await fetch(`${url}/api/v1/chats/${encodeURIComponent(chatId)}`)).json()) as { messages: { role: string; content: string }[] }
+    expect(chat.messages.map((m) => m.content)).toEqual([long, `echo: ${long}`])
+    expect(await body(page).textContent()).toBe(`echo: ${long}`)
+    // Over the content limit: refused in words, the text back in the composer.
+    const tooLong = 'y'.repeat(200_001)
+    await send(page, tooLong)
+    await expect.poll(() => page.getByTestId('notice').textContent()).toBeTruthy()
+    await expect.poll(() => page.getByLabel('message', { exact: true }).inputValue()).toBe(tooLong)
+    expect(await page.getByTestId('msg').count()).toBe(2)
+    // The connection never dropped.
+    expect(await page.evaluate(() => window.__chatgraph!.socket.opens)).toBe(opens)
+    expect(errors.filter((e) => !e.includes('400'))).toEqual([])
+    await ctx.close()
+  })
+
   it('shows failed, retried and skipped nodes and their detail', async () => {
     const { page, ctx, errors } = await newPage(browser!)
     const gid = await createGraph(url, {

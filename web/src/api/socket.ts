@@ -44,6 +44,23 @@ interface Waiter {
 
 const terminal = new Set(['run_completed', 'run_failed', 'run_cancelled', 'run_interrupted'])
 
+/**
+ * The largest frame the server reads: a bigger one closes the connection
+ * (1009, docs/api.md) and the command is lost. Chat calls take content up
+ * to 200,000 characters, so a long message goes over the HTTP route its
+ * frame mirrors instead, and its run is followed over the WebSocket.
+ */
+export const maxFrameBytes = 64 << 10
+
+/** Is frame f too big for the WebSocket (its JSON in UTF-8 over maxFrameBytes)? */
+export function frameTooBig(f: ClientFrame): boolean {
+  const s = JSON.stringify(f)
+  // Cheap bounds first: UTF-8 takes 1 to 3 bytes per UTF-16 code unit.
+  if (s.length * 3 <= maxFrameBytes) return false
+  if (s.length > maxFrameBytes) return true
+  return new TextEncoder().encode(s).length > maxFrameBytes
+}
+
 let counter = 0
 /** A client request id: unique per page, printable. */
 export function newRequestId(prefix = 'cr'): string {
@@ -212,9 +229,14 @@ export class ChatSocket {
     else this.outbox.push(s)
   }
 
+  /** Does f go over HTTP: in sse mode, or too big for a frame. */
+  private overHttp(f: ClientFrame): boolean {
+    return this.mode === 'sse' || frameTooBig(f)
+  }
+
   /** Sends a command; resolves with its ack, rejects with its error frame. */
   request(f: ClientFrame): Promise<AckFrame> {
-    if (this.mode === 'sse') {
+    if (this.overHttp(f)) {
       return sendCommand(f).catch((e: HttpFailure) => {
         throw new SocketError(e.code, e.message, e.details)
       })
@@ -230,8 +252,9 @@ export class ChatSocket {
    * connection right after the ack; the run is followed across reconnects.
    */
   async chat(f: ClientFrame): Promise<AckFrame> {
+    const http = this.overHttp(f)
     const ack = await this.request(f)
-    if (ack.runId && this.mode === 'sse') this.follow(ack.runId)
+    if (ack.runId && http) this.follow(ack.runId)
     else if (ack.runId) this.follows.add(ack.runId)
     return ack
   }

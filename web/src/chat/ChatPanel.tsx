@@ -229,8 +229,11 @@ export function ChatPanel(p: Props) {
     setText('')
     toBottom()
     const userTools = tools.length ? tools : undefined
-    if (target) await chatApi.start(id, 'stream_agent_chat', { content, agentNodeId: target, userTools })
-    else await chatApi.start(id, 'stream_chat', { content, userTools })
+    const r = target
+      ? await chatApi.start(id, 'stream_agent_chat', { content, agentNodeId: target, userTools })
+      : await chatApi.start(id, 'stream_chat', { content, userTools })
+    // Refused (too long, a busy chat…): the text comes back to be fixed, unless something new was typed.
+    if (r === 'refused') setText((cur) => cur || content)
   }
 
   const first = chatApi.path[0]

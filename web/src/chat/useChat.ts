@@ -4,7 +4,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react'
 import { api, call, loadChat } from '../api/client'
 import { newRequestId, SocketError } from '../api/socket'
-import type { Chat, ChatCallType, ClientFrame } from '../api/types'
+import type { AckFrame, Chat, ChatCallType, ClientFrame } from '../api/types'
 import { isRunFinished } from '../stream/reducer'
 import { onReconnect, runStore, socket } from '../stream/store'
 import { branch, buildTree, newestLeaf } from './tree'
@@ -15,6 +15,13 @@ export interface Inflight {
   type: ChatCallType
   runId?: string
 }
+
+/**
+ * What became of a chat call: its ack; 'refused' (the server said no, and
+ * onError showed why); 'unknown' (the connection dropped before the answer:
+ * the chat is re-read, the call may have started).
+ */
+export type CallOutcome = AckFrame | 'refused' | 'unknown'
 
 const terminal = new Set(['run_completed', 'run_failed', 'run_cancelled', 'run_interrupted'])
 
@@ -93,7 +100,7 @@ export function useChat(chatId: string | undefined, onError: (msg: string) => vo
 
   /** Starts a chat call over the WebSocket; its frame id is the clientRequestId. */
   const start = useCallback(
-    async (chatId: string, type: ChatCallType, fields: Omit<Extract<ClientFrame, { type: ChatCallType }>, 'id' | 'type' | 'chatId'>) => {
+    async (chatId: string, type: ChatCallType, fields: Omit<Extract<ClientFrame, { type: ChatCallType }>, 'id' | 'type' | 'chatId'>): Promise<CallOutcome> => {
       const crid = newRequestId()
       setInflight({ chatId, crid, type })
       try {
@@ -104,9 +111,12 @@ export function useChat(chatId: string | undefined, onError: (msg: string) => vo
         return ack
       } catch (e) {
         setInflight((cur) => (cur?.crid === crid ? null : cur))
-        if (e instanceof SocketError && e.code === 'disconnected') void refresh()
-        else onError(e instanceof Error ? e.message : String(e))
-        return undefined
+        if (e instanceof SocketError && e.code === 'disconnected') {
+          void refresh()
+          return 'unknown'
+        }
+        onError(e instanceof Error ? e.message : String(e))
+        return 'refused'
       }
     },
     [refresh, onError],
