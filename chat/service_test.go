@@ -842,3 +842,37 @@ func TestTurnOnADeletedGraphIsAConflict(t *testing.T) {
 	_, err = f.svc.Send(ctx, chat.Request{Kind: chat.KindStreamChat, ChatID: "c_nope", Content: "hello"})
 	require.ErrorIs(t, err, chat.ErrNotFound)
 }
+
+// supersedingQueue answers every turn that waits (one that does not get
+// the chat at once) as superseded, before any cancel of its binding
+// arrives — as the Redis queue does when its script sees the mark ahead
+// of the cancel's pub/sub message.
+type supersedingQueue struct{ runcontrol.ChatQueue }
+
+func (q supersedingQueue) Acquire(ctx context.Context, chatID, runID string, s runcontrol.Strategy) (*runcontrol.Turn, error) {
+	if s == runcontrol.Reject {
+		return q.ChatQueue.Acquire(ctx, chatID, runID, s)
+	}
+	return nil, runcontrol.SupersededBy(chatID, "r_newer")
+}
+
+// A queued turn the queue reports superseded ends cancelled with that
+// cause (its message cancelled, "superseded"), whether or not the cancel
+// of its binding has come yet; it is not a run that failed to start.
+func TestSupersededWhileQueuedIsCancelled(t *testing.T) {
+	t.Parallel()
+	runs := memory.New()
+	f := newFixture(t, runs, chatmemory.New(runs), runtime.Config{}, func(c *chat.Config) {
+		c.Queue = supersedingQueue{runcontrol.NewMemoryChatQueue(c.Control)}
+	})
+	_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":20}`)
+	first := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
+	queued := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "queued"})
+	m := f.settled(chatID, queued.MessageID)
+	require.Equal(t, chat.StatusCancelled, m.Status)
+	require.Equal(t, "superseded", m.Error)
+	rec, err := runs.GetRun(context.Background(), queued.RunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, first.MessageID).Status)
+}

@@ -402,10 +402,19 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	defer s.retire(lr, true)
 	defer release()
 	ctx := context.WithoutCancel(bound)
+	// superseded is the queue's word that a newer turn replaced this one
+	// while it waited; the cancel of its binding that comes with it may
+	// still be on its way (through Redis), so the run is cancelled with
+	// it here, not failed.
+	var superseded error
 	if held == nil && lr.ChatID != "" {
 		var err error
 		held, err = s.queue.Acquire(bound, lr.ChatID, lr.ID, l.strategy)
-		if err != nil && bound.Err() == nil {
+		switch {
+		case err == nil, bound.Err() != nil:
+		case errors.Is(err, runcontrol.ErrSuperseded):
+			superseded = err
+		default:
 			// Not a cancel: the queue failed (a lost turn lease, say).
 			s.failStart(ctx, l, err)
 			return
@@ -419,6 +428,9 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	}
 	runCtx, cancelRun := context.WithCancelCause(ctx)
 	defer cancelRun(nil)
+	if superseded != nil {
+		cancelRun(superseded)
+	}
 	hold := &terminalHold{pub: s.pub, lr: lr}
 	defer hold.flush()
 	var (
