@@ -1033,22 +1033,15 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 		}
 		return p
 	}
-	if t.newUser {
-		if p := remains(t.user.ParentID); p != t.user.ParentID {
-			t.user.ParentID = p
-			if err := s.chats.UpdateMessage(ctx, t.user); err != nil {
-				s.log.Error("rollback: re-parenting", "message", t.user.ID, "err", err)
-			}
-		}
-	}
 	if err := s.chats.DeleteMessages(ctx, t.chat.ID, del, t.assistant.ID); err != nil {
 		s.log.Error("rollback: deleting messages", "chat", t.chat.ID, "err", err)
 	}
-	// Turns sent meanwhile that this rollback did not supersede (they
-	// queued behind this one) may have been written under a message it
-	// deleted: they move onto what remains too, before their runs start
-	// (they wait for this turn). Read after the delete, so a turn written
-	// while the rollback read the chat is among them.
+	// This turn's user message, and those of turns sent meanwhile that
+	// this rollback did not supersede (they queue behind it), may hang
+	// from a message it deleted: they move onto what remains, before
+	// their runs start (each reads its parent as written then:
+	// followRollback). Read after the delete, so a turn written while the
+	// rollback read the chat is among them.
 	if len(del) > 0 {
 		s.rolledBack.note(del, remains, time.Now())
 		s.reparentOrphans(ctx, t.chat.ID, gone, remains)
