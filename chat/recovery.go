@@ -128,12 +128,12 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 			return runtime.RecoverRequest{Plan: p, Services: services,
 				Sink: runtime.SinkFunc(func(ev runtime.Event) { r.sink.Emit(ev) })}, nil
 		},
-		Launch: func(rec *runtime.RunRecord, start func(context.Context) (*runtime.RunResult, error)) error {
+		Launch: func(rec *runtime.RunRecord, claimed *runtime.ClaimedRun) error {
 			mu.Lock()
 			r := prepared[rec.ID]
 			delete(prepared, rec.ID)
 			mu.Unlock()
-			return s.launchRecovered(rec, r, start)
+			return s.launchRecovered(rec, r, claimed)
 		},
 	}
 }
@@ -172,7 +172,7 @@ type recovered struct {
 // bound under run control, holding its chat's turn, with its events going
 // to the publisher after the last seq in its log, and its message written
 // when it ends.
-func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, start func(context.Context) (*runtime.RunResult, error)) error {
+func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed *runtime.ClaimedRun) error {
 	mid, _ := rec.Attrs["messageId"].(string)
 	var msg *Message
 	if mid != "" && rec.ChatID != "" {
@@ -193,7 +193,13 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, start fu
 		run: lr, scopes: scopes, strategy: runcontrol.Enqueue, afterSeq: rec.LastSeq, linkNow: true,
 		exec: func(ctx context.Context, sink runtime.EventSink, _ []any) (*runtime.RunResult, error) {
 			r.sink = sink // set before start: no event comes earlier
-			return start(ctx)
+			return claimed.Start(ctx)
+		},
+		failStart: func(_ context.Context, cause error) {
+			// Its chat's queue failed it before it started: a later
+			// recovery pass takes it up again.
+			s.log.Warn("recovered run could not start: given back", "run", rec.ID, "err", cause)
+			claimed.GiveBack()
 		},
 		finish: func(ctx context.Context, res *runtime.RunResult, err error) {
 			if res == nil {

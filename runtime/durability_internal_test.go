@@ -86,6 +86,7 @@ func TestLeaseRenewalsGoOutInChunks(t *testing.T) {
 	e := &Engine{leaseTTL: time.Minute}
 	lr := &leaseRenewals{e: e}
 	view := &storeView{renewer: st}
+	e.store = view
 	due := make([]dueLease, runs)
 	for i := range due {
 		l := Lease{RunID: fmt.Sprintf("run-%d", i), Owner: "me", Token: int64(i + 1)}
@@ -118,6 +119,7 @@ func TestLeaseRenewalsGoOutInChunks(t *testing.T) {
 		require.Equal(t, 1, n, "%s renewed once", id)
 	}
 	for _, d := range due {
-		require.False(t, d.r.lease.ExpiresAt.IsZero(), "%s has its renewed lease", d.lease.RunID)
+		cur, _ := d.r.current()
+		require.False(t, cur.ExpiresAt.IsZero(), "%s has its renewed lease", d.lease.RunID)
 	}
 }

@@ -258,13 +258,13 @@ type RecoveryConfig struct {
 	// claim back; one that is ErrRecoverLater does so without a warning.
 	Prepare func(ctx context.Context, rec *RunRecord) (RecoverRequest, error)
 	// Launch, when set, starts each claimed and prepared run instead of
-	// the engine: it must call start exactly once (typically in a
+	// the engine: it must call run.Start exactly once (typically in a
 	// goroutine of its own, after whatever admission the caller needs),
-	// with the context the run executes under; start returns the run's
-	// outcome. An error from Launch (without calling start) gives the
-	// claim back. Without Launch the engine executes the run under the
-	// pass's ctx and reports to Done.
-	Launch func(rec *RunRecord, start func(ctx context.Context) (*RunResult, error)) error
+	// or run.GiveBack when it cannot start it after all. An error from
+	// Launch (with neither called) gives the claim back. Without Launch
+	// the engine executes the run under the pass's ctx and reports to
+	// Done.
+	Launch func(rec *RunRecord, run *ClaimedRun) error
 	// Done, when set, is called with each recovered run's outcome (runs
 	// started by the engine, not by Launch).
 	Done func(rec *RunRecord, res *RunResult, err error)
@@ -274,6 +274,63 @@ type RecoveryConfig struct {
 // run now wraps: RecoverExpired gives the claim back quietly, and a later
 // pass (of this process or another) claims the run again.
 var ErrRecoverLater = errors.New("runtime: recover the run later")
+
+// ClaimedRun is a run a recovery pass claimed and prepared, handed to
+// RecoveryConfig.Launch. Its claim is renewed while it waits to start,
+// so neither another process nor a later pass claims it again.
+type ClaimedRun struct {
+	e            *Engine
+	req          RecoverRequest
+	rec          *RunRecord
+	claim        *waitingClaim // nil: the store has no leases
+	stopRenewing func()
+	unhold       func() // drops the pass's hold on the run id
+	once         atomic.Bool
+}
+
+// RunID is the claimed run's id.
+func (c *ClaimedRun) RunID() string { return c.rec.ID }
+
+// Start continues the run under ctx and returns its outcome. Only the
+// first call of Start or GiveBack counts.
+func (c *ClaimedRun) Start(ctx context.Context) (*RunResult, error) {
+	if !c.once.CompareAndSwap(false, true) {
+		return nil, errors.New("runtime: a recovered run was started twice")
+	}
+	var lease *Lease
+	if c.claim != nil {
+		got, err := c.claim.take(c.stopRenewing)
+		if err != nil {
+			c.unhold() // lost: whoever holds the lease now recovers the run
+			return nil, err
+		}
+		lease = &got
+	}
+	r, err := c.e.recoverClaimed(ctx, c.req, c.rec, lease)
+	if err != nil {
+		if lease != nil {
+			_ = c.e.store.leaser.ReleaseLease(context.WithoutCancel(ctx), *lease)
+		}
+		c.unhold()
+		return nil, err
+	}
+	c.unhold() // the run holds itself now
+	return r.execute()
+}
+
+// GiveBack gives the claim back (a later pass, of this process or
+// another, recovers the run) unless Start was called.
+func (c *ClaimedRun) GiveBack() {
+	if !c.once.CompareAndSwap(false, true) {
+		return
+	}
+	if c.claim != nil {
+		if got, err := c.claim.take(c.stopRenewing); err == nil {
+			_ = c.e.store.leaser.ReleaseLease(context.Background(), got)
+		}
+	}
+	c.unhold()
+}
 
 // RecoverExpired makes one pass: it claims every run whose lease expired
 // (up to Batch) and continues it in the background. With an OwnerLister
@@ -373,23 +430,16 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 		}
 		req.RunID = id
 		if cfg.Launch != nil {
-			lease := leases[id]
-			var launched atomic.Bool
-			start := func(runCtx context.Context) (*RunResult, error) {
-				if !launched.CompareAndSwap(false, true) {
-					return nil, errors.New("runtime: a recovered run was started twice")
-				}
-				r, err := e.recoverClaimed(runCtx, req, rec, lease)
-				if err != nil {
-					release()
-					return nil, err
-				}
-				unhold() // the run holds itself now
-				return r.execute()
+			cr := &ClaimedRun{e: e, req: req, rec: rec, unhold: unhold}
+			if lease := leases[id]; lease != nil {
+				// Until Launch starts the run (after its chat's turn, say),
+				// the claim is renewed like a run's lease.
+				cr.claim = &waitingClaim{lease: *lease}
+				cr.stopRenewing = e.renewals.add(cr.claim)
 			}
-			if err := cfg.Launch(rec, start); err != nil {
+			if err := cfg.Launch(rec, cr); err != nil {
 				e.log.Warn("recovered run not launched", "run", id, "err", err)
-				release()
+				cr.GiveBack()
 				continue
 			}
 			started++

@@ -345,6 +345,71 @@ func TestRecoverOwnRunsAtOnce(t *testing.T) {
 	<-live // the engine is closed after its runs end
 }
 
+// A run a recovery pass claimed keeps its claim while its Launch waits to
+// start it (for its chat's turn, say) far longer than the lease TTL:
+// neither another engine nor the same engine's next pass claims it again,
+// and once started it runs to its end under that claim, recovered once.
+// A run given back instead is claimable at once.
+func TestRecoverKeepsTheClaimWhileItsLaunchWaits(t *testing.T) {
+	t.Parallel()
+	k := newKit(t)
+	mem := newMem()
+	g := newGraph("wait").node("s", "start").node("a", "step").node("b", "step", `{"effect":"external"}`).flow("s", "a").flow("a", "b").build()
+	const ttl = 150 * time.Millisecond
+	crashBeforeB(t, k, mem, g, "waits", "srv-1", time.Hour)
+	crashBeforeB(t, k, mem, g, "given", "srv-1", time.Hour)
+
+	claimed := make(chan *runtime.ClaimedRun, 2)
+	cfg := runtime.RecoveryConfig{
+		Prepare: func(context.Context, *runtime.RunRecord) (runtime.RecoverRequest, error) {
+			return runtime.RecoverRequest{Graph: g}, nil
+		},
+		Launch: func(_ *runtime.RunRecord, run *runtime.ClaimedRun) error {
+			claimed <- run
+			return nil
+		},
+	}
+	restarted := k.engine(t, mem, func(c *runtime.Config) { c.LeaseTTL = ttl; c.Owner = "srv-1" })
+	stranger := k.engine(t, mem, func(c *runtime.Config) { c.LeaseTTL = ttl; c.Owner = "srv-2" })
+	n, err := restarted.RecoverExpired(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	runs := map[string]*runtime.ClaimedRun{}
+	for range 2 {
+		r := <-claimed
+		runs[r.RunID()] = r
+	}
+	for range 5 { // 5 TTLs of waiting
+		time.Sleep(ttl)
+		for _, e := range []*runtime.Engine{stranger, restarted} {
+			n, err := e.RecoverExpired(context.Background(), cfg)
+			require.NoError(t, err)
+			require.Zero(t, n, "a waiting claim is renewed")
+		}
+	}
+
+	runs["given"].GiveBack()
+	_, err = mem.ClaimRun(context.Background(), "given", "srv-3", time.Hour)
+	require.NoError(t, err, "a claim given back is free at once")
+
+	res, err := runs["waits"].Start(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCompleted, res.Status)
+	out, _ := res.Output("b")
+	require.Equal(t, "b(a(s(x)))", out)
+	_, err = runs["waits"].Start(context.Background())
+	require.Error(t, err, "a claimed run starts once")
+	log, _ := mem.Events(context.Background(), "waits", 0, 0)
+	checkLifecycle(t, log)
+	stale := 0
+	for _, ev := range log {
+		if ev.Type == runtime.EventNodeRetrying {
+			stale++
+		}
+	}
+	require.Equal(t, 1, stale, "recovered once")
+}
+
 // staleOwned lists, besides the store's own answer, runs that were
 // running under the owner when a listing read them and have ended since.
 type staleOwned struct {
@@ -379,7 +444,7 @@ func TestRecoverSkipsRunsThatEndedMeanwhile(t *testing.T) {
 			prepared.Add(1)
 			return runtime.RecoverRequest{Graph: g}, nil
 		},
-		Launch: func(*runtime.RunRecord, func(context.Context) (*runtime.RunResult, error)) error {
+		Launch: func(*runtime.RunRecord, *runtime.ClaimedRun) error {
 			launched.Add(1)
 			return nil
 		},

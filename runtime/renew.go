@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// leaseRenewals keeps the leases of an engine's runs alive. One goroutine
+// leaseRenewals keeps the leases of an engine's runs alive, and those of
+// the runs a recovery pass claimed that wait for their launch to start
+// them (a recovered run may wait for its chat's turn). One goroutine
 // renews, every sixth of the TTL, every lease renewed more than a sixth
 // of the TTL ago, in one store call when the store is a LeaseRenewer: a
 // server with a thousand runs writes one renewal every few seconds, not a
@@ -22,18 +24,28 @@ type leaseRenewals struct {
 	e *Engine
 
 	mu      sync.Mutex
-	runs    map[*run]time.Time // when each run's lease was taken or last renewed
-	running bool               // the loop goroutine is up
+	runs    map[renewable]time.Time // when each lease was taken or last renewed
+	running bool                    // the loop goroutine is up
 	wg      sync.WaitGroup
 	empty   chan struct{} // the last run left (cap 1)
 }
 
-// add renews r's lease until the stop it returns is called (r.store and
-// r.lease set).
-func (lr *leaseRenewals) add(r *run) (stop func()) {
+// renewable is what holds a lease the renewals keep alive: a run, or a
+// claim waiting for its run to start.
+type renewable interface {
+	// current is the lease to renew now; false while there is none to
+	// renew yet.
+	current() (Lease, bool)
+	// renewed takes the outcome of the renewal of lease cur (next, or
+	// err) and reports whether to go on renewing.
+	renewed(cur, next Lease, err error) bool
+}
+
+// add renews r's lease until the stop it returns is called.
+func (lr *leaseRenewals) add(r renewable) (stop func()) {
 	lr.mu.Lock()
 	if lr.runs == nil {
-		lr.runs = map[*run]time.Time{}
+		lr.runs = map[renewable]time.Time{}
 		lr.empty = make(chan struct{}, 1)
 	}
 	lr.runs[r] = time.Now()
@@ -94,21 +106,15 @@ func (lr *leaseRenewals) loop() {
 	}
 }
 
-// due lists the runs whose lease was renewed before since and whose
-// record exists. (under mu)
+// due lists the leases renewed before since that can be renewed now.
+// (under mu)
 func (lr *leaseRenewals) due(since time.Time) []dueLease {
 	var out []dueLease
 	for r, at := range lr.runs {
 		if at.After(since) {
 			continue
 		}
-		r.emu.Lock()
-		// A run created in its first group commit has no record to renew
-		// until that commit is done (it may wait behind others).
-		unborn := r.bornInBatch && r.cgen == 0
-		cur := *r.lease
-		r.emu.Unlock()
-		if !unborn {
+		if cur, ok := r.current(); ok {
 			out = append(out, dueLease{r, cur})
 		}
 	}
@@ -116,7 +122,7 @@ func (lr *leaseRenewals) due(since time.Time) []dueLease {
 }
 
 type dueLease struct {
-	r     *run
+	r     renewable
 	lease Lease
 }
 
@@ -143,7 +149,7 @@ func (lr *leaseRenewals) renewSome(due []dueLease) {
 	}
 	renewed := make([]Lease, len(due))
 	errs := make([]error, len(due))
-	st := due[0].r.store // every run of an engine has the engine's store
+	st := lr.e.store
 	ctx := context.Background()
 	if st.renewer != nil {
 		got, gotErrs, err := st.renewer.RenewLeases(ctx, leases, ttl)
@@ -181,9 +187,18 @@ func (lr *leaseRenewals) renewSome(due []dueLease) {
 	}
 }
 
-// renewed takes the outcome of the renewal of lease cur and reports
-// whether to go on renewing: not once the lease is lost (the run is then
-// failed and cancelled) or the run's end is being written.
+// current implements renewable: a run created in its first group commit
+// has no record to renew until that commit is done (it may wait behind
+// others).
+func (r *run) current() (Lease, bool) {
+	r.emu.Lock()
+	defer r.emu.Unlock()
+	return *r.lease, !(r.bornInBatch && r.cgen == 0)
+}
+
+// renewed implements renewable: no more renewing once the lease is lost
+// (the run is then failed and cancelled) or the run's end is being
+// written.
 func (r *run) renewed(cur, next Lease, err error) bool {
 	r.emu.Lock()
 	ending := r.ending
@@ -212,4 +227,41 @@ func (r *run) renewLease() (stop func()) {
 		return func() {}
 	}
 	return r.e.renewals.add(r)
+}
+
+// waitingClaim is the lease a recovery pass claimed for a run that its
+// Launch has not started yet: renewed while it waits, so that neither
+// another process nor this engine's next pass claims the run again.
+type waitingClaim struct {
+	mu    sync.Mutex
+	lease Lease
+	err   error // the renewal failed: the claim is lost
+}
+
+func (c *waitingClaim) current() (Lease, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lease, c.err == nil
+}
+
+func (c *waitingClaim) renewed(cur, next Lease, err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.err = fmt.Errorf("%w: %v", ErrLeaseLost, err)
+		return false
+	}
+	if c.lease.Token == cur.Token {
+		c.lease = next
+	}
+	return true
+}
+
+// take ends the renewals (stop) and hands over the claim as it is now, or
+// the error it was lost with.
+func (c *waitingClaim) take(stop func()) (Lease, error) {
+	stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lease, c.err
 }
