@@ -62,12 +62,15 @@ end
 
 // acquireScript: ARGV chat, run, token, strategy, lease.
 // {"granted"} | {"busy", line...} | {"queued", superseded...}
+// A run takes the turn its own id holds: that holder is the same run in a
+// process that is gone (restarted, or taken over after the run's lease
+// expired), whose turn would otherwise block the chat until it expired.
 var acquireScript = goredis.NewScript(queuePrelude + `
 local run, token, s, lease = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 prune()
 local holder = redis.call('HGET', hk, 'run')
 local waiting = redis.call('ZRANGE', wk, 0, -1)
-if not holder and #waiting == 0 then
+if holder == run or (not holder and #waiting == 0) then
   take(run, token, lease)
   return {'granted'}
 end

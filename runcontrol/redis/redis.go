@@ -48,6 +48,15 @@ type Config struct {
 	OpTimeout time.Duration
 	// Logger receives warnings about Redis errors. Default: discard.
 	Logger *slog.Logger
+	// Instance is the process's stable name, the same across its restarts
+	// (the owner name of its run leases); it must be unique among the
+	// processes running at one time. Bind takes over a binding that an
+	// earlier process of the same Instance left (a restart that takes its
+	// runs back at once: that process is gone, and the run's lease, claimed
+	// before Bind, fences it were it not), where it would refuse another
+	// process's binding until it expired. Empty: every process is a
+	// stranger to its predecessors.
+	Instance string
 }
 
 const (
@@ -75,7 +84,8 @@ type Controller struct {
 	poll    time.Duration
 	opTO    time.Duration
 	log     *slog.Logger
-	id      string
+	id      string // this process's owner-token prefix: "[hex(Instance)|]incarnation"
+	heir    string // hex(Instance)+"|": bindings of earlier incarnations to take over ("" without Instance)
 	seq     atomic.Uint64
 
 	// gate orders Bind and release (shared) against the poll's refresh
@@ -137,6 +147,13 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+	heir := ""
+	if cfg.Instance != "" {
+		// Hex: no instance name can look like the prefix of another one.
+		heir = hex.EncodeToString([]byte(cfg.Instance)) + "|"
+		id = heir + id
+	}
 	base := "{" + cfg.Prefix + "}"
 	c := &Controller{
 		rdb:     cfg.Client,
@@ -147,7 +164,8 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		poll:    cfg.PollInterval,
 		opTO:    cfg.OpTimeout,
 		log:     cfg.Logger.With("component", "runcontrol/redis", "prefix", cfg.Prefix),
-		id:      hex.EncodeToString(idb[:]),
+		id:      id,
+		heir:    heir,
 		runs:    make(map[string]*binding),
 		kick:    make(chan struct{}, 1),
 	}
@@ -202,7 +220,7 @@ func (c *Controller) Bind(parent context.Context, runID string, scopes ...runcon
 	c.runs[runID] = b
 	c.mu.Unlock()
 
-	args := append([]any{runID, b.owner, c.bttl.Milliseconds(), c.ittl.Milliseconds()}, b.args...)
+	args := append([]any{runID, b.owner, c.bttl.Milliseconds(), c.ittl.Milliseconds(), c.heir, c.id + "/"}, b.args...)
 	res, err := bindScript.Run(parent, c.rdb, []string{c.base}, args...).StringSlice()
 	if err == nil && len(res) == 0 {
 		err = errors.New("empty script reply")

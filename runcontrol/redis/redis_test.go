@@ -248,7 +248,7 @@ func TestBindingOfDeadProcessExpires(t *testing.T) {
 	b := newController(t, newClient(t, ""), Config{Prefix: prefix})
 	// A dead process: its binding written by the script, never refreshed.
 	err := bindScript.Run(t.Context(), client, []string{"{" + prefix + "}"},
-		"r1", "dead/1", 300, time.Minute.Milliseconds(), "run:r1", "chat:c1").Err()
+		"r1", "dead/1", 300, time.Minute.Milliseconds(), "", "dead/", "run:r1", "chat:c1").Err()
 	require.NoError(t, err)
 	_, _, err = b.Bind(t.Context(), "r1")
 	require.ErrorIs(t, err, runcontrol.ErrAlreadyBound)
@@ -263,6 +263,69 @@ func TestBindingOfDeadProcessExpires(t *testing.T) {
 		}
 		return err == nil
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// deadBinding writes the binding an instance's process left when it died:
+// owner token as that process made it, never refreshed nor released.
+func deadBinding(t *testing.T, client *goredis.Client, prefix, instance, run string, scopes ...string) {
+	t.Helper()
+	owner := "gone/1"
+	if instance != "" {
+		owner = hex.EncodeToString([]byte(instance)) + "|" + owner
+	}
+	args := []any{run, owner, time.Minute.Milliseconds(), time.Minute.Milliseconds(), "", "gone/", "run:" + run}
+	for _, s := range scopes {
+		args = append(args, s)
+	}
+	require.NoError(t, bindScript.Run(t.Context(), client, []string{"{" + prefix + "}"}, args...).Err())
+}
+
+// A process restarted with the same Instance takes back at once the
+// bindings its predecessor left, with the cancel marks they carry; it
+// waits like anyone else for another instance's (even one whose name
+// starts with its own) and never takes over its own live bindings.
+func TestRestartedInstanceTakesItsBindingsBack(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	client := newClient(t, "")
+	deadBinding(t, client, prefix, "web-1", "r1", "chat:c1")
+	deadBinding(t, client, prefix, "web-1", "r2")
+	deadBinding(t, client, prefix, "web-10", "r3")
+	deadBinding(t, client, prefix, "", "r4")
+	stranger := newController(t, newClient(t, ""), Config{Prefix: prefix, Instance: "web-2"})
+	res, err := stranger.Cancel(t.Context(), runcontrol.RunScope("r2"), runcontrol.ErrUserCancel)
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusCancelled, res.Status, "r2 is bound (by a dead process)")
+
+	restarted := newController(t, newClient(t, ""), Config{Prefix: prefix, Instance: "web-1"})
+	ctx1, release1, err := restarted.Bind(t.Context(), "r1", runcontrol.ChatScope("c1"))
+	require.NoError(t, err, "its predecessor's binding is taken back")
+	require.NoError(t, ctx1.Err())
+	ctx2, release2, err := restarted.Bind(t.Context(), "r2")
+	require.NoError(t, err)
+	require.ErrorIs(t, waitCause(t, ctx2), runcontrol.ErrUserCancel, "a cancel sent to the predecessor still wins")
+	release2()
+	for _, run := range []string{"r3", "r4"} {
+		_, _, err := restarted.Bind(t.Context(), run)
+		require.ErrorIs(t, err, runcontrol.ErrAlreadyBound, "%s is another instance's", run)
+	}
+	_, _, err = stranger.Bind(t.Context(), "r1")
+	require.ErrorIs(t, err, runcontrol.ErrAlreadyBound, "the restarted process holds r1 now")
+
+	// Its own binding made by another Bind of this process is not an
+	// earlier process's.
+	mine := restarted.id + "/999"
+	require.NoError(t, bindScript.Run(t.Context(), client, []string{restarted.base}, "r5", mine,
+		time.Minute.Milliseconds(), time.Minute.Milliseconds(), "", "x/", "run:r5").Err())
+	_, _, err = restarted.Bind(t.Context(), "r5")
+	require.ErrorIs(t, err, runcontrol.ErrAlreadyBound)
+
+	// A cancel of the chat reaches the run taken back.
+	res, err = stranger.Cancel(t.Context(), runcontrol.ChatScope("c1"), runcontrol.ErrUserCancel)
+	require.NoError(t, err)
+	require.Equal(t, []string{"r1"}, res.RunIDs)
+	require.ErrorIs(t, waitCause(t, ctx1), runcontrol.ErrUserCancel)
+	release1()
 }
 
 func TestConfig(t *testing.T) {
@@ -349,6 +412,39 @@ func TestChatQueueLostTurn(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the queued run never got the turn")
+	}
+}
+
+// TestChatQueueRunTakesItsTurnBack: the turn a run held in a process that
+// died goes back to that run at once when it is recovered (a restart, or
+// a takeover after its lease expired), in every strategy; any other run
+// still finds the chat busy until that turn expires or is released.
+func TestChatQueueRunTakesItsTurnBack(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	client := newClient(t, "")
+	a := newController(t, client, Config{Prefix: prefix})
+	qa := newQueue(t, a)
+	for _, s := range []runcontrol.Strategy{runcontrol.Reject, runcontrol.Enqueue, runcontrol.Interrupt} {
+		chat := "c-" + string(s)
+		res, err := acquireScript.Run(t.Context(), client, []string{a.base}, chat, "r1", "r1/dead", "enqueue", time.Minute.Milliseconds()).StringSlice()
+		require.NoError(t, err)
+		require.Equal(t, []string{"granted"}, res, "the dead process held the turn")
+
+		ctx2, rel2, err := a.Bind(t.Context(), "other-"+string(s))
+		require.NoError(t, err)
+		_, err = qa.Acquire(ctx2, chat, "other-"+string(s), runcontrol.Reject)
+		require.ErrorIs(t, err, runcontrol.ErrChatBusy)
+		rel2()
+
+		ctx, rel, err := a.Bind(t.Context(), "r1")
+		require.NoError(t, err)
+		turnCtx, cancel := context.WithTimeout(ctx, 2*time.Second) // far below the turn's minute
+		turn, err := qa.Acquire(turnCtx, chat, "r1", s)
+		cancel()
+		require.NoError(t, err, "%s: the run takes its own turn back", s)
+		turn.Release()
+		rel()
 	}
 }
 

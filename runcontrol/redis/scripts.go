@@ -46,15 +46,22 @@ local function bind(run, owner, ttl, ittl, scopes)
 end
 `
 
-// bindScript: ARGV run, owner, bindingTTL, intentTTL, scopes...
-// Returns {"ok"}, {"cancelled", cause} or {"bound"} (another owner).
+// bindScript: ARGV run, owner, bindingTTL, intentTTL, heir, self,
+// scopes... Returns {"ok"}, {"cancelled", cause} or {"bound"} (another
+// owner). A binding whose owner starts with heir (non-empty: the same
+// instance) but not with self (this process) is an earlier process's of
+// the same instance: it is taken over, its cancel mark kept.
 var bindScript = goredis.NewScript(prelude + `
 local run, owner = ARGV[1], ARGV[2]
 local ttl, ittl = tonumber(ARGV[3]), tonumber(ARGV[4])
+local heir, self = ARGV[5], ARGV[6]
 local cur = redis.call('GET', b..':r:'..run)
-if cur and cur ~= owner then return {'bound'} end
+if cur and cur ~= owner then
+  local earlier = heir ~= '' and string.sub(cur, 1, #heir) == heir and string.sub(cur, 1, #self) ~= self
+  if not earlier then return {'bound'} end
+end
 local scopes = {}
-for i = 5, #ARGV do scopes[#scopes + 1] = ARGV[i] end
+for i = 7, #ARGV do scopes[#scopes + 1] = ARGV[i] end
 local cause = bind(run, owner, ttl, ittl, scopes)
 if cause then return {'cancelled', cause} end
 return {'ok'}
