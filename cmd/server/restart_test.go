@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"chatgraph/internal/pgtest"
 	"chatgraph/internal/ssetest"
 )
 
@@ -100,17 +101,33 @@ func follow(ctx context.Context, base, runID string, after int64) (<-chan stream
 	return ch, nil
 }
 
-// After kill -9 and a restart on the same state dir, the server takes its
-// interrupted run back at once (its instance id is kept in the state dir):
-// the run's next event arrives within 1 s of /readyz answering 200, far
-// inside the 15 s lease a stranger would wait out.
+// After kill -9 and a restart on the same state dir — or, on Postgres and
+// Redis, with the same instance id — the server takes its interrupted run
+// back at once: the run's next event arrives within 1 s of /readyz
+// answering 200, far inside the lease a stranger would wait out. The
+// lease TTL (2 s) is shorter than the rest of the run, so a restarted run
+// that lost its own lease, or that the server claimed a second time,
+// would show as a second stale_running retry or a stream that stops.
 func TestRestartTakesRunsBackAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	a := startChild(t, "CHATGRAPH_STATE_DIR="+dir)
+	t.Run("sqlite", func(t *testing.T) {
+		dir := t.TempDir()
+		testRestart(t, "CHATGRAPH_STATE_DIR="+dir, "CHATGRAPH_LEASE_TTL=2s")
+	})
+	t.Run("postgres+redis", func(t *testing.T) {
+		schema, prefix := needShared(t)
+		testRestart(t, "CHATGRAPH_DATABASE_URL="+pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA="+schema,
+			"CHATGRAPH_REDIS_URL="+redisURL(), "CHATGRAPH_REDIS_PREFIX="+prefix,
+			"CHATGRAPH_INSTANCE_ID=web-1", "CHATGRAPH_LEASE_TTL=2s")
+	})
+}
+
+func testRestart(t *testing.T, env ...string) {
+	a := startChild(t, env...)
 	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":150}`)
+	words := strings.Fields("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty")
 	var tk map[string]any
 	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
-		map[string]any{"content": "one two three four five six seven eight nine ten"}, &tk))
+		map[string]any{"content": strings.Join(words, " ")}, &tk))
 	runID := tk["runId"].(string)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -130,7 +147,7 @@ func TestRestartTakesRunsBackAtOnce(t *testing.T) {
 	a.kill()
 	last := seen[len(seen)-1].Seq
 
-	b := startChild(t, "CHATGRAPH_STATE_DIR="+dir)
+	b := startChild(t, env...)
 	var ready time.Time
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		resp, err := http.Get(b.url + "/readyz")
@@ -157,9 +174,14 @@ func TestRestartTakesRunsBackAtOnce(t *testing.T) {
 		seen = append(seen, ev)
 	}
 	require.Equal(t, "run_completed", seen[len(seen)-1].Type)
+	stale := 0
 	for i, ev := range seen {
 		require.Equal(t, int64(i+1), ev.Seq, "one gap-free stream across the restart")
+		if ev.Type == "node_retrying" {
+			stale++
+		}
 	}
+	require.Equal(t, 1, stale, "one recovery: the restarted server keeps the run it took back")
 }
 
 // The state dir is locked while a server runs on it; its instance id is
