@@ -354,7 +354,7 @@ func (q *ChatQueue) receiveLoop(ctx context.Context) {
 }
 
 // holdLoop extends the leases of the turns this process holds; a turn that
-// was lost has its run cancelled with ErrLeaseLost.
+// was lost has its run here cancelled with ErrLeaseLost.
 func (q *ChatQueue) holdLoop(ctx context.Context) {
 	defer q.wg.Done()
 	tick := time.NewTicker(q.ctl.poll)
@@ -394,10 +394,11 @@ func (q *ChatQueue) holdLoop(ctx context.Context) {
 				continue
 			}
 			q.ctl.log.Warn("chat queue: turn lease lost", "chat", h.chat, "run", h.run)
-			cause := fmt.Errorf("%w: turn of chat %s", runcontrol.ErrLeaseLost, h.chat)
-			if _, err := q.ctl.Cancel(ctx, runcontrol.RunScope(h.run), cause); err != nil {
-				q.ctl.log.Warn("chat queue: cancel run after lost turn", "run", h.run, "err", err)
-			}
+			// Only the run here: the same run may be bound in another
+			// process now, which recovered it and took its turn back.
+			ce, _ := runcontrol.NewCancelError(runcontrol.RunScope(h.run),
+				fmt.Errorf("%w: turn of chat %s", runcontrol.ErrLeaseLost, h.chat))
+			q.ctl.cancelHere(h.run, "", ce)
 		}
 	}
 }

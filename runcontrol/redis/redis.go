@@ -276,7 +276,12 @@ func (c *Controller) releaseRemote(b *binding) {
 // non-empty owner must match the binding's (a late message about an
 // earlier binding of the same run id is ignored).
 func (c *Controller) deliver(runID, owner, raw string) *runcontrol.CancelError {
-	ce := decodeCause(raw)
+	return c.cancelHere(runID, owner, decodeCause(raw))
+}
+
+// cancelHere cancels this process's binding of runID with ce (see
+// deliver), and no other process's.
+func (c *Controller) cancelHere(runID, owner string, ce *runcontrol.CancelError) *runcontrol.CancelError {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := c.runs[runID]

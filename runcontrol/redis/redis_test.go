@@ -448,6 +448,45 @@ func TestChatQueueRunTakesItsTurnBack(t *testing.T) {
 	}
 }
 
+// TestChatQueueLostTurnCancelsOnlyItsProcess: a process that finds its
+// turn lost cancels its own run, never the same run id bound in another
+// process — the one that recovered the run and took its turn back.
+func TestChatQueueLostTurnCancelsOnlyItsProcess(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	admin := newClient(t, "")
+	cfg := Config{Prefix: prefix, PollInterval: 50 * time.Millisecond}
+	a := newController(t, newClient(t, ""), cfg)
+	b := newController(t, newClient(t, ""), cfg)
+	qa, qb := newQueue(t, a), newQueue(t, b)
+
+	ctxA, relA, err := a.Bind(t.Context(), "r1", runcontrol.ChatScope("c1"))
+	require.NoError(t, err)
+	defer relA()
+	ta, err := qa.Acquire(ctxA, "c1", "r1", runcontrol.Enqueue)
+	require.NoError(t, err)
+	defer ta.Release()
+
+	// a stalls past its binding and turn leases: b recovers r1.
+	var ctxB context.Context
+	var relB func()
+	for range 100 { // a's poll may write its binding back in between
+		require.NoError(t, admin.Del(t.Context(), a.base+":r:r1").Err())
+		if ctxB, relB, err = b.Bind(t.Context(), "r1", runcontrol.ChatScope("c1")); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	defer relB()
+	tb, err := qb.Acquire(ctxB, "c1", "r1", runcontrol.Enqueue)
+	require.NoError(t, err, "the recovered run takes its turn back")
+	defer tb.Release()
+
+	require.ErrorIs(t, waitCause(t, ctxA), runcontrol.ErrLeaseLost, "a's run is cancelled")
+	time.Sleep(5 * cfg.PollInterval)
+	require.NoError(t, ctxB.Err(), "b's run of the same id goes on")
+}
+
 // TestChatQueueDeadWaiter: a queued run whose process died stops renewing
 // its place; it is dropped when its lease runs out and the next run gets
 // the turn.
