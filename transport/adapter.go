@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -24,8 +23,7 @@ import (
 
 // Node types and event data fields of the wire contract the adapters read.
 const (
-	typeAgent      = "agent"
-	typeChatOutput = "chat_output"
+	typeAgent = "agent"
 
 	eventNodeDelta  runtime.EventType = "node_delta"
 	eventToolCall   runtime.EventType = "tool_call"
@@ -182,82 +180,20 @@ func readRunEnd(ev runEvent) runEnd {
 }
 
 // The answer's text on an adapter's stream: a client that builds its
-// answer from the stream ends with exactly the chat message's text —
-// the messages of the chat_output nodes the run reaches, in graph order,
-// joined by blank lines (each joins its inputs in edge order), or without
-// one the entry agent's answer (chat.Service writes it so). Only text
-// that is certainly the start of that text streams live: the node_delta
-// text of one agent, the lead (see planAnswer), whose deltas are its
-// answer. Every other node's deltas are dropped, and whatever the final
-// text holds beyond what streamed (a template's text, a second input,
-// another chat_output) is sent once the run completes (answerText.rest).
-
-// answerPlan is what a run's stream carries live, decided up front from
-// the graph and the run's entry and active nodes.
-type answerPlan struct {
-	lead  string // the agent whose deltas stream live ("": none, the text comes at the end)
-	whole bool   // the lead's answer is the whole final text: nothing follows it
-}
-
-// planAnswer picks the lead: the source of the first input of the first
-// chat_output the run reaches (its first active flow edge) when that is
-// an agent feeding it through an unconditional on_success edge (nothing
-// between them transforms its text); when the run reaches no
-// chat_output, its first entry agent. Any other shape (a template or
-// router in front, a conditional or failure edge, a chat_output the run
-// enters) has no lead: nothing streams live and the whole text comes at
-// the end. An empty active list counts every node as active.
-func planAnswer(g *runtime.Graph, entries, active []string) answerPlan {
-	types := make(map[string]string, len(g.Nodes))
-	for _, n := range g.Nodes {
-		types[n.ID] = n.Type
-	}
-	on := func(id string) bool { return len(active) == 0 || slices.Contains(active, id) }
-	var outputs []string
-	for _, n := range g.Nodes {
-		if n.Type == typeChatOutput && on(n.ID) {
-			outputs = append(outputs, n.ID)
-		}
-	}
-	if len(outputs) == 0 {
-		var agents []string
-		for _, id := range entries {
-			if types[id] == typeAgent {
-				agents = append(agents, id)
-			}
-		}
-		if len(agents) == 0 {
-			return answerPlan{} // a chat turn without chat_output: the message has no text
-		}
-		return answerPlan{lead: agents[0], whole: len(agents) == 1}
-	}
-	if slices.Contains(entries, outputs[0]) {
-		return answerPlan{} // its first input is the run's own
-	}
-	var in []runtime.Edge
-	for _, e := range g.Edges {
-		if e.Data.Channel == runtime.ChannelFlow && e.Target == outputs[0] && on(e.Source) {
-			in = append(in, e)
-		}
-	}
-	if len(in) == 0 {
-		return answerPlan{}
-	}
-	first := in[0]
-	if types[first.Source] != typeAgent || first.Data.Condition != "" ||
-		(first.Data.When != "" && first.Data.When != runtime.WhenOnSuccess) {
-		return answerPlan{}
-	}
-	return answerPlan{lead: first.Source, whole: len(outputs) == 1 && len(in) == 1}
-}
+// answer from the stream ends with exactly the chat message's text. What
+// that text is, and which agent's deltas are certainly its start (the
+// lead), is chat's rule (chat.LiveAnswer); the adapters only follow it.
+// Only the lead's node_delta text streams live; every other node's
+// deltas are dropped, and whatever the final text holds beyond what
+// streamed is sent once the run completes (answerText.rest).
 
 // answerText follows one run's events for an adapter: what of its
 // answer to stream live, and what to send at its end. Not safe for
 // concurrent use (one stream's events come in order on one goroutine).
 type answerText struct {
 	graph *runtime.Graph
-	plan  answerPlan
-	sent  strings.Builder // the text streamed so far
+	live  chat.AnswerSource // what streams live (chat.LiveAnswer of its run_started)
+	sent  strings.Builder   // the text streamed so far
 	// replay is, after the lead was retried, how much of sent its new
 	// attempt has said again (an attempt streams its answer from the
 	// start); -1 when it is not replaying.
@@ -275,10 +211,10 @@ func (a *answerText) event(ev runEvent) string {
 	if ev.Type == runtime.EventRunStarted {
 		var d runStartedInfo
 		_ = json.Unmarshal(ev.Data, &d)
-		a.plan = planAnswer(a.graph, d.EntryNodeIDs, d.ActiveNodeIDs)
+		a.live = chat.LiveAnswer(a.graph, d.EntryNodeIDs, d.ActiveNodeIDs)
 		return ""
 	}
-	if a.plan.lead == "" || ev.NodeID != a.plan.lead || a.stopped {
+	if a.live.Lead == "" || ev.NodeID != a.live.Lead || a.stopped {
 		return ""
 	}
 	switch ev.Type {
@@ -315,7 +251,7 @@ func (a *answerText) delta(t string) string {
 // closesAt reports whether nodeID's terminal event ends the answer's
 // live text: it is the lead's and its answer is the whole final text.
 func (a *answerText) closesAt(nodeID string) bool {
-	return a.plan.whole && nodeID == a.plan.lead
+	return a.live.Whole && nodeID == a.live.Lead
 }
 
 // rest is the text of the final message the stream has not carried: what
