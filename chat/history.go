@@ -19,9 +19,10 @@ import (
 // The history a run sees is the branch as it was when its turn started,
 // also when the run is continued or recovered later: walking parent
 // pointers from a fixed message only meets older messages, whose parent
-// never changes afterwards (a rollback re-parents only user messages of
-// turns whose runs have not started: its own, and those written under a
-// message it deletes, which wait behind it) and whose
+// never changes afterwards (a rollback's delete re-parents only user
+// messages of turns whose runs have not started: its own, and those
+// written under a message it deletes, which wait behind it — see
+// Store.DeleteMessages) and whose
 // content is final — user and system messages never change, a completed
 // assistant message cannot be continued — except assistant messages of
 // runs that may still be continued (interrupted, cancelled, failed) or

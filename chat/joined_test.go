@@ -2,6 +2,7 @@ package chat_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -280,4 +281,39 @@ func TestCancelChatNamesARunEndingInterruptedOnce(t *testing.T) {
 	require.Equal(t, runcontrol.StatusCancelled, res.Status)
 	require.Equal(t, []string{tk.RunID}, res.RunIDs)
 	requireCancelled(t, f, runs, tk)
+}
+
+// A turn that holds its chat's turn joins its messages to its run's
+// first commit, after it built its input from the parent it read: when
+// a rollback (here: of another process) deleted that parent meanwhile,
+// the turn is written under what remains, and its history is that
+// branch — it does not fail for a branch it cannot find.
+func TestJoinedTurnUnderADeletedParent(t *testing.T) {
+	t.Parallel()
+	f, chats, _, _ := sqliteJoined(t)
+	ctx := context.Background()
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	base := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "base"})
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, base.MessageID).Status)
+	victim := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "undone"})
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, victim.MessageID).Status)
+	require.Eventually(t, func() bool { return !f.svc.Bound(ctx, victim.RunID) }, 10*time.Second, time.Millisecond)
+
+	chats.beforeTurnWrite = func(t chat.Turn) {
+		// The turn read the victim's answer as its parent (the active leaf).
+		_ = chats.DeleteMessages(ctx, t.ChatID, []string{victim.UserMessageID, victim.MessageID}, "")
+	}
+	next := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "after"})
+	done := f.settled(chatID, next.MessageID)
+	require.Equal(t, chat.StatusCompleted, done.Status, done.Error)
+	require.Equal(t, 3, chats.count("turn_write"), "every turn joined its run's first commit")
+	u, err := chats.GetMessage(ctx, chatID, next.UserMessageID)
+	require.NoError(t, err)
+	require.Equal(t, base.MessageID, u.ParentID, "written under what remains")
+	rec, err := f.runs.GetRun(ctx, next.RunID)
+	require.NoError(t, err)
+	in, err := json.Marshal(rec.Input)
+	require.NoError(t, err)
+	require.Contains(t, string(in), base.MessageID, "the history is the branch that remains")
+	require.NotContains(t, string(in), victim.MessageID)
 }

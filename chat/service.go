@@ -156,9 +156,6 @@ type Service struct {
 	// refused backs off the recovery of runs whose writes were refused
 	// (backoff.go).
 	refused refusals
-	// rolledBack leads turns written under a message a rollback deleted
-	// to what remains (rolledback.go).
-	rolledBack rolledBack
 
 	mu        sync.Mutex
 	closing   bool

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"chatgraph/runtime"
@@ -256,6 +258,27 @@ func RewriteInline(b *HistoryBatch, runs []InlineRun, messages func(chatID strin
 	return nil
 }
 
+// Remaining is the part of a DeleteMessages the stores share: given the
+// parent of each message it deleted, by id, it returns those ids (in
+// order) and where each leads — its nearest ancestor not deleted (there,
+// as the tree holds no orphan) or "" for the root.
+func Remaining(parents map[string]string) (ids, leadsTo []string) {
+	ids = slices.Sorted(maps.Keys(parents))
+	leadsTo = make([]string, len(ids))
+	for i, id := range ids {
+		p := parents[id]
+		for hops := 0; hops < len(parents); hops++ {
+			next, deleted := parents[p]
+			if !deleted {
+				break
+			}
+			p = next
+		}
+		leadsTo[i] = p
+	}
+	return ids, leadsTo
+}
+
 // Joiner is implemented by chat stores in the run store's database whose
 // writes can be committed in a run's own transactions (runtime.Joined)
 // instead of their own: a turn that starts at once then writes its
@@ -275,6 +298,11 @@ type Joiner interface {
 	// now: later changes to it are not written.
 	FinishWrite(m *Message) any
 }
+
+// TombstoneTTL is how long a chat store remembers where a deleted
+// message leads (Store.Remains): far longer than a turn takes from
+// reading its parent to writing its messages.
+const TombstoneTTL = 10 * time.Minute
 
 // Page selects one page of a list: at most Limit items (0: all) that come
 // after After in the list's order. After is the last item of the previous
@@ -347,8 +375,20 @@ type Store interface {
 	// BeginTurn writes t in one transaction (see Turn). ErrNotFound if the
 	// chat (or the claimed message) is absent; ErrConflict if a message
 	// id is taken, the claim lost, or the run id is taken.
+	//
+	// A message is never written under a parent that is not there. One
+	// whose parent a DeleteMessages removed (a rollback, in this process
+	// or another, that committed after the caller read the parent) is
+	// hung from what remains of it — the parent's nearest ancestor that
+	// stayed, as DeleteMessages re-parents the children it finds (see
+	// Remains) — and its ParentID is set to it; a parent that neither is
+	// there nor was deleted within TombstoneTTL fails the turn with
+	// ErrNotFound. The check and the insert are one transaction that
+	// DeleteMessages of the chat is serialised with, so the turn is kept
+	// and the tree holds no orphan whichever commits first.
 	BeginTurn(ctx context.Context, t Turn) error
-	// UpdateMessage writes m's parent, content, status, run id and error.
+	// UpdateMessage writes m's content, status, run id and error. (A
+	// message's parent is the store's to keep: see DeleteMessages.)
 	UpdateMessage(ctx context.Context, m *Message) error
 	// FinishMessage writes m's content, status and error only while the
 	// stored message still belongs to run m.RunID (a continue may have
@@ -371,8 +411,20 @@ type Store interface {
 	// ErrNotFound if it has none.
 	GetRequest(ctx context.Context, chatID, id string) (*RequestRecord, error)
 	// DeleteMessages removes messages (a rolled-back turn) and sets the
-	// active leaf when activeLeafID is not empty.
+	// active leaf when activeLeafID is not empty, in one transaction that
+	// also moves every remaining message whose parent it removes — and the
+	// active leaf, if it is removed — onto the nearest ancestor that
+	// remains ("" for the root): the tree never holds an orphan. It keeps,
+	// for TombstoneTTL, where each removed id leads (Remains), so a turn
+	// written under one of them a moment later is hung there too
+	// (BeginTurn). Ids the chat does not hold are ignored.
 	DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error
+	// Remains returns the message of the chat that id leads to: id while
+	// it is there, else, for a message DeleteMessages removed within
+	// TombstoneTTL, its nearest ancestor that remains ("" for the root),
+	// which is where BeginTurn would write a message whose parent is id.
+	// ErrNotFound otherwise (or if the chat is absent).
+	Remains(ctx context.Context, chatID, id string) (string, error)
 	// SetActiveLeaf makes msgID the chat's active leaf.
 	SetActiveLeaf(ctx context.Context, chatID, msgID string) error
 

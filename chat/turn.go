@@ -946,8 +946,8 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 
 // turnInput builds the run input: a reference to the branch before the
 // turn's user message (see history.go), its content and the user's tools.
-// It runs when the run starts (after a rollback re-parented the user
-// message), and primes the run's history source with the branch it read.
+// It runs when the run starts, and primes the run's history source with
+// the branch it read.
 func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (any, error) {
 	in := nodes.ChatInput{Content: t.user.Content, UserTools: t.userTools(), ClientTools: t.req.ClientTools}
 	if t.user.ParentID != "" {
@@ -955,10 +955,7 @@ func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (
 		if err != nil {
 			return nil, err
 		}
-		// The turn's own transcript (Request.History) is not written yet
-		// when it joins the run's first commit.
-		msgs = append(msgs, t.history...)
-		if err := s.followRollback(ctx, t, msgs); err != nil {
+		if msgs, err = s.asWritten(ctx, t, msgs); err != nil {
 			return nil, err
 		}
 		br, err := branch(msgs, t.user.ParentID)
@@ -971,40 +968,43 @@ func (s *Service) turnInput(ctx context.Context, t *turn, hist *historySource) (
 	return in.Value(), nil
 }
 
-// followRollback makes the turn's user message hang from what a
-// rollback of a turn ahead of this one left (msgs are the chat's
-// messages): as written, where that rollback moved it
-// (reparentOrphans), or moved now, where the turn was written under a
-// message the rollback had just deleted (rolledBack).
-func (s *Service) followRollback(ctx context.Context, t *turn, msgs []*Message) error {
-	present := false
+// asWritten returns the chat's messages (msgs) with the turn's own, and
+// the turn's user message hanging where the store has it or will write
+// it: a rollback ahead of the turn that deleted its parent hung it from
+// what remains (Store.DeleteMessages when the turn was written before,
+// Store.BeginTurn after). A turn that holds its chat's turn joins its
+// messages to its run's first commit, so they are not written yet; no
+// rollback of the chat runs meanwhile, and the parent they will be
+// written under is the one Store.Remains answers now.
+func (s *Service) asWritten(ctx context.Context, t *turn, msgs []*Message) ([]*Message, error) {
+	stored := make(map[string]*Message, len(msgs))
 	for _, m := range msgs {
-		if m.ID == t.user.ID {
-			t.user.ParentID, present = m.ParentID, true
-			break
+		stored[m.ID] = m
+	}
+	own := append(slices.Clone(t.history), t.user)
+	for i, m := range own {
+		if w := stored[m.ID]; w != nil {
+			m.ParentID = w.ParentID
+			continue
 		}
-	}
-	p, moved := t.user.ParentID, false
-	for hops := 0; p != "" && !slices.ContainsFunc(msgs, func(m *Message) bool { return m.ID == p }) && hops < 64; hops++ {
-		to, ok := s.rolledBack.lead(p)
-		if !ok {
-			break // gone otherwise: branch reports it
+		if i == 0 && m.ParentID != "" && stored[m.ParentID] == nil {
+			p, err := s.chats.Remains(ctx, t.chat.ID, m.ParentID)
+			if err != nil {
+				return nil, fmt.Errorf("the parent %s of the turn: %w", m.ParentID, err)
+			}
+			m.ParentID = p
 		}
-		p, moved = to, true
+		msgs = append(msgs, m)
 	}
-	if !moved || !present {
-		return nil
-	}
-	t.user.ParentID = p
-	if err := s.chats.UpdateMessage(ctx, t.user); err != nil {
-		return fmt.Errorf("moving the turn onto what a rollback left: %w", err)
-	}
-	return nil
+	return msgs, nil
 }
 
-// rollback deletes the messages and runs of the turns a rollback undid,
-// and re-parents this turn's user message, and any other written under a
-// deleted message, onto what remains.
+// rollback deletes the messages and runs of the turns a rollback undid.
+// The store moves the messages left hanging from one it deletes — this
+// turn's user message, those of turns sent meanwhile that this rollback
+// did not supersede (they queue behind it), also ones another process
+// writes at that moment — onto what remains (Store.DeleteMessages,
+// Store.BeginTurn).
 func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 	msgs, err := s.chats.Messages(ctx, t.chat.ID)
 	if err != nil {
@@ -1015,36 +1015,14 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 	for _, v := range victims {
 		undo[v] = true
 	}
-	byID := map[string]*Message{}
 	var del []string
-	gone := map[string]bool{}
 	for _, m := range msgs {
-		byID[m.ID] = m
 		if m.TurnRunID != "" && undo[m.TurnRunID] {
 			del = append(del, m.ID)
-			gone[m.ID] = true
 		}
-	}
-	// What remains of a deleted message's branch: its nearest ancestor
-	// that stays.
-	remains := func(p string) string {
-		for hops := 0; gone[p] && hops <= len(msgs); hops++ {
-			p = byID[p].ParentID
-		}
-		return p
 	}
 	if err := s.chats.DeleteMessages(ctx, t.chat.ID, del, t.assistant.ID); err != nil {
 		s.log.Error("rollback: deleting messages", "chat", t.chat.ID, "err", err)
-	}
-	// This turn's user message, and those of turns sent meanwhile that
-	// this rollback did not supersede (they queue behind it), may hang
-	// from a message it deleted: they move onto what remains, before
-	// their runs start (each reads its parent as written then:
-	// followRollback). Read after the delete, so a turn written while the
-	// rollback read the chat is among them.
-	if len(del) > 0 {
-		s.rolledBack.note(del, remains, time.Now())
-		s.reparentOrphans(ctx, t.chat.ID, gone, remains)
 	}
 	if ins, ok := s.runs.(runtime.Inspector); ok {
 		for _, v := range victims {
@@ -1054,25 +1032,6 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 		}
 	}
 	s.log.Info("rolled back", "chat", t.chat.ID, "runs", victims, "messages", len(del))
-}
-
-// reparentOrphans moves the chat's messages whose parent a rollback
-// deleted (gone) onto what remains of that parent's branch.
-func (s *Service) reparentOrphans(ctx context.Context, chatID string, gone map[string]bool, remains func(string) string) {
-	msgs, err := s.chats.Messages(ctx, chatID)
-	if err != nil {
-		s.log.Error("rollback: reading messages", "chat", chatID, "err", err)
-		return
-	}
-	for _, m := range msgs {
-		if !gone[m.ParentID] {
-			continue
-		}
-		m.ParentID = remains(m.ParentID)
-		if err := s.chats.UpdateMessage(ctx, m); err != nil {
-			s.log.Error("rollback: re-parenting", "message", m.ID, "err", err)
-		}
-	}
 }
 
 // finishMessage writes the assistant message's final status and content

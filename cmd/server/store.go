@@ -85,7 +85,7 @@ const (
 // and those it lacked are). Every table a recorded step may have made is
 // listed: a table the file lacks is skipped, one it has must come along
 // with the record of the step that made it.
-var chatTables = []string{"graphs", "graph_versions", "chats", "messages", "chat_data_migrations", "chat_requests",
+var chatTables = []string{"graphs", "graph_versions", "chats", "messages", "chat_message_tombstones", "chat_data_migrations", "chat_requests",
 	"chat_schema_migrations"}
 
 // adoptSplitState turns a state dir of two files (runs.db and chats.db)

@@ -34,6 +34,14 @@ type memChat struct {
 	msgs     []*chat.Message
 	index    map[string]*chat.Message
 	requests map[string]chat.RequestRecord // by id (Turn.Request)
+	// gone are the tombstones of the deleted messages, by id: where each
+	// leads (a message there, or "" for the root) and when it was deleted.
+	gone map[string]tombstone
+}
+
+type tombstone struct {
+	leadsTo string
+	at      time.Time
 }
 
 var _ chat.Store = (*Store)(nil)
@@ -284,8 +292,9 @@ func (s *Store) DeleteChat(_ context.Context, id string) error {
 	return nil
 }
 
-// BeginTurn implements chat.Store. Under the store's lock it checks the
-// whole turn, reserves the run (runs.CreateRun of the pending record,
+// BeginTurn implements chat.Store. Under the store's lock (which
+// DeleteMessages takes too) it checks the whole turn (ids free, each
+// parent there or where its deletion led), reserves the run (runs.CreateRun of the pending record,
 // after checking the id is free: CreateRun would replace another
 // reservation) and only then applies the messages, so a refused turn
 // leaves nothing. Writers of the run store other than this chat store
@@ -303,9 +312,16 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 		return err
 	}
 	seen := map[string]bool{}
-	for _, m := range t.Messages {
+	parents := make([]string, len(t.Messages))
+	for i, m := range t.Messages {
 		if _, ok := c.index[m.ID]; ok || seen[m.ID] {
 			return fmt.Errorf("%w: message %s exists", chat.ErrConflict, m.ID)
+		}
+		parents[i] = m.ParentID
+		if !seen[m.ParentID] {
+			if parents[i], err = s.remains(c, m.ParentID); err != nil {
+				return fmt.Errorf("parent of message %s: %w", m.ID, err)
+			}
 		}
 		seen[m.ID] = true
 	}
@@ -338,8 +354,8 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 	}
 
 	now := s.now().UTC()
-	for _, m := range t.Messages {
-		m.ChatID = t.ChatID
+	for i, m := range t.Messages {
+		m.ChatID, m.ParentID = t.ChatID, parents[i]
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = now
 		}
@@ -391,7 +407,7 @@ func (s *Store) UpdateMessage(_ context.Context, m *chat.Message) error {
 	if err != nil {
 		return err
 	}
-	old.Content, old.Status, old.RunID, old.Error, old.ParentID = m.Content, m.Status, m.RunID, m.Error, m.ParentID
+	old.Content, old.Status, old.RunID, old.Error = m.Content, m.Status, m.RunID, m.Error
 	old.UpdatedAt = s.now().UTC()
 	m.UpdatedAt = old.UpdatedAt
 	return nil
@@ -479,7 +495,8 @@ func (s *Store) Unsettled(_ context.Context, limit int) ([]*chat.Message, error)
 	return out[:min(limit, len(out))], nil
 }
 
-// DeleteMessages implements chat.Store.
+// DeleteMessages implements chat.Store, under the store's lock (which
+// BeginTurn takes too).
 func (s *Store) DeleteMessages(_ context.Context, chatID string, ids []string, activeLeafID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -487,18 +504,72 @@ func (s *Store) DeleteMessages(_ context.Context, chatID string, ids []string, a
 	if err != nil {
 		return err
 	}
-	del := map[string]bool{}
+	now := s.now().UTC()
+	parents := map[string]string{}
 	for _, id := range ids {
-		del[id] = true
+		if m, ok := c.index[id]; ok {
+			parents[id] = m.ParentID
+		}
+	}
+	gone, leads := chat.Remaining(parents)
+	lead := make(map[string]string, len(gone))
+	for i, id := range gone {
+		lead[id] = leads[i]
+	}
+	// remains is where a message under id now hangs.
+	remains := func(id string) string {
+		if to, ok := lead[id]; ok {
+			return to
+		}
+		return id
+	}
+	if c.gone == nil {
+		c.gone = map[string]tombstone{}
+	}
+	maps.DeleteFunc(c.gone, func(_ string, g tombstone) bool { return now.Sub(g.at) > chat.TombstoneTTL })
+	for id, g := range c.gone {
+		c.gone[id] = tombstone{remains(g.leadsTo), g.at}
+	}
+	for id, to := range lead {
+		c.gone[id] = tombstone{to, now}
 		delete(c.index, id)
 	}
-	c.msgs = slices.DeleteFunc(c.msgs, func(m *chat.Message) bool { return del[m.ID] })
-	maps.DeleteFunc(c.requests, func(_ string, r chat.RequestRecord) bool { return del[r.Ticket.MessageID] })
+	c.msgs = slices.DeleteFunc(c.msgs, func(m *chat.Message) bool { _, ok := lead[m.ID]; return ok })
+	for _, m := range c.msgs {
+		if to := remains(m.ParentID); to != m.ParentID {
+			m.ParentID, m.UpdatedAt = to, now
+		}
+	}
+	maps.DeleteFunc(c.requests, func(_ string, r chat.RequestRecord) bool { _, ok := lead[r.Ticket.MessageID]; return ok })
 	if activeLeafID != "" {
 		c.chat.ActiveLeafID = activeLeafID
 	}
-	c.chat.UpdatedAt = s.now().UTC()
+	c.chat.ActiveLeafID = remains(c.chat.ActiveLeafID)
+	c.chat.UpdatedAt = now
 	return nil
+}
+
+// Remains implements chat.Store.
+func (s *Store) Remains(_ context.Context, chatID, id string) (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, err := s.chat(chatID)
+	if err != nil {
+		return "", err
+	}
+	return s.remains(c, id)
+}
+
+// remains is where a message written under id hangs (under s.mu): id if
+// it is there (or the root), else where its tombstone leads.
+func (s *Store) remains(c *memChat, id string) (string, error) {
+	if _, ok := c.index[id]; ok || id == "" {
+		return id, nil
+	}
+	if g, ok := c.gone[id]; ok && s.now().Sub(g.at) <= chat.TombstoneTTL {
+		return g.leadsTo, nil
+	}
+	return "", fmt.Errorf("%w: message %s", chat.ErrNotFound, id)
 }
 
 // GetRequest implements chat.Store.

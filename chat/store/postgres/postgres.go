@@ -307,11 +307,21 @@ func (s *Store) DeleteChat(ctx context.Context, id string) error {
 		if _, err = tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1`, id); err != nil {
 			return err
 		}
+		if _, err = tx.Exec(ctx, `DELETE FROM chat_message_tombstones WHERE chat_id = $1`, id); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, `DELETE FROM chat_requests WHERE chat_id = $1`, id)
 		return err
 	})
 }
 
+// touchChat dates the chat's change and sets its active leaf when
+// activeLeafID is not empty; ErrNotFound if the chat is absent. Its
+// UPDATE locks the chat's row until tx ends: every write of a chat's
+// message tree (beginTurn, DeleteMessages) takes it first, so they
+// follow one another per chat, across processes, and each statement
+// after it sees what the writer before committed (READ COMMITTED takes a
+// snapshot per statement).
 func touchChat(ctx context.Context, tx pgx.Tx, chatID, activeLeafID string) error {
 	tag, err := tx.Exec(ctx, `UPDATE chats SET updated_at = $1, active_leaf_id = CASE WHEN $2 = '' THEN active_leaf_id ELSE $2 END WHERE id = $3`,
 		now(), activeLeafID, chatID)
@@ -425,24 +435,50 @@ func beginTurn(ctx context.Context, tx pgx.Tx, turn chat.Turn, t time.Time) erro
 		if len(m.UserTools) > 0 {
 			tools = m.UserTools
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO chat_messages (chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-			turn.ChatID, m.ID, m.ParentID, m.Role, m.Content, m.RunID, m.Status, m.TurnRunID, m.AgentNodeID, tools, m.Error, m.CreatedAt, t)
-		if isUnique(err) {
+		// The parent is read after touchChat locked the chat's row: a
+		// DeleteMessages of the chat either committed before (its
+		// tombstones are seen, and the message hangs where they lead) or
+		// waits for this transaction (and re-parents the message with the
+		// other children it finds).
+		var parent string
+		err := tx.QueryRow(ctx, insertMessageQuery,
+			turn.ChatID, m.ID, m.ParentID, m.Role, m.Content, m.RunID, m.Status, m.TurnRunID, m.AgentNodeID, tools, m.Error,
+			m.CreatedAt, t, t.Add(-chat.TombstoneTTL)).Scan(&parent)
+		switch {
+		case isUnique(err):
 			return fmt.Errorf("%w: message %s exists", chat.ErrConflict, m.ID)
-		}
-		if err != nil {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: message %s, the parent of message %s", chat.ErrNotFound, m.ParentID, m.ID)
+		case err != nil:
 			return err
 		}
+		m.ParentID = parent
 	}
 	return nil
 }
 
+// remainsQuery is what a message written under $2 in chat $1 hangs
+// from: $2 while it is there (or the root), else where its tombstone
+// leads if it was deleted after $3; NULL if neither.
+const remainsQuery = `SELECT CASE WHEN $2 = '' THEN '' ELSE COALESCE(
+	(SELECT id FROM chat_messages WHERE chat_id = $1 AND id = $2),
+	(SELECT leads_to FROM chat_message_tombstones WHERE chat_id = $1 AND id = $2 AND deleted_at > $3)) END`
+
+// insertMessageQuery inserts a message under what its parent ($3)
+// remains (remainsQuery), returning it; no row if that is nothing.
+const insertMessageQuery = `INSERT INTO chat_messages (chat_id, id, parent_id, role, content, run_id, status, turn_run_id, agent_node_id, user_tools, error, created_at, updated_at)
+	SELECT $1, $2, p.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
+	FROM (SELECT CASE WHEN $3::text = '' THEN '' ELSE COALESCE(
+		(SELECT id FROM chat_messages WHERE chat_id = $1 AND id = $3),
+		(SELECT leads_to FROM chat_message_tombstones WHERE chat_id = $1 AND id = $3 AND deleted_at > $14)) END AS id) p
+	WHERE p.id IS NOT NULL
+	RETURNING parent_id`
+
 // UpdateMessage implements chat.Store.
 func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
 	t := now()
-	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET parent_id = $1, content = $2, status = $3, run_id = $4, error = $5, updated_at = $6
-		WHERE chat_id = $7 AND id = $8`, m.ParentID, m.Content, m.Status, m.RunID, m.Error, t, m.ChatID, m.ID)
+	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET content = $1, status = $2, run_id = $3, error = $4, updated_at = $5
+		WHERE chat_id = $6 AND id = $7`, m.Content, m.Status, m.RunID, m.Error, t, m.ChatID, m.ID)
 	if err != nil {
 		return err
 	}
@@ -539,18 +575,59 @@ func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, erro
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*chat.Message, error) { return scanMsg(r) })
 }
 
-// DeleteMessages implements chat.Store.
+// DeleteMessages implements chat.Store. It locks the chat's row first
+// (touchChat), as beginTurn does, so no message of the chat is written
+// between the delete and the re-parenting: the children it moves are all
+// the chat has, and a turn that writes after it reads its tombstones.
 func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := touchChat(ctx, tx, chatID, activeLeafID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM chat_messages WHERE chat_id = $1 AND id = ANY($2)`, chatID, ids); err != nil {
+		rows, err := tx.Query(ctx, `DELETE FROM chat_messages WHERE chat_id = $1 AND id = ANY($2) RETURNING id, parent_id`, chatID, ids)
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM chat_requests WHERE chat_id = $1 AND message_id = ANY($2)`, chatID, ids)
-		return err
+		parents := map[string]string{}
+		var id, parent string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &parent}, func() error { parents[id] = parent; return nil }); err != nil {
+			return err
+		}
+		gone, leads := chat.Remaining(parents)
+		t := now()
+		b := &pgx.Batch{}
+		if len(gone) > 0 {
+			// Where the deleted messages lead; tombstones that led to one
+			// of them lead on, so each is one hop.
+			b.Queue(`INSERT INTO chat_message_tombstones (chat_id, id, leads_to, deleted_at)
+				SELECT $1, d.id, d.leads_to, $4 FROM unnest($2::text[], $3::text[]) AS d(id, leads_to)
+				ON CONFLICT (chat_id, id) DO UPDATE SET leads_to = excluded.leads_to, deleted_at = excluded.deleted_at`, chatID, gone, leads, t)
+			b.Queue(`UPDATE chat_message_tombstones t SET leads_to = d.leads_to FROM unnest($2::text[], $3::text[]) AS d(id, leads_to)
+				WHERE t.chat_id = $1 AND t.leads_to = d.id`, chatID, gone, leads)
+			b.Queue(`UPDATE chat_messages m SET parent_id = d.leads_to, updated_at = $4 FROM unnest($2::text[], $3::text[]) AS d(id, leads_to)
+				WHERE m.chat_id = $1 AND m.parent_id = d.id`, chatID, gone, leads, t)
+			b.Queue(`UPDATE chats c SET active_leaf_id = d.leads_to FROM unnest($2::text[], $3::text[]) AS d(id, leads_to)
+				WHERE c.id = $1 AND c.active_leaf_id = d.id`, chatID, gone, leads)
+			// Expired tombstones of any chat, a batch at a time; SKIP
+			// LOCKED: never waiting on another chat's rollback.
+			b.Queue(`DELETE FROM chat_message_tombstones WHERE ctid IN (SELECT ctid FROM chat_message_tombstones
+				WHERE deleted_at < $1 LIMIT 100 FOR UPDATE SKIP LOCKED)`, t.Add(-chat.TombstoneTTL))
+		}
+		b.Queue(`DELETE FROM chat_requests WHERE chat_id = $1 AND message_id = ANY($2)`, chatID, ids)
+		return tx.SendBatch(ctx, b).Close()
 	})
+}
+
+// Remains implements chat.Store.
+func (s *Store) Remains(ctx context.Context, chatID, id string) (string, error) {
+	var to *string
+	if err := s.pool.QueryRow(ctx, remainsQuery, chatID, id, now().Add(-chat.TombstoneTTL)).Scan(&to); err != nil {
+		return "", err
+	}
+	if to == nil {
+		return "", fmt.Errorf("%w: message %s of chat %s", chat.ErrNotFound, id, chatID)
+	}
+	return *to, nil
 }
 
 // GetRequest implements chat.Store.

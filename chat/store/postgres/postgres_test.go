@@ -25,7 +25,12 @@ import (
 // open returns a chat store and its run store on a fresh schema, dropped
 // when the test ends.
 func open(t *testing.T) (chat.Store, runtime.Store) {
-	schema := pgtest.Schema(t, "chatstoretest")
+	return openIn(t, pgtest.Schema(t, "chatstoretest"))
+}
+
+// openIn returns a chat store and its run store, with a pool of their
+// own, on schema: what another process on the database sees.
+func openIn(t *testing.T, schema string) (chat.Store, runtime.Store) {
 	runs, err := rpostgres.Open(t.Context(), rpostgres.Config{URL: pgtest.URL(), Schema: schema, MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, runs.Close()) })
@@ -35,7 +40,9 @@ func open(t *testing.T) (chat.Store, runtime.Store) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, open, storetest.ReplacesNUL())
+	storetest.Run(t, open, storetest.ReplacesNUL(), storetest.Durable(func(t *testing.T, _ chat.Store, runs runtime.Store) (chat.Store, runtime.Store) {
+		return openIn(t, runs.(*rpostgres.Store).Schema())
+	}))
 }
 
 // A schema whose chat tables predate versioned migrations (the tables of

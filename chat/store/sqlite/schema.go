@@ -110,6 +110,19 @@ CREATE TABLE IF NOT EXISTS chat_requests (
 	PRIMARY KEY (chat_id, id)
 );
 `,
+}, {
+	Version: 7,
+	Name:    "where deleted messages lead (chat_message_tombstones)",
+	SQL: `
+CREATE TABLE IF NOT EXISTS chat_message_tombstones (
+	chat_id    TEXT NOT NULL,
+	id         TEXT NOT NULL,
+	leads_to   TEXT NOT NULL,
+	deleted_at INTEGER NOT NULL,
+	PRIMARY KEY (chat_id, id)
+);
+CREATE INDEX IF NOT EXISTS chat_message_tombstones_deleted ON chat_message_tombstones(deleted_at);
+`,
 }}
 
 // SchemaVersion is the chat schema version this package writes.

@@ -52,7 +52,8 @@ var _ chat.Joiner = (*Store)(nil)
 // In the run store's writer transaction (a group commit's joined writes,
 // Update) exec runs them on the writer's driver connection instead,
 // prepared there on first use (rsqlite.Store.Exec).
-var txQueries = []string{touchChatQuery, insertMessageQuery, claimMessageQuery, finishMessageQuery, messageRunQuery, insertRequestQuery}
+var txQueries = []string{touchChatQuery, insertMessageQuery, claimMessageQuery, finishMessageQuery, messageRunQuery, insertRequestQuery,
+	remainsQuery}
 
 // exec runs q, a write, in tx, a transaction on the run store's writer:
 // on its driver connection (rsqlite.Store.Exec).
@@ -350,6 +351,9 @@ func (s *Store) DeleteChat(ctx context.Context, id string) error {
 		if _, err = tx.ExecContext(ctx, `DELETE FROM messages WHERE chat_id = ?`, id); err != nil {
 			return err
 		}
+		if _, err = tx.ExecContext(ctx, `DELETE FROM chat_message_tombstones WHERE chat_id = ?`, id); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM chat_requests WHERE chat_id = ?`, id)
 		return err
 	})
@@ -445,11 +449,21 @@ func (s *Store) beginTurn(ctx context.Context, tx *sql.Tx, t chat.Turn, now time
 			return err
 		}
 	}
+	ours := map[string]bool{}
 	for _, m := range t.Messages {
 		ut, err := tools(m.UserTools)
 		if err != nil {
 			return fmt.Errorf("message %s: user tools: %w", m.ID, err)
 		}
+		if !ours[m.ParentID] {
+			// In the writer's IMMEDIATE transaction: no DeleteMessages,
+			// of this process or another, runs between this read and the
+			// insert.
+			if m.ParentID, err = s.remains(ctx, tx, t.ChatID, m.ParentID, now); err != nil {
+				return fmt.Errorf("the parent of message %s: %w", m.ID, err)
+			}
+		}
+		ours[m.ID] = true
 		res, err := s.exec(ctx, tx, insertMessageQuery,
 			t.ChatID, m.ID, m.ParentID, string(m.Role), m.Content, m.RunID, string(m.Status), m.TurnRunID, m.AgentNodeID,
 			ut, m.Error, ts(m.CreatedAt), ts(now))
@@ -482,7 +496,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, id) DO NOTH
 WHERE chat_id = ? AND id = ? AND run_id = ?`
 	finishMessageQuery = `UPDATE messages SET content = ?, status = ?, error = ?, updated_at = ?
 WHERE chat_id = ? AND id = ? AND run_id = ?`
-	messageRunQuery    = `SELECT run_id FROM messages WHERE chat_id = ? AND id = ?`
+	messageRunQuery = `SELECT run_id FROM messages WHERE chat_id = ? AND id = ?`
+	// remainsQuery is what a message written under ?2 in chat ?1 hangs
+	// from: ?2 while it is there (or the root), else where its tombstone
+	// leads if it was deleted after ?3; NULL if neither.
+	remainsQuery = `SELECT CASE WHEN ?2 = '' THEN '' ELSE COALESCE(
+	(SELECT id FROM messages WHERE chat_id = ?1 AND id = ?2),
+	(SELECT leads_to FROM chat_message_tombstones WHERE chat_id = ?1 AND id = ?2 AND deleted_at > ?3)) END`
 	insertRequestQuery = `INSERT INTO chat_requests (chat_id, id, fingerprint, run_id, message_id, user_message_id, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (chat_id, id) DO NOTHING`
 )
@@ -505,12 +525,41 @@ func (s *Store) lost(ctx context.Context, tx *sql.Tx, chatID, msgID, runID strin
 	return fmt.Errorf("%w: message %s belongs to run %s, not %s", chat.ErrConflict, msgID, cur, runID)
 }
 
+// remains is where a message written under id in chat chatID hangs
+// (remainsQuery), read in tx; ErrNotFound if nowhere.
+func (s *Store) remains(ctx context.Context, tx *sql.Tx, chatID, id string, now time.Time) (string, error) {
+	if id == "" {
+		return "", nil
+	}
+	st, err := s.runs.Stmt(ctx, tx, remainsQuery)
+	if err != nil {
+		return "", err
+	}
+	return scanRemains(st.QueryRowContext(ctx, chatID, id, ts(now.Add(-chat.TombstoneTTL))), chatID, id)
+}
+
+func scanRemains(row interface{ Scan(...any) error }, chatID, id string) (string, error) {
+	var to sql.NullString
+	if err := row.Scan(&to); err != nil {
+		return "", err
+	}
+	if !to.Valid {
+		return "", fmt.Errorf("%w: message %s of chat %s", chat.ErrNotFound, id, chatID)
+	}
+	return to.String, nil
+}
+
+// Remains implements chat.Store.
+func (s *Store) Remains(ctx context.Context, chatID, id string) (string, error) {
+	return scanRemains(s.runs.ReadRow(ctx, remainsQuery, chatID, id, ts(now().Add(-chat.TombstoneTTL))), chatID, id)
+}
+
 // UpdateMessage implements chat.Store.
 func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
 	return s.update(ctx, "update message "+m.ID, func(tx *sql.Tx) error {
 		t := now()
-		res, err := tx.ExecContext(ctx, `UPDATE messages SET parent_id = ?, content = ?, status = ?, run_id = ?, error = ?, updated_at = ?
-WHERE chat_id = ? AND id = ?`, m.ParentID, m.Content, string(m.Status), m.RunID, m.Error, ts(t), m.ChatID, m.ID)
+		res, err := tx.ExecContext(ctx, `UPDATE messages SET content = ?, status = ?, run_id = ?, error = ?, updated_at = ?
+WHERE chat_id = ? AND id = ?`, m.Content, string(m.Status), m.RunID, m.Error, ts(t), m.ChatID, m.ID)
 		if err != nil {
 			return err
 		}
@@ -625,17 +674,54 @@ func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, erro
 	return collect(rows, scanMsg)
 }
 
-// DeleteMessages implements chat.Store.
+// DeleteMessages implements chat.Store in one IMMEDIATE transaction on
+// the run store's writer, so no message of the chat is written between
+// the delete and the re-parenting (BeginTurn waits for the writer, in
+// this process, and for SQLite's lock, in another).
 func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
 	return s.update(ctx, "delete messages of chat "+chatID, func(tx *sql.Tx) error {
-		if err := s.touchChat(ctx, tx, chatID, activeLeafID, now()); err != nil {
+		t := now()
+		if err := s.touchChat(ctx, tx, chatID, activeLeafID, t); err != nil {
 			return err
 		}
+		parents := map[string]string{}
 		for _, id := range ids {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE chat_id = ? AND id = ?`, chatID, id); err != nil {
+			var parent string
+			err := tx.QueryRowContext(ctx, `DELETE FROM messages WHERE chat_id = ? AND id = ? RETURNING parent_id`, chatID, id).Scan(&parent)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				continue
+			case err != nil:
 				return err
 			}
+			parents[id] = parent
 			if _, err := tx.ExecContext(ctx, `DELETE FROM chat_requests WHERE chat_id = ? AND message_id = ?`, chatID, id); err != nil {
+				return err
+			}
+		}
+		gone, leads := chat.Remaining(parents)
+		for i, id := range gone {
+			to := leads[i]
+			for _, w := range []struct {
+				q    string
+				args []any
+			}{
+				// Where it leads; tombstones that led to it lead on, so
+				// each is one hop.
+				{`INSERT INTO chat_message_tombstones (chat_id, id, leads_to, deleted_at) VALUES (?, ?, ?, ?)
+					ON CONFLICT (chat_id, id) DO UPDATE SET leads_to = excluded.leads_to, deleted_at = excluded.deleted_at`,
+					[]any{chatID, id, to, ts(t)}},
+				{`UPDATE chat_message_tombstones SET leads_to = ? WHERE chat_id = ? AND leads_to = ?`, []any{to, chatID, id}},
+				{`UPDATE messages SET parent_id = ?, updated_at = ? WHERE chat_id = ? AND parent_id = ?`, []any{to, ts(t), chatID, id}},
+				{`UPDATE chats SET active_leaf_id = ? WHERE id = ? AND active_leaf_id = ?`, []any{to, chatID, id}},
+			} {
+				if _, err := tx.ExecContext(ctx, w.q, w.args...); err != nil {
+					return err
+				}
+			}
+		}
+		if len(gone) > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM chat_message_tombstones WHERE deleted_at < ?`, ts(t.Add(-chat.TombstoneTTL))); err != nil {
 				return err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,8 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"MessagesPage", s.testMessagePages},
 		{"ChatsPerOwner", s.testChatsPerOwner},
 		{"UpdateMessage", s.testUpdateMessage},
+		{"DeleteMessagesKeepsTheTree", s.testDeleteKeepsTree},
+		{"DeleteRacesChildInsert", s.testDeleteRacesInsert},
 		{"CloseKeepsRunStore", s.testClose},
 		{"ReopenKeepsData", s.testReopen},
 		{"HistoryMigrationBatches", s.testHistoryMigration},
@@ -950,6 +953,162 @@ func (s *suite) testChatsPerOwner(t *testing.T) {
 	require.Equal(t, 5, refused)
 }
 
+// requireTree requires chatID's message tree whole: every parent, and
+// the active leaf, is a message of the chat. It returns the messages by id.
+func requireTree(t *testing.T, cs chat.Store, chatID, when string) map[string]*chat.Message {
+	t.Helper()
+	msgs, err := cs.Messages(t.Context(), chatID)
+	require.NoError(t, err)
+	byID := make(map[string]*chat.Message, len(msgs))
+	for _, m := range msgs {
+		byID[m.ID] = m
+	}
+	for _, m := range msgs {
+		if m.ParentID != "" {
+			require.Contains(t, byID, m.ParentID, "%s: message %s hangs from %s, which is gone", when, m.ID, m.ParentID)
+		}
+	}
+	c, err := cs.GetChat(t.Context(), chatID)
+	require.NoError(t, err)
+	if c.ActiveLeafID != "" {
+		require.Contains(t, byID, c.ActiveLeafID, "%s: the active leaf is gone", when)
+	}
+	return byID
+}
+
+// testDeleteKeepsTree: DeleteMessages moves the children of what it
+// deletes, and the active leaf, onto the nearest ancestor that remains,
+// and remembers where each deleted id leads (Remains), so a turn written
+// under one of them afterwards hangs there too; a parent never there
+// refuses the turn.
+func (s *suite) testDeleteKeepsTree(t *testing.T) {
+	cs, _ := s.open(t)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	u1, a1 := turn(t, cs, "c1", "", "r1")
+	u2, a2 := turn(t, cs, "c1", a1.ID, "r2") // the turn rolled back
+	u3, _ := turn(t, cs, "c1", a2.ID, "r3")  // a turn written under it
+	x := &chat.Message{ID: "x-r4", ParentID: u2.ID, Role: chat.RoleAssistant, RunID: "r4", TurnRunID: "r4", Status: chat.StatusPending}
+	require.NoError(t, cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Messages: []*chat.Message{x}, Run: reservation("r4", "c1")}))
+	require.NoError(t, cs.SetActiveLeaf(ctx, "c1", a2.ID))
+
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{a2.ID, u2.ID, "absent"}, ""))
+	byID := requireTree(t, cs, "c1", "after the delete")
+	require.Equal(t, a1.ID, byID[u3.ID].ParentID, "a child of a deleted message hangs from what remains")
+	require.Equal(t, a1.ID, byID[x.ID].ParentID, "so does one two deleted generations down")
+	c, err := cs.GetChat(ctx, "c1")
+	require.NoError(t, err)
+	require.Equal(t, a1.ID, c.ActiveLeafID, "a deleted active leaf moves too")
+	for id, want := range map[string]string{a2.ID: a1.ID, u2.ID: a1.ID, u3.ID: u3.ID} {
+		got, err := cs.Remains(ctx, "c1", id)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "Remains(%s)", id)
+	}
+	_, err = cs.Remains(ctx, "c1", "zz")
+	require.ErrorIs(t, err, chat.ErrNotFound, "never there")
+	_, err = cs.Remains(ctx, "nope", a1.ID)
+	require.ErrorIs(t, err, chat.ErrNotFound, "no chat")
+
+	// A turn whose writer read its parent before the delete.
+	u5, _ := turn(t, cs, "c1", a2.ID, "r5")
+	require.Equal(t, a1.ID, u5.ParentID, "BeginTurn says where it hung the message")
+	require.Equal(t, a1.ID, getMessage(t, cs, "c1", u5.ID).ParentID)
+
+	// Deleting where tombstones lead: they lead on.
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{a1.ID}, ""))
+	byID = requireTree(t, cs, "c1", "after the second delete")
+	for _, id := range []string{u3.ID, x.ID, u5.ID} {
+		require.Equal(t, u1.ID, byID[id].ParentID)
+	}
+	got, err := cs.Remains(ctx, "c1", a2.ID)
+	require.NoError(t, err)
+	require.Equal(t, u1.ID, got)
+	u6, _ := turn(t, cs, "c1", a2.ID, "r6")
+	require.Equal(t, u1.ID, u6.ParentID)
+
+	// Deleting the root's child: its children become roots.
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{u1.ID}, ""))
+	byID = requireTree(t, cs, "c1", "after deleting the root")
+	require.Empty(t, byID[u3.ID].ParentID)
+	got, err = cs.Remains(ctx, "c1", a2.ID)
+	require.NoError(t, err)
+	require.Empty(t, got, "the root")
+
+	before := messageIDs(t, cs, "c1")
+	err = cs.BeginTurn(ctx, chat.Turn{ChatID: "c1", Messages: []*chat.Message{{ID: "y", ParentID: "zz", Role: chat.RoleUser}},
+		Run: reservation("r7", "c1")})
+	require.ErrorIs(t, err, chat.ErrNotFound, "a parent never there")
+	require.Equal(t, before, messageIDs(t, cs, "c1"), "nothing of it written")
+
+	require.NoError(t, cs.DeleteChat(ctx, "c1"))
+	newChat(t, cs, "c1")
+	_, err = cs.Remains(ctx, "c1", a2.ID)
+	require.ErrorIs(t, err, chat.ErrNotFound, "a deleted chat's tombstones go with it")
+}
+
+// testDeleteRacesInsert: turns written, by this instance and (durable
+// stores) another, under the messages a DeleteMessages deletes at the
+// same moment are all kept, hung from what remains, and the tree never
+// holds an orphan, whichever commits first.
+func (s *suite) testDeleteRacesInsert(t *testing.T) {
+	cs, runs := s.open(t)
+	cs2, _ := s.second(t, cs, runs)
+	ctx := t.Context()
+	newChat(t, cs, "c1")
+	_, base := turn(t, cs, "c1", "", "base")
+	const rounds, writers = 30, 3
+	var hung, moved atomic.Int64 // turns BeginTurn hung from what remains, turns DeleteMessages moved
+	defer func() {
+		t.Logf("of the racing turns, BeginTurn hung %d, DeleteMessages moved %d", hung.Load(), moved.Load())
+	}()
+	for round := range rounds {
+		vu, va := turn(t, cs, "c1", base.ID, fmt.Sprintf("v%d", round))
+		start := make(chan struct{})
+		errs := make(chan error, writers+1)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			errs <- cs.DeleteMessages(ctx, "c1", []string{vu.ID, va.ID}, base.ID)
+		})
+		var kids []string
+		for i := range writers {
+			w, parent := cs, va.ID
+			if i%2 == 1 {
+				w, parent = cs2, vu.ID
+			}
+			run := fmt.Sprintf("k%d-%d", round, i)
+			kids = append(kids, "u-"+run)
+			wg.Go(func() {
+				u := &chat.Message{ID: "u-" + run, ParentID: parent, Role: chat.RoleUser, Content: "hi", RunID: run, TurnRunID: run,
+					Status: chat.StatusCompleted}
+				a := &chat.Message{ID: "a-" + run, ParentID: u.ID, Role: chat.RoleAssistant, RunID: run, TurnRunID: run,
+					Status: chat.StatusPending}
+				<-start
+				err := w.BeginTurn(ctx, chat.Turn{ChatID: "c1", ActiveLeafID: a.ID, Messages: []*chat.Message{u, a},
+					Run: reservation(run, "c1")})
+				if err == nil && u.ParentID != parent {
+					hung.Add(1)
+				} else if err == nil {
+					moved.Add(1)
+				}
+				errs <- err
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "round %d", round)
+		}
+		byID := requireTree(t, cs, "c1", fmt.Sprintf("round %d", round))
+		require.NotContains(t, byID, va.ID, "round %d: deleted", round)
+		for _, id := range kids {
+			require.Contains(t, byID, id, "round %d: the turn is kept", round)
+			require.Equal(t, base.ID, byID[id].ParentID, "round %d: %s hangs from what remains", round, id)
+		}
+	}
+}
+
 func (s *suite) testUpdateMessage(t *testing.T) {
 	cs, _ := s.open(t)
 	ctx := t.Context()
@@ -960,7 +1119,7 @@ func (s *suite) testUpdateMessage(t *testing.T) {
 	require.NoError(t, cs.UpdateMessage(ctx, up))
 	require.False(t, up.UpdatedAt.IsZero())
 	m := getMessage(t, cs, "c1", a1.ID)
-	require.Equal(t, "elsewhere", m.ParentID)
+	require.Equal(t, u1.ID, m.ParentID, "the parent is not UpdateMessage's")
 	require.Equal(t, "echo: hi", m.Content)
 	require.Equal(t, chat.StatusInterrupted, m.Status)
 	require.Equal(t, "r7", m.RunID)
