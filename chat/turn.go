@@ -246,7 +246,9 @@ func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 		},
 		finish: func(ctx context.Context, res *runtime.RunResult, err error) {
 			if err == nil && s.join != nil {
-				return // the answer was written in the commit of the run's end
+				// The answer was written in the commit of the run's end.
+				s.writeStoppedText(ctx, t.assistant, t.graph, res)
+				return
 			}
 			s.finishMessage(ctx, t.assistant, t.graph, t.entries, res, err)
 		},
@@ -1041,6 +1043,7 @@ func (s *Service) finishMessage(ctx context.Context, m *Message, g *runtime.Grap
 		return
 	}
 	settle(m, g, entries, res, err)
+	s.keepStoppedText(ctx, m, g, res)
 	if uerr := s.chats.FinishMessage(ctx, m); uerr != nil && !errors.Is(uerr, ErrNotFound) && !errors.Is(uerr, ErrConflict) {
 		s.log.Error("writing the assistant message", "message", m.ID, "err", uerr)
 	}
