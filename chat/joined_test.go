@@ -293,11 +293,14 @@ func TestJoinedTurnUnderADeletedParent(t *testing.T) {
 	f, chats, _, _ := sqliteJoined(t)
 	ctx := context.Background()
 	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	// Each turn starts once the one before let go of the chat's turn
+	// (closed: after its release), so each holds it at once and joins.
 	base := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "base"})
 	require.Equal(t, chat.StatusCompleted, f.settled(chatID, base.MessageID).Status)
+	<-waitClosed(t, f, base.RunID)
 	victim := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "undone"})
 	require.Equal(t, chat.StatusCompleted, f.settled(chatID, victim.MessageID).Status)
-	require.Eventually(t, func() bool { return !f.svc.Bound(ctx, victim.RunID) }, 10*time.Second, time.Millisecond)
+	<-waitClosed(t, f, victim.RunID)
 
 	chats.beforeTurnWrite = func(t chat.Turn) {
 		// The turn read the victim's answer as its parent (the active leaf).
