@@ -56,10 +56,18 @@ func (e *Engine) recoverRun(ctx context.Context, req RecoverRequest, rec *RunRec
 
 // recoverClaimed is recoverRun; claimed, when set, is the lease already
 // taken for the run (a bulk claim), so the run is not claimed again.
-func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *RunRecord, claimed *Lease) (*run, error) {
+//
+// A ctx already cancelled (a cancel the run's binding carried when it was
+// launched: one sent while its process was down) does not stop the
+// recovery: the run is read and claimed under a context that a cancel does
+// not end, then executes under ctx, so it ends cancelled — its end
+// written — instead of failing to start and being recovered again with
+// the cancel forgotten.
+func (e *Engine) recoverClaimed(runCtx context.Context, req RecoverRequest, rec *RunRecord, claimed *Lease) (*run, error) {
 	if e.store == nil {
 		return nil, fmt.Errorf("%w: the engine has no store", ErrRunNotResumable)
 	}
+	ctx := context.WithoutCancel(runCtx)
 	var err error
 	if rec == nil {
 		if rec, err = e.store.GetRun(ctx, req.RunID); err != nil {
@@ -128,7 +136,7 @@ func (e *Engine) recoverClaimed(ctx context.Context, req RecoverRequest, rec *Ru
 		}
 		prev[cp.NodeID] = cp
 	}
-	r, err := e.newRunState(ctx, p, as, rec, time.Now(), req.Services, req.Sink, lease)
+	r, err := e.newRunState(runCtx, p, as, rec, time.Now(), req.Services, req.Sink, lease)
 	if err != nil {
 		return nil, err
 	}

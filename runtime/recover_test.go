@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -408,6 +409,88 @@ func TestRecoverKeepsTheClaimWhileItsLaunchWaits(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, stale, "recovered once")
+}
+
+// A claimed run started under a context already cancelled — a cancel
+// that reached its binding while its process was down — ends cancelled,
+// its end written, instead of failing to start (and being recovered
+// again with the cancel forgotten); nothing executes again. A node its
+// log shows started ends there: completed from its checkpoint when it had
+// succeeded, cancelled when it was in flight.
+func TestRecoverUnderACancelledContextEndsCancelled(t *testing.T) {
+	t.Parallel()
+	g := newGraph("stop").node("s", "start").node("a", "step").node("b", "step", `{"effect":"external"}`).flow("s", "a").flow("a", "b").build()
+	t.Run("before b", func(t *testing.T) {
+		t.Parallel()
+		k, mem := newKit(t), newMem()
+		crashBeforeB(t, k, mem, g, "stop", "srv-1", time.Hour)
+		log := recoverCancelled(t, k, mem, g, "stop")
+		require.Equal(t, runtime.EventNodeCompleted, lastOf(log, "s"), "s had succeeded")
+	})
+	t.Run("while b runs", func(t *testing.T) {
+		t.Parallel()
+		k, mem := newKit(t), newMem()
+		started, _ := k.hold("b")
+		ctx, kill := context.WithCancel(context.Background())
+		cs := &crashStore{Store: mem, kill: kill}
+		dead := k.engine(t, cs, func(c *runtime.Config) { c.Owner = "srv-1"; c.LeaseTTL = time.Hour })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = dead.Invoke(ctx, runtime.RunRequest{Graph: g, RunID: "stop", Input: "x"})
+		}()
+		<-started
+		cs.die()
+		<-done
+		log := recoverCancelled(t, k, mem, g, "stop")
+		require.Equal(t, runtime.EventNodeCancelled, lastOf(log, "b"), "b was in flight")
+		require.Equal(t, runtime.EventNodeCompleted, lastOf(log, "a"))
+	})
+}
+
+// recoverCancelled recovers run id of g, crashed under owner srv-1, under
+// a cancelled context, and returns its log.
+func recoverCancelled(t *testing.T, k *kit, mem runtime.Store, g *runtime.Graph, id string) []runtime.Event {
+	t.Helper()
+	before := k.execCount("b")
+	claimed := make(chan *runtime.ClaimedRun, 1)
+	restarted := k.engine(t, mem, func(c *runtime.Config) { c.Owner = "srv-1" })
+	n, err := restarted.RecoverExpired(context.Background(), runtime.RecoveryConfig{
+		Prepare: func(context.Context, *runtime.RunRecord) (runtime.RecoverRequest, error) {
+			return runtime.RecoverRequest{Graph: g}, nil
+		},
+		Launch: func(_ *runtime.RunRecord, run *runtime.ClaimedRun) error {
+			claimed <- run
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("cancelled while its process was down"))
+	res, err := (<-claimed).Start(ctx)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, res.Status)
+	rec, err := mem.GetRun(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status, "the end is written")
+	require.Equal(t, before, k.execCount("b"), "nothing executes again")
+	log, err := mem.Events(context.Background(), id, 0, 0)
+	require.NoError(t, err)
+	checkLifecycle(t, log)
+	require.Equal(t, runtime.EventRunCancelled, log[len(log)-1].Type)
+	return log
+}
+
+// lastOf is the type of node's last event in log.
+func lastOf(log []runtime.Event, node string) runtime.EventType {
+	var t runtime.EventType
+	for _, ev := range log {
+		if ev.NodeID == node {
+			t = ev.Type
+		}
+	}
+	return t
 }
 
 // staleOwned lists, besides the store's own answer, runs that were

@@ -1362,6 +1362,44 @@ func (r *run) skip(n int32, reason string) {
 	r.emitAt(r.now(), EventNodeSkipped, n, 0, &NodeSkippedData{Reason: reason})
 }
 
+// endLoggedStarts gives a terminal event to each node of a recovered run
+// that its log shows started but not ended and that this process stopped
+// before reaching (a cancel or a failure before it, say a cancel sent
+// while the run's process was down): completed from its checkpoint when
+// it succeeded (nothing executes), cancelled otherwise. Without this such
+// a node would be skipped after its start.
+func (r *run) endLoggedStarts() {
+	if !r.recovering {
+		return
+	}
+	for _, n := range r.as.nodes {
+		id := r.p.nodes[n].node.ID
+		if r.state[n] != NodePending || !r.logged.started[id] {
+			continue
+		}
+		prev := r.prev[id]
+		switch {
+		case prev != nil && prev.Status == NodeSucceeded:
+			r.replay(n, prev, prev.InputsHash) // what the log holds is not emitted again
+			continue
+		case r.logged.terminal[id]:
+			// Ended in the log, its checkpoint not succeeded (failed,
+			// cancelled): nothing to add.
+			r.state[n] = NodeCancelled
+			if prev != nil && (prev.Status == NodeFailed || prev.Status == NodeInterrupted) {
+				r.state[n] = prev.Status
+			}
+			continue
+		}
+		fc := &r.fcs[n]
+		*fc = FlowContext{r: r, node: n, attempt: 1, begin: time.Now()}
+		if prev != nil {
+			fc.attempt, fc.inputsHash = max(prev.Attempt, 1), prev.InputsHash
+		}
+		r.cancelNode(n, fc, "the run stopped before the node, lost with its process, went on")
+	}
+}
+
 // replay completes n from the parent run's checkpoint without executing it.
 func (r *run) replay(n int32, prev *Checkpoint, hash string) {
 	fc := &r.fcs[n]
@@ -1426,6 +1464,7 @@ func (r *run) finish() (*RunResult, error) {
 		if reason == "" {
 			reason = SkipDeadEdges
 		}
+		r.endLoggedStarts()
 		for _, n := range r.as.nodes {
 			if r.state[n] == NodePending {
 				r.skip(n, reason)

@@ -216,3 +216,76 @@ func TestStateDirInstance(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "web-1", pg.owner)
 }
+
+// A cancel sent while a run's process is down — through another process
+// of the deployment — wins: the restarted process takes the run back,
+// and it ends cancelled (not completed), its message keeping the text the
+// client received before the crash.
+func TestCancelWhileTheRunsServerIsDownWins(t *testing.T) {
+	schema, prefix := needShared(t)
+	shared := []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
+		"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix, "CHATGRAPH_LEASE_TTL=3s"}
+	withID := func(id string) []string { return append([]string{"CHATGRAPH_INSTANCE_ID=" + id}, shared...) }
+	a := startChild(t, withID("web-a")...)
+	b := startChild(t, withID("web-b")...)
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":150}`)
+	var tk map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "one two three four five six seven eight nine ten eleven twelve"}, &tk))
+	runID, messageID := tk["runId"].(string), tk["messageId"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	evs, err := follow(ctx, a.url, runID, 0)
+	require.NoError(t, err)
+	var text strings.Builder
+	deltas := 0
+	for ev := range evs {
+		if ev.Type == "node_delta" {
+			var d struct{ Text string }
+			require.NoError(t, json.Unmarshal(ev.Data, &d))
+			text.WriteString(d.Text)
+			if deltas++; deltas == 4 {
+				break
+			}
+		}
+	}
+	require.Equal(t, 4, deltas)
+	a.kill()
+
+	var res map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/cancel", map[string]any{}, &res))
+	require.Equal(t, "cancelled", res["status"], "the run is bound (by the process that died)")
+	a2 := startChild(t, withID("web-a")...)
+	var run map[string]any
+	require.Eventually(t, func() bool {
+		call(t, "GET", a2.url+"/api/v1/runs/"+runID, nil, &run)
+		return run["status"] != "running"
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, "cancelled", run["status"], "the cancel wins")
+	all, err := follow(ctx, a2.url, runID, 0)
+	require.NoError(t, err)
+	var logged strings.Builder
+	for ev := range all {
+		if ev.Type == "node_delta" {
+			var d struct{ Text string }
+			require.NoError(t, json.Unmarshal(ev.Data, &d))
+			logged.WriteString(d.Text)
+		}
+	}
+	var c struct {
+		Messages []struct {
+			ID, Status, Content string
+		}
+	}
+	require.Equal(t, http.StatusOK, call(t, "GET", a2.url+"/api/v1/chats/"+chatID, nil, &c))
+	var found bool
+	for _, m := range c.Messages {
+		if m.ID == messageID {
+			found = true
+			require.Equal(t, "cancelled", m.Status)
+			require.Equal(t, logged.String(), m.Content, "the message keeps the text of the log")
+			require.True(t, strings.HasPrefix(m.Content, text.String()), "which holds what the client received")
+		}
+	}
+	require.True(t, found)
+}
