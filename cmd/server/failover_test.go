@@ -107,3 +107,45 @@ func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
 	require.Equal(t, "completed", m["status"])
 	require.Equal(t, answer.String(), m["content"])
 }
+
+// A message sent through B while A, running the chat's turn, is down
+// waits for that turn: B recovers A's run after its lease, the run takes
+// its chat's turn back, and the later message starts only once it ended —
+// it does not overtake it when A's turn lease runs out.
+func TestFailoverKeepsTheChatsOrder(t *testing.T) {
+	schema, prefix := needShared(t)
+	shared := []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
+		"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix, "CHATGRAPH_LEASE_TTL=1s"}
+	a := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-a"}, shared...)...)
+	b := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-b"}, shared...)...)
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
+	var first, second map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("word ", 40)}, &first))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	evs, err := follow(ctx, a.url, first["runId"].(string), 0)
+	require.NoError(t, err)
+	for ev := range evs {
+		if ev.Type == "node_delta" {
+			break
+		}
+	}
+	a.kill()
+	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "later", "multitaskStrategy": "enqueue"}, &second))
+	later, err := follow(ctx, b.url, second["runId"].(string), 0)
+	require.NoError(t, err)
+	ev, ok := <-later
+	require.True(t, ok)
+	require.Equal(t, "run_started", ev.Type)
+	var run map[string]any
+	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/runs/"+first["runId"].(string), nil, &run))
+	require.Equal(t, "completed", run["status"], "the later message started once the first had ended")
+	for ev := range later {
+		if ev.Type == "run_completed" {
+			return
+		}
+	}
+	t.Fatal("the later message never completed")
+}

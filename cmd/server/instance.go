@@ -62,6 +62,14 @@ func (c *config) bindingTTL() time.Duration {
 	return 10 * time.Second
 }
 
+// turnTTL is how long a dead process's chat turns outlive it: past its
+// runs' lease TTL and two recovery passes, so that a run recovered by
+// another process (or by this one restarted) takes its chat's turn back
+// before a run queued behind it would take it and overtake it.
+func (c *config) turnTTL() time.Duration {
+	return max(c.leaseTTL, 0) + 2*c.recoveryInterval()
+}
+
 // claimInstance sets c.owner: with SQLite it locks the state dir (unlock
 // releases it) and reads or creates the id kept there.
 func claimInstance(c *config) (unlock func(), err error) {

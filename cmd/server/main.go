@@ -249,7 +249,7 @@ func runControl(ctx context.Context, c *config, log *slog.Logger) (runcontrol.Co
 		return nil, nil, nil, fmt.Errorf("redis url: %w", err)
 	}
 	rdb := goredis.NewClient(opts)
-	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log, BindingTTL: c.bindingTTL(), Instance: c.owner})
+	ctl, err := rcredis.New(ctx, rcredis.Config{Client: rdb, Prefix: c.redisPrefix, Logger: log, BindingTTL: c.bindingTTL(), TurnTTL: c.turnTTL(), Instance: c.owner})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, fmt.Errorf("redis run control: %w", err)

@@ -17,7 +17,7 @@ import (
 
 // Chat queue keys (B = the controller's base):
 //
-//	B:qh:<chat>  hash   the turn holder {run, token}, PX lease (refreshed by its process)
+//	B:qh:<chat>  hash   the turn holder {run, token}, PX TurnTTL (refreshed by its process)
 //	B:qw:<chat>  zset   queued run -> FIFO sequence number
 //	B:qx:<chat>  zset   queued run -> liveness expiry (ms), refreshed by the waiter
 //	B:qs:<run>   string a queued run was superseded by this run id, PX lease
@@ -25,8 +25,11 @@ import (
 //	B:turn       channel a chat id whenever its turn may have moved
 //
 // Queued runs take the turn themselves (the first live one when nobody
-// holds it), so a dead waiter or holder costs at most one lease, never a
-// stuck chat.
+// holds it), so a dead waiter costs at most one lease (BindingTTL) and a
+// dead holder one TurnTTL, never a stuck chat. The holder's turn outlives
+// its process longer than a waiter's place: long enough for its run to be
+// recovered and take the turn back (acquire), so a run queued behind it
+// does not overtake it.
 const queuePrelude = `
 local b = KEYS[1]
 local t = redis.call('TIME')
@@ -52,26 +55,27 @@ local function enqueue(run, lease)
   live(lease)
 end
 
-local function take(run, token, lease)
+local function take(run, token, hold)
   redis.call('HSET', hk, 'run', run, 'token', token)
-  redis.call('PEXPIRE', hk, lease)
+  redis.call('PEXPIRE', hk, hold)
   redis.call('ZREM', wk, run)
   redis.call('ZREM', xk, run)
 end
 `
 
-// acquireScript: ARGV chat, run, token, strategy, lease.
+// acquireScript: ARGV chat, run, token, strategy, lease, hold (the
+// turn's TTL).
 // {"granted"} | {"busy", line...} | {"queued", superseded...}
 // A run takes the turn its own id holds: that holder is the same run in a
 // process that is gone (restarted, or taken over after the run's lease
 // expired), whose turn would otherwise block the chat until it expired.
 var acquireScript = goredis.NewScript(queuePrelude + `
-local run, token, s, lease = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local run, token, s, lease, hold = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 prune()
 local holder = redis.call('HGET', hk, 'run')
 local waiting = redis.call('ZRANGE', wk, 0, -1)
 if holder == run or (not holder and #waiting == 0) then
-  take(run, token, lease)
+  take(run, token, hold)
   return {'granted'}
 end
 local line = {}
@@ -93,10 +97,10 @@ table.insert(line, 1, 'queued')
 return line
 `)
 
-// tryScript: ARGV chat, run, token, lease.
+// tryScript: ARGV chat, run, token, lease, hold.
 // {"granted"} | {"waiting"} | {"superseded", by} | {"gone"}
 var tryScript = goredis.NewScript(queuePrelude + `
-local run, token, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local run, token, lease, hold = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local sk = b..':qs:'..run
 local by = redis.call('GET', sk)
 if by then
@@ -106,7 +110,7 @@ end
 prune()
 if not redis.call('ZSCORE', wk, run) then return {'gone'} end
 if redis.call('EXISTS', hk) == 0 and redis.call('ZRANGE', wk, 0, 0)[1] == run then
-  take(run, token, lease)
+  take(run, token, hold)
   return {'granted'}
 end
 redis.call('ZADD', xk, 'XX', now + lease, run)
@@ -131,7 +135,7 @@ redis.call('PUBLISH', b..':turn', chat)
 return 1
 `)
 
-// holdScript: ARGV lease, then chat, token pairs. Extends the turns still
+// holdScript: ARGV hold (the turn's TTL), then chat, token pairs. Extends the turns still
 // held; returns the tokens that are not.
 var holdScript = goredis.NewScript(`
 local b, lease, lost = KEYS[1], tonumber(ARGV[1]), {}
@@ -172,8 +176,9 @@ type heldTurn struct{ chat, run string }
 var _ runcontrol.ChatQueue = (*ChatQueue)(nil)
 
 // NewChatQueue subscribes to the turn channel of ctl's prefix and starts
-// the lease loop. It uses ctl's client, prefix, PollInterval and
-// BindingTTL (as the lease); superseded runs are cancelled through ctl.
+// the lease loop. It uses ctl's client, prefix, PollInterval, BindingTTL
+// (a waiter's lease) and TurnTTL (the turn's); superseded runs are
+// cancelled through ctl.
 func NewChatQueue(ctx context.Context, ctl *Controller) (*ChatQueue, error) {
 	q := &ChatQueue{
 		ctl:     ctl,
@@ -213,11 +218,11 @@ func (q *ChatQueue) Acquire(ctx context.Context, chatID, runID string, s runcont
 	var rb [6]byte
 	_, _ = rand.Read(rb[:])
 	token := runID + "/" + hex.EncodeToString(rb[:])
-	lease := q.ctl.bttl.Milliseconds()
+	lease, hold := q.ctl.bttl.Milliseconds(), q.ctl.tttl.Milliseconds()
 
 	wake := q.watch(chatID) // before the script: no release message is missed
 	defer q.unwatch(chatID, wake)
-	res, err := acquireScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, string(s), lease).StringSlice()
+	res, err := acquireScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, string(s), lease, hold).StringSlice()
 	if err == nil && len(res) == 0 {
 		err = errors.New("empty script reply")
 	}
@@ -243,7 +248,7 @@ func (q *ChatQueue) Acquire(ctx context.Context, chatID, runID string, s runcont
 	tick := time.NewTicker(q.ctl.poll)
 	defer tick.Stop()
 	for {
-		res, err := tryScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, lease).StringSlice()
+		res, err := tryScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, lease, hold).StringSlice()
 		if err == nil && len(res) == 0 {
 			err = errors.New("empty script reply")
 		}
@@ -366,7 +371,7 @@ func (q *ChatQueue) holdLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		q.mu.Lock()
-		args := []any{q.ctl.bttl.Milliseconds()}
+		args := []any{q.ctl.tttl.Milliseconds()}
 		for token, h := range q.held {
 			args = append(args, h.chat, token)
 		}

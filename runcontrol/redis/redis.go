@@ -43,6 +43,12 @@ type Config struct {
 	// dies without releasing it (it is extended at every poll). Default
 	// 10s; raised to 5*PollInterval if smaller.
 	BindingTTL time.Duration
+	// TurnTTL is how long a chat turn (ChatQueue) outlives its holder's
+	// process: set it past the time the run takes to be recovered (its
+	// lease TTL and a recovery pass), so that the run recovered takes its
+	// turn back before a run queued behind it takes the turn. Default,
+	// and at least, BindingTTL.
+	TurnTTL time.Duration
 	// OpTimeout bounds Redis calls made without a caller's context
 	// (polls, release, Close). Default 5s.
 	OpTimeout time.Duration
@@ -81,6 +87,7 @@ type Controller struct {
 	channel string
 	ittl    time.Duration
 	bttl    time.Duration
+	tttl    time.Duration
 	poll    time.Duration
 	opTO    time.Duration
 	log     *slog.Logger
@@ -139,6 +146,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		cfg.BindingTTL = defaultBindingTTL
 	}
 	cfg.BindingTTL = max(cfg.BindingTTL, 5*cfg.PollInterval)
+	cfg.TurnTTL = max(cfg.TurnTTL, cfg.BindingTTL)
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = defaultOpTimeout
 	}
@@ -161,6 +169,7 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 		channel: base + ":cancel",
 		ittl:    cfg.IntentTTL,
 		bttl:    cfg.BindingTTL,
+		tttl:    cfg.TurnTTL,
 		poll:    cfg.PollInterval,
 		opTO:    cfg.OpTimeout,
 		log:     cfg.Logger.With("component", "runcontrol/redis", "prefix", cfg.Prefix),

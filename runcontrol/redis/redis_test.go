@@ -427,7 +427,7 @@ func TestChatQueueRunTakesItsTurnBack(t *testing.T) {
 	qa := newQueue(t, a)
 	for _, s := range []runcontrol.Strategy{runcontrol.Reject, runcontrol.Enqueue, runcontrol.Interrupt} {
 		chat := "c-" + string(s)
-		res, err := acquireScript.Run(t.Context(), client, []string{a.base}, chat, "r1", "r1/dead", "enqueue", time.Minute.Milliseconds()).StringSlice()
+		res, err := acquireScript.Run(t.Context(), client, []string{a.base}, chat, "r1", "r1/dead", "enqueue", time.Minute.Milliseconds(), time.Minute.Milliseconds()).StringSlice()
 		require.NoError(t, err)
 		require.Equal(t, []string{"granted"}, res, "the dead process held the turn")
 
@@ -487,6 +487,42 @@ func TestChatQueueLostTurnCancelsOnlyItsProcess(t *testing.T) {
 	require.NoError(t, ctxB.Err(), "b's run of the same id goes on")
 }
 
+// TestChatQueueTurnOutlivesItsHolderLonger: a held turn lives TurnTTL
+// past its holder's last extension, a waiter's place BindingTTL — a dead
+// holder's run has time to be recovered and take its turn back before
+// the run queued behind it would take it.
+func TestChatQueueTurnOutlivesItsHolderLonger(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	admin := newClient(t, "")
+	a := newController(t, newClient(t, ""), Config{Prefix: prefix, BindingTTL: time.Second, TurnTTL: time.Minute})
+	qa := newQueue(t, a)
+	ctx1, rel1, err := a.Bind(t.Context(), "r1")
+	require.NoError(t, err)
+	defer rel1()
+	t1, err := qa.Acquire(ctx1, "c1", "r1", runcontrol.Enqueue)
+	require.NoError(t, err)
+	defer t1.Release()
+	ctx2, rel2, err := a.Bind(t.Context(), "r2")
+	require.NoError(t, err)
+	defer rel2()
+	waitCtx, stop := context.WithCancel(ctx2)
+	defer stop()
+	go func() { _, _ = qa.Acquire(waitCtx, "c1", "r2", runcontrol.Enqueue) }()
+	require.Eventually(t, func() bool {
+		n, err := admin.ZCard(t.Context(), a.base+":qx:c1").Result()
+		return err == nil && n == 1
+	}, 5*time.Second, 5*time.Millisecond, "r2 waits")
+	hold, err := admin.PTTL(t.Context(), a.base+":qh:c1").Result()
+	require.NoError(t, err)
+	require.Greater(t, hold, 50*time.Second, "the turn: TurnTTL")
+	place, err := admin.PTTL(t.Context(), a.base+":qx:c1").Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, place, time.Second, "a waiter's place: BindingTTL")
+	c := newController(t, newClient(t, ""), Config{Prefix: newPrefix(t), BindingTTL: 2 * time.Second, TurnTTL: time.Second})
+	require.Equal(t, 2*time.Second, c.tttl, "TurnTTL is at least BindingTTL")
+}
+
 // TestChatQueueDeadWaiter: a queued run whose process died stops renewing
 // its place; it is dropped when its lease runs out and the next run gets
 // the turn.
@@ -503,7 +539,7 @@ func TestChatQueueDeadWaiter(t *testing.T) {
 	t1, err := qa.Acquire(ctx1, "c1", "r1", runcontrol.Enqueue)
 	require.NoError(t, err)
 	// A dead process queued "ghost" with a 300ms lease, then vanished.
-	res, err := acquireScript.Run(t.Context(), client, []string{a.base}, "c1", "ghost", "ghost/x", "enqueue", 300).StringSlice()
+	res, err := acquireScript.Run(t.Context(), client, []string{a.base}, "c1", "ghost", "ghost/x", "enqueue", 300, 300).StringSlice()
 	require.NoError(t, err)
 	require.Equal(t, []string{"queued"}, res)
 
