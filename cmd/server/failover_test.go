@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"chatgraph/internal/pgtest"
 )
 
 // Two server processes on one Postgres and one Redis, leases of 1 s: a
@@ -21,11 +19,9 @@ import (
 // own execution — is exactly the run's final log, and the chat's answer
 // is the deltas of the agent's final attempt.
 func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
-	schema, prefix := needShared(t)
-	shared := []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
-		"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix, "CHATGRAPH_LEASE_TTL=1s"}
-	a := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-a"}, shared...)...)
-	b := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-b"}, shared...)...)
+	env := sharedEnv(t, "1s")
+	a := startChild(t, env("proc-a")...)
+	b := startChild(t, env("proc-b")...)
 
 	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
 	words := strings.Fields("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma")
@@ -113,11 +109,9 @@ func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
 // its chat's turn back, and the later message starts only once it ended —
 // it does not overtake it when A's turn lease runs out.
 func TestFailoverKeepsTheChatsOrder(t *testing.T) {
-	schema, prefix := needShared(t)
-	shared := []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
-		"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix, "CHATGRAPH_LEASE_TTL=1s"}
-	a := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-a"}, shared...)...)
-	b := startChild(t, append([]string{"CHATGRAPH_INSTANCE_ID=proc-b"}, shared...)...)
+	env := sharedEnv(t, "1s")
+	a := startChild(t, env("proc-a")...)
+	b := startChild(t, env("proc-b")...)
 	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
 	var first, second map[string]any
 	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",

@@ -57,6 +57,19 @@ func needShared(t *testing.T) (schema, prefix string) {
 	return schema, prefix
 }
 
+// sharedEnv is the environment of a server process of one deployment on
+// Postgres and Redis (a fresh schema and key prefix, see needShared)
+// with the given lease TTL; sharedEnv(...)(id) adds the instance id.
+func sharedEnv(t *testing.T, leaseTTL string) func(id string) []string {
+	t.Helper()
+	schema, prefix := needShared(t)
+	return func(id string) []string {
+		return []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
+			"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix,
+			"CHATGRAPH_LEASE_TTL=" + leaseTTL, "CHATGRAPH_INSTANCE_ID=" + id}
+	}
+}
+
 // Two server processes on one Postgres and one Redis: a run started on A
 // streams from B and is cancelled on B.
 func TestTwoServersSharePostgresAndRedis(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"chatgraph/internal/pgtest"
 	"chatgraph/internal/ssetest"
 )
 
@@ -114,10 +113,7 @@ func TestRestartTakesRunsBackAtOnce(t *testing.T) {
 		testRestart(t, "CHATGRAPH_STATE_DIR="+dir, "CHATGRAPH_LEASE_TTL=2s")
 	})
 	t.Run("postgres+redis", func(t *testing.T) {
-		schema, prefix := needShared(t)
-		testRestart(t, "CHATGRAPH_DATABASE_URL="+pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA="+schema,
-			"CHATGRAPH_REDIS_URL="+redisURL(), "CHATGRAPH_REDIS_PREFIX="+prefix,
-			"CHATGRAPH_INSTANCE_ID=web-1", "CHATGRAPH_LEASE_TTL=2s")
+		testRestart(t, sharedEnv(t, "2s")("web-1")...)
 	})
 }
 
@@ -222,10 +218,7 @@ func TestStateDirInstance(t *testing.T) {
 // and it ends cancelled (not completed), its message keeping the text the
 // client received before the crash.
 func TestCancelWhileTheRunsServerIsDownWins(t *testing.T) {
-	schema, prefix := needShared(t)
-	shared := []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
-		"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix, "CHATGRAPH_LEASE_TTL=3s"}
-	withID := func(id string) []string { return append([]string{"CHATGRAPH_INSTANCE_ID=" + id}, shared...) }
+	withID := sharedEnv(t, "3s")
 	a := startChild(t, withID("web-a")...)
 	b := startChild(t, withID("web-b")...)
 	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":150}`)
