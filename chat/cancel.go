@@ -37,6 +37,15 @@ func requestScopes(chatID, conn, crid string) []runcontrol.Scope {
 	return scopes
 }
 
+// recoveryScope is a scope every recovered run binds besides its run
+// id's: a cancel of a run that is running but bound nowhere (its process
+// died, its binding expired, its recovery still to come) is kept there as
+// an intent — a run id's own scope keeps none — and stops the run when it
+// is taken back.
+func recoveryScope(runID string) runcontrol.Scope {
+	return runcontrol.RequestScope("recover/" + runID)
+}
+
 func chatRequestScope(chatID, crid string) runcontrol.Scope {
 	return runcontrol.RequestScope("chat/" + chatID + "/" + crid)
 }
@@ -112,6 +121,11 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	}
 	if ids := s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
 		return &CancelResult{Status: runcontrol.StatusCancelled, RunIDs: ids}, nil
+	}
+	if rec.Status == runtime.RunRunning {
+		// Its process died and recovery has not taken it back yet: the
+		// cancel waits for it (at most the intent's TTL).
+		return s.cancelScope(recoveryScope(id))
 	}
 	e := conflict("run %s is not bound to any server process", id)
 	if rec.Status.Finished() {

@@ -181,7 +181,7 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed 
 		}
 	}
 	lr := newLiveRun(rec.ID, rec.ChatID, mid, r.graph)
-	var scopes []runcontrol.Scope
+	scopes := []runcontrol.Scope{recoveryScope(rec.ID)}
 	if rec.ChatID != "" {
 		scopes = append(scopes, runcontrol.ChatScope(rec.ChatID))
 	}

@@ -428,6 +428,38 @@ func TestRecoveryOfARunWhosProcessDied(t *testing.T) {
 	require.NotEmpty(t, b.pub.of(tk.RunID), "the recovered run streams through the new service")
 }
 
+// A cancel of a run whose process died, sent before recovery took it
+// back (no process has it bound), is kept for it: the run is recovered
+// cancelled, and its message keeps what it had streamed — where it was
+// answered 409 "not bound" and the run then completed.
+func TestCancelOfARunAwaitingRecoveryWins(t *testing.T) {
+	t.Parallel()
+	mem := memory.New()
+	chats := chatmemory.New(mem)
+	var dead atomic.Bool
+	a := newFixture(t, dyingRuns{durableRuns: mem, dead: &dead}, deadChats{Store: chats, dead: &dead}, runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six seven eight"})
+	require.Eventually(t, func() bool { return len(deltasOf(a.pub.of(tk.RunID))) >= 2 }, 5*time.Second, 2*time.Millisecond)
+	dead.Store(true)
+
+	b := newFixture(t, mem, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
+	res, err := b.svc.Cancel(context.Background(), chat.CancelRequest{RunID: tk.RunID})
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusPending, res.Status, "kept for the run's recovery")
+	b.svc.Start(context.Background())
+	m := b.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCancelled, m.Status)
+	require.Equal(t, tk.RunID, m.RunID)
+	rec, err := mem.GetRun(context.Background(), tk.RunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
+	log, err := mem.Events(context.Background(), tk.RunID, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, strings.Join(deltasOf(log), ""), m.Content, "the text of the log")
+	require.NotEmpty(t, m.Content)
+}
+
 // A run that ended while its process died before writing the answer gets
 // its answer written by the next start, from the run's checkpoints.
 func TestStartWritesAnswersOfEndedRuns(t *testing.T) {
