@@ -37,8 +37,8 @@ func requestScopes(chatID, conn, crid string) []runcontrol.Scope {
 	return scopes
 }
 
-// recoveryScope is a scope every recovered run binds besides its run
-// id's: a cancel of a run that is running but bound nowhere (its process
+// recoveryScope is a scope every recovered run (and relaunched queued
+// turn) binds besides its run id's: a cancel of a run that is running but bound nowhere (its process
 // died, its binding expired, its recovery still to come) is kept there as
 // an intent — a run id's own scope keeps none — and stops the run when it
 // is taken back.
@@ -122,9 +122,10 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	if ids := s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
 		return &CancelResult{Status: runcontrol.StatusCancelled, RunIDs: ids}, nil
 	}
-	if rec.Status == runtime.RunRunning {
-		// Its process died and recovery has not taken it back yet: the
-		// cancel waits for it (at most the intent's TTL).
+	if rec.Status == runtime.RunRunning || rec.Status == runtime.RunPending {
+		// Its process died and recovery has not taken it back (or, a
+		// queued turn, started it) yet: the cancel waits for it (at most
+		// the intent's TTL).
 		return s.cancelScope(recoveryScope(id))
 	}
 	e := conflict("run %s is not bound to any server process", id)

@@ -14,7 +14,7 @@ import (
 )
 
 // errLost is why a reserved run whose process died before it began is
-// failed.
+// failed when it cannot be started again (see settleReservations).
 var errLost = errors.New("lost: the server stopped before the run started")
 
 // Start begins the service's background work and returns how many runs
@@ -27,8 +27,12 @@ var errLost = errors.New("lost: the server stopped before the run started")
 //     the same run through the kernel's recovery (Engine.RecoverExpired,
 //     one bulk claim per pass) and the service's launch path, at once and
 //     then every RecoveryInterval;
-//   - runs reserved by a turn whose process died before they began are
-//     failed with code lost (their messages too);
+//   - runs reserved by a turn whose process died before they began
+//     (queued in their chat) are started, as the same run answering the
+//     same message, in the order they were sent and behind whatever
+//     holds their chat (settleReservations); a reservation of an older
+//     build, or whose turn is gone, is failed with code lost (its
+//     message too);
 //   - messages of runs whose process died after the run ended and before
 //     it wrote them are written from the run's record and checkpoints;
 //   - runs the previous process cancelled at shutdown are continued in
@@ -190,7 +194,9 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed 
 		scopes = append(scopes, requestScopes(rec.ChatID, "", crid)...)
 	}
 	return s.launch(context.Background(), launch{
-		run: lr, scopes: scopes, strategy: runcontrol.Enqueue, afterSeq: rec.LastSeq, linkNow: true,
+		// tryTurn: it takes its chat's turn now if it is free, before a
+		// reservation of the chat this pass starts again (relaunch) can.
+		run: lr, scopes: scopes, strategy: runcontrol.Enqueue, tryTurn: true, afterSeq: rec.LastSeq, linkNow: true,
 		exec: func(ctx context.Context, sink runtime.EventSink, _ []any) (*runtime.RunResult, error) {
 			r.sink = sink // set before start: no event comes earlier
 			return claimed.Start(ctx)
@@ -214,33 +220,6 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed 
 			}
 		},
 	})
-}
-
-// settleReservations fails the runs reserved by turns whose process died
-// before the run began: no process has them bound, so nothing else would
-// ever end them or their messages. (A turn binds its run before it
-// writes the reservation, so an unbound reservation has no live process.)
-func (s *Service) settleReservations(ctx context.Context) int {
-	ins, ok := s.runs.(runtime.Inspector)
-	if !ok {
-		return 0
-	}
-	recs, err := ins.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunPending}, Limit: 500})
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("recovery: listing reserved runs", "err", err)
-		}
-		return 0
-	}
-	n := 0
-	for _, rec := range recs {
-		if s.Bound(ctx, rec.ID) {
-			continue
-		}
-		s.failRun(ctx, nil, rec, errLost)
-		n++
-	}
-	return n
 }
 
 // settleMessages writes the answers of runs that ended while their

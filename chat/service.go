@@ -164,6 +164,9 @@ type Service struct {
 	perChat   map[string]int
 	perClient map[string]int
 	runsDone  sync.WaitGroup
+	// relaunching are the chats whose reservations recovery is starting
+	// again here (relaunchChat), one after the other.
+	relaunching map[string]bool
 }
 
 // Errors of the service's own (not of a request).

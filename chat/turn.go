@@ -237,9 +237,24 @@ func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 	lr := newLiveRun(runID, t.chat.ID, t.assistant.ID, t.graph)
 	lr.client = clientOf(ctx)
 	scopes := append([]runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}, requestScopes(t.chat.ID, t.req.Conn, t.req.ClientRequestID)...)
-	err = s.launch(ctx, launch{
-		run: lr, scopes: scopes, strategy: t.req.Strategy, tryTurn: true,
-		write:    func(ctx context.Context, holding bool) ([]any, error) { return s.writeTurn(ctx, t, runID, holding) },
+	l := s.turnLaunch(t, runID, lr, scopes, s.reservation(t, runID))
+	l.strategy = t.req.Strategy
+	l.write = func(ctx context.Context, holding bool) ([]any, error) { return s.writeTurn(ctx, t, runID, holding) }
+	if err = s.launch(ctx, l); err != nil {
+		return nil, err
+	}
+	ticket := t.ticket(runID)
+	s.log.Info("run accepted", "run", runID, "chat", t.chat.ID, "kind", req.Kind, "message", t.assistant.ID)
+	return &ticket, nil
+}
+
+// turnLaunch is the launch of turn t as run runID (live as lr, bound
+// under scopes): how it runs, ends and fails to start (failing over
+// reservation). The caller sets how it waits and what it writes first:
+// a new turn (send) or a queued turn recovery starts again (relaunch).
+func (s *Service) turnLaunch(t *turn, runID string, lr *LiveRun, scopes []runcontrol.Scope, reservation *runtime.RunRecord) launch {
+	return launch{
+		run: lr, scopes: scopes, tryTurn: true,
 		rollback: func(ctx context.Context, victims []string) { s.rollback(ctx, t, victims) },
 		exec: func(ctx context.Context, sink runtime.EventSink, writes []any) (*runtime.RunResult, error) {
 			return s.execTurn(ctx, t, runID, sink, writes)
@@ -253,15 +268,9 @@ func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 			s.finishMessage(ctx, t.assistant, t.graph, t.entries, res, err)
 		},
 		failStart: func(ctx context.Context, cause error) {
-			s.failRun(ctx, lr, s.reservation(t, runID), cause)
+			s.failRun(ctx, lr, reservation, cause)
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	ticket := t.ticket(runID)
-	s.log.Info("run accepted", "run", runID, "chat", t.chat.ID, "kind", req.Kind, "message", t.assistant.ID)
-	return &ticket, nil
 }
 
 // enterStart waits for a place among the chat calls starting at once
@@ -837,7 +846,8 @@ func (s *Service) preflight(t *turn) error {
 func (s *Service) reservation(t *turn, runID string) *runtime.RunRecord {
 	now := time.Now().UTC()
 	rec := &runtime.RunRecord{ID: runID, RootID: runID, ChatID: t.chat.ID, GraphID: t.graph.ID, PlanVersion: t.graph.PlanVersion,
-		Kind: string(t.req.Kind), Attrs: t.attrs(), EntryNodeIDs: t.entries, Status: runtime.RunPending, CreatedAt: now, UpdatedAt: now}
+		Kind: string(t.req.Kind), Attrs: t.attrs(), EntryNodeIDs: t.entries, Input: t.queued(), Status: runtime.RunPending,
+		CreatedAt: now, UpdatedAt: now}
 	if t.parentRun != nil {
 		rec.ParentID, rec.RootID = t.parentRun.ID, t.parentRun.RootID
 	}
@@ -1138,6 +1148,7 @@ func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRec
 	now := time.Now().UTC()
 	rec := *base
 	rec.Status, rec.Error, rec.LastSeq, rec.CreatedAt, rec.UpdatedAt = runtime.RunFailed, msg, 0, now, now
+	rec.Input = nil // a reservation's (queuedTurn): the run never had an input
 	mid, _ := rec.Attrs["messageId"].(string)
 	started := &runtime.RunStartedData{Kind: rec.Kind, GraphID: rec.GraphID, PlanVersion: rec.PlanVersion,
 		EntryNodeIDs: orEmpty(rec.EntryNodeIDs), ActiveNodeIDs: []string{}, ParentRunID: rec.ParentID, Resumed: rec.ParentID != "",

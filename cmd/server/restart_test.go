@@ -282,3 +282,70 @@ func TestCancelWhileTheRunsServerIsDownWins(t *testing.T) {
 	}
 	require.True(t, found)
 }
+
+// A message queued behind a streaming run (enqueue) when its server is
+// killed -9 is answered by the restarted server — on the same state dir,
+// or on Postgres and Redis with the same instance id — after the run
+// ahead of it, which the server takes back, has ended; before, the
+// queued message was failed lost.
+func TestRestartAnswersAQueuedMessage(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		testRestartQueued(t, "CHATGRAPH_STATE_DIR="+t.TempDir(), "CHATGRAPH_LEASE_TTL=2s")
+	})
+	t.Run("postgres+redis", func(t *testing.T) {
+		testRestartQueued(t, sharedEnv(t, "2s")("web-q")...)
+	})
+}
+
+func testRestartQueued(t *testing.T, env ...string) {
+	a := startChild(t, env...)
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
+	var first, second map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("word ", 20)}, &first))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	evs, err := follow(ctx, a.url, first["runId"].(string), 0)
+	require.NoError(t, err)
+	for ev := range evs {
+		if ev.Type == "node_delta" {
+			break
+		}
+	}
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "later", "multitaskStrategy": "enqueue"}, &second))
+	a.kill()
+
+	b := startChild(t, env...)
+	var c struct {
+		Messages []struct{ ID, Role, Status, Content, Error string }
+	}
+	settled := func() bool {
+		require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/chats/"+chatID, nil, &c))
+		for _, m := range c.Messages {
+			if m.ID == second["messageId"].(string) {
+				return m.Status != "pending" && m.Status != "running"
+			}
+		}
+		return false
+	}
+	require.Eventually(t, settled, 40*time.Second, 50*time.Millisecond)
+	var answers []string
+	for _, m := range c.Messages {
+		require.Equal(t, "completed", m.Status, "message %s (%s): %s", m.ID, m.Role, m.Error)
+		if m.Role == "assistant" {
+			answers = append(answers, strings.TrimSpace(m.Content))
+		}
+	}
+	require.Equal(t, []string{"echo: " + strings.TrimSpace(strings.Repeat("word ", 20)), "echo: later"}, answers,
+		"each message answered once, in order")
+	var run1, run2 struct {
+		Status               string
+		CreatedAt, UpdatedAt time.Time
+	}
+	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/runs/"+first["runId"].(string), nil, &run1))
+	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/runs/"+second["runId"].(string), nil, &run2))
+	require.Equal(t, "completed", run1.Status)
+	require.Equal(t, "completed", run2.Status, "the queued run, as reserved, answered")
+	require.False(t, run2.CreatedAt.Before(run1.UpdatedAt), "the queued run started after the first ended")
+}

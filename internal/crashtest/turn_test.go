@@ -366,6 +366,8 @@ func testTurnCrash(t *testing.T, db string) {
 	require.NoError(t, err)
 	defer closeStores()
 	messages, lost := checkTurns(t, runs, chats)
-	t.Logf("%d kills %v; %d messages consistent, %d turns lost before their run began", total, kills, messages, lost)
-	require.Positive(t, lost, "no kill fell between a queued turn's messages and its run")
+	t.Logf("%d kills %v; %d messages consistent", total, kills, messages)
+	// A queued turn whose process died before its run began is started by
+	// the recovering worker (chat/relaunch.go), not failed.
+	require.Zero(t, lost, "queued turns lost before their run began")
 }

@@ -1,0 +1,315 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// queuedTurn is what a turn's reservation keeps in its input
+// (RunRecord.Input, which the run's creation replaces with the run's own)
+// so that recovery can start the turn after its process died before the
+// run began: only what neither the turn's messages nor the reservation's
+// other fields hold. Its user message holds the content, the agent and
+// the user's tools; the reservation its kind, chat, graph version, entry
+// nodes, messages (attrs), parent run and client request id; a client's
+// transcript was written as messages. A reservation without it (written
+// by an older build) cannot be rebuilt and is failed lost.
+type queuedTurn struct {
+	// Queued is the form's version (1); it tells the form from any other
+	// input.
+	Queued      int          `json:"queued"`
+	ClientTools []ClientTool `json:"clientTools,omitempty"`
+	// RetryTools are a retry's own user tools (null: its user message's).
+	RetryTools []string `json:"retryTools"`
+	// Resume (a continue) answers the continued run's only interrupt;
+	// Answers answer several, by interrupt id.
+	Resume  any            `json:"resume,omitempty"`
+	Answers map[string]any `json:"answers,omitempty"`
+}
+
+const queuedTurnForm = 1
+
+// queued is the reservation's input: the turn as recovery rebuilds it.
+func (t *turn) queued() *queuedTurn {
+	return &queuedTurn{Queued: queuedTurnForm, ClientTools: t.req.ClientTools, RetryTools: t.retryTools,
+		Resume: t.value, Answers: t.values}
+}
+
+// queuedOf reads a reservation's queuedTurn (false: the reservation has
+// none, an older build's).
+func queuedOf(rec *runtime.RunRecord) (*queuedTurn, bool) {
+	if rec.Input == nil {
+		return nil, false
+	}
+	b, err := json.Marshal(rec.Input)
+	if err != nil {
+		return nil, false
+	}
+	var q queuedTurn
+	if json.Unmarshal(b, &q) != nil || q.Queued != queuedTurnForm {
+		return nil, false
+	}
+	return &q, true
+}
+
+// errNotReserved: a reservation recovery was to start is one no more —
+// its run began, or was ended, in another process meanwhile.
+var errNotReserved = errors.New("the run is no longer reserved")
+
+// rebuild is the turn a reservation was written by, read back from the
+// reservation (rec), its queuedTurn and its messages, as prepare made it
+// for the call that reserved it.
+func (s *Service) rebuild(ctx context.Context, rec *runtime.RunRecord, q *queuedTurn, plans map[string]*runtime.Plan) (*turn, error) {
+	kind := Kind(rec.Kind)
+	crid, _ := rec.Attrs["clientRequestId"].(string)
+	req := Request{Kind: kind, ChatID: rec.ChatID, ClientRequestID: crid, Strategy: runcontrol.Enqueue,
+		ClientTools: q.ClientTools, Resume: q.Resume}
+	if rec.ChatID == "" {
+		return nil, fmt.Errorf("reservation %s names no chat", rec.ID)
+	}
+	c, err := s.chats.GetChat(ctx, rec.ChatID)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.planOf(ctx, rec, plans)
+	if err != nil {
+		return nil, err
+	}
+	t := &turn{req: req, chat: c, graph: p.Graph(), plan: p, entries: rec.EntryNodeIDs, retryTools: q.RetryTools}
+	mid, _ := rec.Attrs["messageId"].(string)
+	if t.assistant, err = s.chats.GetMessage(ctx, c.ID, mid); err != nil {
+		return nil, fmt.Errorf("its message %s: %w", mid, err)
+	}
+	if t.assistant.RunID != rec.ID {
+		return nil, fmt.Errorf("its message %s belongs to run %s", mid, t.assistant.RunID)
+	}
+	switch kind {
+	case KindContinueMessage:
+		if t.parentRun, err = s.runs.GetRun(ctx, rec.ParentID); err != nil {
+			return nil, fmt.Errorf("the continued run %s: %w", rec.ParentID, err)
+		}
+		t.value, t.values = q.Resume, q.Answers
+	case KindStreamChat, KindStreamAgentChat, KindRetryMessage, KindEditUserMessage:
+		uid, _ := rec.Attrs["userMessageId"].(string)
+		if t.user, err = s.chats.GetMessage(ctx, c.ID, uid); err != nil {
+			return nil, fmt.Errorf("its user message %s: %w", uid, err)
+		}
+		t.newUser = t.user.TurnRunID == rec.ID
+	default:
+		return nil, fmt.Errorf("unknown chat call %q", kind)
+	}
+	return t, nil
+}
+
+// relaunch starts a reserved turn whose process died before its run
+// began, through the launch path of a new turn (enqueue, bound under its
+// chat and request id: its connection, if it had one, is gone), as the
+// same run and answering the same message. turned is closed once the run
+// holds its chat's turn, or has ended without it.
+//
+// Claim. Several processes may find the reservation unbound at once;
+// exactly one launches it, because launch binds the run (RunScope(id))
+// before its write, and the write here re-reads the record and goes on
+// only if it is still pending:
+//   - Bind is exclusive across the processes that share run control
+//     (ErrAlreadyBound: one Redis script, or one mutex in memory), so
+//     while one process holds the binding no other passes it;
+//   - the holder keeps the binding from before that re-read until its
+//     run has ended, and every way its launch ends after the re-read
+//     leaves the record no longer pending (the run's creation replaced
+//     it, or failRun ended it), so a process that binds after the holder
+//     released reads a record that is not pending and stops;
+//   - the exception, Bind taking over the binding of an earlier
+//     incarnation of the same --instance-id (runcontrol/redis), is a
+//     process that died; and whatever happens, the store creates the run
+//     over a pending record once only (CreateRun, CreateClaimed:
+//     ErrRunExists over any other), so a second launch never executes it.
+func (s *Service) relaunch(rec *runtime.RunRecord, t *turn) (turned <-chan struct{}, err error) {
+	lr := newLiveRun(rec.ID, t.chat.ID, t.assistant.ID, t.graph)
+	scopes := append([]runcontrol.Scope{recoveryScope(rec.ID), runcontrol.ChatScope(t.chat.ID)}, requestScopes(t.chat.ID, "", t.req.ClientRequestID)...)
+	l := s.turnLaunch(t, rec.ID, lr, scopes, rec)
+	l.strategy = runcontrol.Enqueue
+	l.write = func(ctx context.Context, _ bool) ([]any, error) {
+		now, err := s.runs.GetRun(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		if now.Status != runtime.RunPending {
+			return nil, fmt.Errorf("%w: run %s is %s", errNotReserved, rec.ID, now.Status)
+		}
+		return nil, nil // its messages are written: they were with the reservation
+	}
+	ch := make(chan struct{})
+	exec := l.exec
+	l.exec = func(ctx context.Context, sink runtime.EventSink, writes []any) (*runtime.RunResult, error) {
+		close(ch) // launch calls exec once, holding the chat's turn
+		return exec(ctx, sink, writes)
+	}
+	if err := s.launch(context.Background(), l); err != nil {
+		return nil, err
+	}
+	s.log.Info("recovery: started a queued turn whose process died", "run", rec.ID, "chat", rec.ChatID, "message", t.assistant.ID)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-ch:
+		case <-lr.done:
+		}
+	}()
+	return done, nil
+}
+
+// settleReservations takes up the runs reserved by turns whose process
+// died before the run began (they waited in their chat's queue): no
+// process has them bound, so nothing else would ever start or end them.
+// (A turn binds its run before it writes the reservation, so an unbound
+// reservation has no live process.) A reservation the turn can be
+// rebuilt from (queuedTurn) is started again (relaunch), behind whatever
+// holds its chat, and a chat's reservations one after the other in the
+// order they were made (relaunchChat). A chat with a run that is running
+// but bound nowhere (recovery has not taken it back yet) keeps its
+// reservations for a later pass, so they never overtake it. Other
+// reservations, and those whose turn is gone (the chat deleted, say),
+// are failed with code lost (their messages too). It returns how many
+// reservations it failed and chats whose reservations it is starting.
+func (s *Service) settleReservations(ctx context.Context) int {
+	ins, ok := s.runs.(runtime.Inspector)
+	if !ok {
+		return 0
+	}
+	recs, err := ins.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunPending}, Limit: 500})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("recovery: listing reserved runs", "err", err)
+		}
+		return 0
+	}
+	n := 0
+	var chats []string
+	for _, rec := range recs {
+		if s.Live(rec.ID) != nil {
+			continue
+		}
+		if _, ok := queuedOf(rec); !ok || rec.ChatID == "" {
+			if !s.Bound(ctx, rec.ID) {
+				s.failRun(ctx, nil, rec, errLost)
+				n++
+			}
+			continue
+		}
+		if !slices.Contains(chats, rec.ChatID) {
+			chats = append(chats, rec.ChatID)
+		}
+	}
+	for _, chatID := range chats {
+		if !s.takeRelaunch(chatID) {
+			continue // this process is starting its reservations already
+		}
+		if s.awaitsRecovery(ctx, ins, chatID) {
+			s.endRelaunch(chatID)
+			continue
+		}
+		n++
+		go s.relaunchChat(ctx, ins, chatID)
+	}
+	return n
+}
+
+// relaunchChat starts the reservations of one chat that no process has,
+// oldest first, each once the one before holds the chat's turn or ended.
+// It stops at one it cannot start here (bound in another process, say):
+// the later ones wait for a later pass rather than overtake it.
+func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatID string) {
+	defer s.endRelaunch(chatID)
+	recs, err := ins.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunPending}, ChatID: chatID, Limit: 500})
+	if err != nil {
+		return
+	}
+	slices.SortFunc(recs, func(a, b *runtime.RunRecord) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	plans := map[string]*runtime.Plan{}
+	for _, rec := range recs {
+		if ctx.Err() != nil {
+			return
+		}
+		if s.Live(rec.ID) != nil {
+			continue // this process's own: in the chat's queue already
+		}
+		q, ok := queuedOf(rec)
+		var t *turn
+		if ok {
+			t, err = s.rebuild(ctx, rec, q, plans)
+		}
+		if !ok || err != nil {
+			if s.Bound(ctx, rec.ID) {
+				return // its process lives: it comes first
+			}
+			cause := errLost
+			if err != nil {
+				cause = fmt.Errorf("%w (%v)", errLost, err)
+			}
+			s.failRun(ctx, nil, rec, cause)
+			continue
+		}
+		turned, err := s.relaunch(rec, t)
+		if err != nil {
+			// Bound elsewhere (that process starts it), started meanwhile,
+			// or not admitted now: a later pass looks again.
+			s.log.Debug("recovery: queued turn not started here", "run", rec.ID, "err", err)
+			return
+		}
+		select {
+		case <-turned:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// awaitsRecovery reports whether chat chatID has a run that is running
+// but bound nowhere: its process died and recovery has not taken it back.
+func (s *Service) awaitsRecovery(ctx context.Context, ins runtime.Inspector, chatID string) bool {
+	running, err := ins.ListRuns(ctx, runtime.RunFilter{Status: []runtime.RunStatus{runtime.RunRunning}, ChatID: chatID, Limit: 100})
+	if err != nil {
+		return true // a later pass asks again
+	}
+	for _, r := range running {
+		if !s.Bound(ctx, r.ID) {
+			return true
+		}
+	}
+	return false
+}
+
+// takeRelaunch marks chatID's reservations as being started by this
+// process (false: they are already).
+func (s *Service) takeRelaunch(chatID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.relaunching[chatID] {
+		return false
+	}
+	if s.relaunching == nil {
+		s.relaunching = map[string]bool{}
+	}
+	s.relaunching[chatID] = true
+	return true
+}
+
+func (s *Service) endRelaunch(chatID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.relaunching, chatID)
+}

@@ -1,0 +1,203 @@
+package chat_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"chatgraph/chat"
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// dyingStarts is dyingRuns that also creates no run once dead: the dead
+// process's queued turn, which it still starts unseen once the run ahead
+// of it ends there, leaves its reservation as it was.
+type dyingStarts struct{ dyingRuns }
+
+var errDead = errors.New("the process is dead")
+
+func (s dyingStarts) CreateRun(ctx context.Context, r *runtime.RunRecord) error {
+	if s.dead.Load() {
+		return errDead
+	}
+	return s.dyingRuns.CreateRun(ctx, r)
+}
+
+func (s dyingStarts) CreateClaimed(ctx context.Context, r *runtime.RunRecord, owner string, ttl time.Duration) (runtime.Lease, error) {
+	if s.dead.Load() {
+		return runtime.Lease{}, errDead
+	}
+	return s.dyingRuns.CreateClaimed(ctx, r, owner, ttl)
+}
+
+// Turns queued behind a streaming run (enqueue) when their process died
+// are started by the next process, as the runs they reserved, each once
+// the run ahead of it — the first recovered — has ended: every message is
+// answered, once, in the order they were sent. (Before, the queued turns
+// were failed lost.)
+func TestQueuedTurnOfADeadProcessRuns(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			runs, chats := b.open(t)
+			var dead atomic.Bool
+			a := newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: &dead}}, deadChats{Store: chats, dead: &dead},
+				runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+			_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+			first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six seven eight"})
+			require.Eventually(t, func() bool { return len(deltasOf(a.pub.of(first.RunID))) > 0 }, 10*time.Second, 2*time.Millisecond)
+			second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "nine ten", Strategy: runcontrol.Enqueue,
+				ClientTools: []chat.ClientTool{{Name: "pick_color", Description: "asks the user"}}})
+			third := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "eleven twelve"})
+			rec, err := runs.GetRun(ctx, second.RunID)
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunPending, rec.Status, "queued: reserved")
+			dead.Store(true)
+
+			bf := newFixture(t, runs, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
+			bf.svc.Start(ctx)
+			m1 := bf.settled(chatID, first.MessageID)
+			require.Equal(t, chat.StatusCompleted, m1.Status, m1.Error)
+			require.Equal(t, "echo: one two three four five six seven eight", m1.Content)
+			m2 := bf.settled(chatID, second.MessageID)
+			require.Equal(t, chat.StatusCompleted, m2.Status, m2.Error)
+			require.Equal(t, "echo: nine ten", m2.Content)
+			require.Equal(t, second.RunID, m2.RunID, "the reserved run answers")
+
+			m3 := bf.settled(chatID, third.MessageID)
+			require.Equal(t, chat.StatusCompleted, m3.Status, m3.Error)
+			require.Equal(t, "echo: eleven twelve", m3.Content)
+
+			var ended time.Time // the end of the run before
+			for i, tk := range []*chat.Ticket{first, second, third} {
+				log, err := runs.Events(ctx, tk.RunID, 0, 0)
+				require.NoError(t, err)
+				require.Equal(t, runtime.EventRunCompleted, log[len(log)-1].Type)
+				for j, ev := range log {
+					require.EqualValues(t, j+1, ev.Seq, "run %d: one gap-free log", i)
+					require.False(t, j > 0 && ev.Type == runtime.EventRunStarted, "run %d: one start", i)
+				}
+				if i > 0 {
+					require.Equal(t, runtime.EventRunStarted, log[0].Type)
+					require.False(t, log[0].Time.Before(ended),
+						"queued turn %d starts after the run ahead of it ended: %v < %v", i, log[0].Time, ended)
+				}
+				ended = log[len(log)-1].Time
+			}
+			rec, err = runs.GetRun(ctx, second.RunID)
+			require.NoError(t, err)
+			require.Equal(t, runtime.RunCompleted, rec.Status)
+			require.Equal(t, []any{map[string]any{"name": "pick_color", "description": "asks the user"}},
+				rec.Input.(map[string]any)["clientTools"], "the client's tools kept through the crash")
+
+			msgs, err := chats.Messages(ctx, chatID)
+			require.NoError(t, err)
+			var answers []string
+			for _, m := range msgs {
+				if m.Role == chat.RoleAssistant {
+					answers = append(answers, m.ID)
+				}
+			}
+			require.Equal(t, []string{first.MessageID, second.MessageID, third.MessageID}, answers, "each message answered once")
+		})
+	}
+}
+
+// A reservation recovery cannot start again — one an older build wrote,
+// without what its turn needs, or a continue whose run is gone — is
+// failed with code lost, as before.
+func TestUnrebuildableReservationIsLost(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			runs, chats := b.open(t)
+			f := newFixture(t, runs, chats, runtime.Config{})
+			_, chatID := f.chatOn(`{"name":"Helper"}`)
+			now := time.Now().UTC()
+			reserve := func(runID string, kind chat.Kind, parent string, input any) string {
+				user := &chat.Message{ID: chat.NewID("m_"), ChatID: chatID, Role: chat.RoleUser, Content: "hi", RunID: runID,
+					TurnRunID: runID, Status: chat.StatusCompleted, CreatedAt: now}
+				asst := &chat.Message{ID: chat.NewID("m_"), ChatID: chatID, ParentID: user.ID, Role: chat.RoleAssistant, RunID: runID,
+					TurnRunID: runID, Status: chat.StatusPending, CreatedAt: now}
+				require.NoError(t, chats.BeginTurn(ctx, chat.Turn{ChatID: chatID, Messages: []*chat.Message{user, asst},
+					Run: &runtime.RunRecord{ID: runID, RootID: runID, ParentID: parent, ChatID: chatID, Kind: string(kind),
+						Status: runtime.RunPending, Input: input, Attrs: map[string]any{"messageId": asst.ID, "userMessageId": user.ID},
+						CreatedAt: now, UpdatedAt: now}}))
+				return asst.ID
+			}
+			old := reserve(chat.NewID("r_"), chat.KindStreamChat, "", nil)
+			gone := reserve(chat.NewID("r_"), chat.KindContinueMessage, "r_gone", map[string]any{"queued": 1, "resume": "yes"})
+			f.svc.Start(ctx)
+			for _, id := range []string{old, gone} {
+				m := f.settled(chatID, id)
+				require.Equal(t, chat.StatusFailed, m.Status)
+				require.Contains(t, m.Error, "lost: the server stopped before the run started")
+				rec, err := runs.GetRun(ctx, m.RunID)
+				require.NoError(t, err)
+				require.Equal(t, runtime.RunFailed, rec.Status)
+				log, err := runs.Events(ctx, m.RunID, 0, 0)
+				require.NoError(t, err)
+				require.Len(t, log, 2)
+				require.Equal(t, runtime.EventRunFailed, log[1].Type)
+				require.Contains(t, string(log[1].Data.(json.RawMessage)), `"code":"lost"`)
+			}
+		})
+	}
+}
+
+// Two processes sharing run control (as Redis shares it) recover a dead
+// process's chat at once: the queued turn is started by one of them only —
+// its run's events reach one publisher — and answered once.
+func TestQueuedTurnIsStartedByOneProcess(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			runs, chats := b.open(t)
+			var dead atomic.Bool
+			a := newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: &dead}}, deadChats{Store: chats, dead: &dead},
+				runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+			_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":20}`)
+			first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four"})
+			require.Eventually(t, func() bool { return len(deltasOf(a.pub.of(first.RunID))) > 0 }, 10*time.Second, 2*time.Millisecond)
+			second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "five six"})
+			dead.Store(true)
+
+			ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
+			shared := func(c *chat.Config) { c.Control, c.Queue = ctl, runcontrol.NewMemoryChatQueue(ctl) }
+			p := newFixture(t, runs, chats, runtime.Config{Owner: "p", LeaseTTL: time.Second}, shared)
+			q := newFixture(t, runs, chats, runtime.Config{Owner: "q", LeaseTTL: time.Second}, shared)
+			go p.svc.Start(ctx)
+			q.svc.Start(ctx)
+			for _, tk := range []*chat.Ticket{first, second} {
+				m := p.settled(chatID, tk.MessageID)
+				require.Equal(t, chat.StatusCompleted, m.Status, m.Error)
+				require.Equal(t, tk.RunID, m.RunID)
+				log, err := runs.Events(ctx, tk.RunID, 0, 0)
+				require.NoError(t, err)
+				starts := 0
+				for _, ev := range log {
+					if ev.Type == runtime.EventRunStarted {
+						starts++
+					}
+				}
+				require.Equal(t, 1, starts)
+				require.Equal(t, runtime.EventRunCompleted, log[len(log)-1].Type)
+			}
+			require.True(t, len(p.pub.of(second.RunID)) == 0 || len(q.pub.of(second.RunID)) == 0,
+				"one process ran the queued turn (p: %d events, q: %d)", len(p.pub.of(second.RunID)), len(q.pub.of(second.RunID)))
+			require.NotEmpty(t, append(p.pub.of(second.RunID), q.pub.of(second.RunID)...))
+		})
+	}
+}
