@@ -36,6 +36,23 @@ func (s dyingStarts) CreateClaimed(ctx context.Context, r *runtime.RunRecord, ow
 	return s.dyingRuns.CreateClaimed(ctx, r, owner, ttl)
 }
 
+// dyingProcess is a service (owner "a", lease 300 ms) on runs and chats
+// whose writes stop, and whose run creations fail, once die is called:
+// a process killed with everything it had not written.
+func dyingProcess(t *testing.T, runs durableRuns, chats chat.Store) (a *fixture, die func()) {
+	t.Helper()
+	dead := &atomic.Bool{}
+	a = newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: dead}}, deadChats{Store: chats, dead: dead},
+		runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	return a, func() { dead.Store(true) }
+}
+
+// streamed waits until run runID of f has streamed a delta.
+func (f *fixture) streamed(runID string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool { return len(deltasOf(f.pub.of(runID))) > 0 }, 10*time.Second, 2*time.Millisecond)
+}
+
 // Turns queued behind a streaming run (enqueue) when their process died
 // are started by the next process, as the runs they reserved, each once
 // the run ahead of it — the first recovered — has ended: every message is
@@ -48,19 +65,17 @@ func TestQueuedTurnOfADeadProcessRuns(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			runs, chats := b.open(t)
-			var dead atomic.Bool
-			a := newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: &dead}}, deadChats{Store: chats, dead: &dead},
-				runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+			a, die := dyingProcess(t, runs, chats)
 			_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
 			first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six seven eight"})
-			require.Eventually(t, func() bool { return len(deltasOf(a.pub.of(first.RunID))) > 0 }, 10*time.Second, 2*time.Millisecond)
+			a.streamed(first.RunID)
 			second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "nine ten", Strategy: runcontrol.Enqueue,
 				ClientTools: []chat.ClientTool{{Name: "pick_color", Description: "asks the user"}}})
 			third := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "eleven twelve"})
 			rec, err := runs.GetRun(ctx, second.RunID)
 			require.NoError(t, err)
 			require.Equal(t, runtime.RunPending, rec.Status, "queued: reserved")
-			dead.Store(true)
+			die()
 
 			bf := newFixture(t, runs, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
 			bf.svc.Start(ctx)
@@ -165,14 +180,12 @@ func TestQueuedTurnIsStartedByOneProcess(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			runs, chats := b.open(t)
-			var dead atomic.Bool
-			a := newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: &dead}}, deadChats{Store: chats, dead: &dead},
-				runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+			a, die := dyingProcess(t, runs, chats)
 			_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":20}`)
 			first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four"})
-			require.Eventually(t, func() bool { return len(deltasOf(a.pub.of(first.RunID))) > 0 }, 10*time.Second, 2*time.Millisecond)
+			a.streamed(first.RunID)
 			second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "five six"})
-			dead.Store(true)
+			die()
 
 			ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
 			shared := func(c *chat.Config) { c.Control, c.Queue = ctl, runcontrol.NewMemoryChatQueue(ctl) }

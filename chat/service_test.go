@@ -398,19 +398,11 @@ func TestRecoveryOfARunWhosProcessDied(t *testing.T) {
 	t.Parallel()
 	mem := memory.New()
 	chats := chatmemory.New(mem)
-	var dead atomic.Bool
-	a := newFixture(t, dyingRuns{durableRuns: mem, dead: &dead}, deadChats{Store: chats, dead: &dead}, runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	a, die := dyingProcess(t, mem, chats)
 	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
 	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
-	require.Eventually(t, func() bool {
-		for _, ev := range a.pub.of(tk.RunID) {
-			if ev.Type == "node_delta" {
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, 2*time.Millisecond)
-	dead.Store(true)
+	a.streamed(tk.RunID)
+	die()
 
 	b := newFixture(t, mem, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
 	// b's recovery loop takes the run over once a's lease expired.
@@ -436,12 +428,11 @@ func TestCancelOfARunAwaitingRecoveryWins(t *testing.T) {
 	t.Parallel()
 	mem := memory.New()
 	chats := chatmemory.New(mem)
-	var dead atomic.Bool
-	a := newFixture(t, dyingRuns{durableRuns: mem, dead: &dead}, deadChats{Store: chats, dead: &dead}, runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	a, die := dyingProcess(t, mem, chats)
 	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
 	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six seven eight"})
-	require.Eventually(t, func() bool { return len(deltasOf(a.pub.of(tk.RunID))) >= 2 }, 5*time.Second, 2*time.Millisecond)
-	dead.Store(true)
+	a.streamed(tk.RunID)
+	die()
 
 	b := newFixture(t, mem, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
 	res, err := b.svc.Cancel(context.Background(), chat.CancelRequest{RunID: tk.RunID})
