@@ -38,10 +38,10 @@ func requestScopes(chatID, conn, crid string) []runcontrol.Scope {
 }
 
 // recoveryScope is a scope every recovered run (and relaunched queued
-// turn) binds besides its run id's: a cancel of a run that is running but bound nowhere (its process
-// died, its binding expired, its recovery still to come) is kept there as
-// an intent — a run id's own scope keeps none — and stops the run when it
-// is taken back.
+// turn) binds besides its run id's: a cancel of a run that is running
+// but bound nowhere (its process died, its binding expired, its recovery
+// still to come) is kept there as an intent — a run id's own scope keeps
+// none — and stops the run when it is taken back.
 func recoveryScope(runID string) runcontrol.Scope {
 	return runcontrol.RequestScope("recover/" + runID)
 }

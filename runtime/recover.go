@@ -287,13 +287,12 @@ var ErrRecoverLater = errors.New("runtime: recover the run later")
 // RecoveryConfig.Launch. Its claim is renewed while it waits to start,
 // so neither another process nor a later pass claims it again.
 type ClaimedRun struct {
-	e            *Engine
-	req          RecoverRequest
-	rec          *RunRecord
-	claim        *waitingClaim // nil: the store has no leases
-	stopRenewing func()
-	unhold       func() // drops the pass's hold on the run id
-	once         atomic.Bool
+	e      *Engine
+	req    RecoverRequest
+	rec    *RunRecord
+	claim  *waitingClaim // nil: the store has no leases
+	unhold func()        // drops the pass's hold on the run id
+	once   atomic.Bool
 }
 
 // RunID is the claimed run's id.
@@ -307,7 +306,7 @@ func (c *ClaimedRun) Start(ctx context.Context) (*RunResult, error) {
 	}
 	var lease *Lease
 	if c.claim != nil {
-		got, err := c.claim.take(c.stopRenewing)
+		got, err := c.claim.take()
 		if err != nil {
 			c.unhold() // lost: whoever holds the lease now recovers the run
 			return nil, err
@@ -333,7 +332,7 @@ func (c *ClaimedRun) GiveBack() {
 		return
 	}
 	if c.claim != nil {
-		if got, err := c.claim.take(c.stopRenewing); err == nil {
+		if got, err := c.claim.take(); err == nil {
 			_ = c.e.store.leaser.ReleaseLease(context.Background(), got)
 		}
 	}
@@ -442,8 +441,7 @@ func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, e
 			if lease := leases[id]; lease != nil {
 				// Until Launch starts the run (after its chat's turn, say),
 				// the claim is renewed like a run's lease.
-				cr.claim = &waitingClaim{lease: *lease}
-				cr.stopRenewing = e.renewals.add(cr.claim)
+				cr.claim = e.renewWaiting(*lease)
 			}
 			if err := cfg.Launch(rec, cr); err != nil {
 				e.log.Warn("recovered run not launched", "run", id, "err", err)

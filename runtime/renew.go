@@ -233,6 +233,7 @@ func (r *run) renewLease() (stop func()) {
 // Launch has not started yet: renewed while it waits, so that neither
 // another process nor this engine's next pass claims the run again.
 type waitingClaim struct {
+	stop  func() // ends the renewals
 	mu    sync.Mutex
 	lease Lease
 	err   error // the renewal failed: the claim is lost
@@ -257,10 +258,18 @@ func (c *waitingClaim) renewed(cur, next Lease, err error) bool {
 	return true
 }
 
-// take ends the renewals (stop) and hands over the claim as it is now, or
-// the error it was lost with.
-func (c *waitingClaim) take(stop func()) (Lease, error) {
-	stop()
+// renewWaiting renews lease, claimed for a run that waits to start,
+// until the claim is taken.
+func (e *Engine) renewWaiting(lease Lease) *waitingClaim {
+	c := &waitingClaim{lease: lease}
+	c.stop = e.renewals.add(c)
+	return c
+}
+
+// take ends the renewals and hands over the claim as it is now, or the
+// error it was lost with.
+func (c *waitingClaim) take() (Lease, error) {
+	c.stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lease, c.err
