@@ -247,6 +247,9 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 		if s.Live(rec.ID) != nil {
 			continue // this process's own: in the chat's queue already
 		}
+		if s.Bound(ctx, rec.ID) {
+			return // its process lives and starts it (not rebuilt here to learn that)
+		}
 		q, ok := queuedOf(rec)
 		var t *turn
 		if ok {
@@ -254,7 +257,7 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 		}
 		if !ok || err != nil {
 			if s.Bound(ctx, rec.ID) {
-				return // its process lives: it comes first
+				return // bound meanwhile: its process comes first
 			}
 			cause := errLost
 			if err != nil {
