@@ -37,15 +37,6 @@ func requestScopes(chatID, conn, crid string) []runcontrol.Scope {
 	return scopes
 }
 
-// recoveryScope is a scope every recovered run (and relaunched queued
-// turn) binds besides its run id's: a cancel of a run that is running
-// but bound nowhere (its process died, its binding expired, its recovery
-// still to come) is kept there as an intent — a run id's own scope keeps
-// none — and stops the run when it is taken back.
-func recoveryScope(runID string) runcontrol.Scope {
-	return runcontrol.RequestScope("recover/" + runID)
-}
-
 func chatRequestScope(chatID, crid string) runcontrol.Scope {
 	return runcontrol.RequestScope("chat/" + chatID + "/" + crid)
 }
@@ -124,9 +115,17 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	}
 	if rec.Status == runtime.RunRunning || rec.Status == runtime.RunPending {
 		// Its process died and recovery has not taken it back (or, a
-		// queued turn, started it) yet: the cancel waits for it (at most
-		// the intent's TTL).
-		return s.cancelScope(recoveryScope(id))
+		// queued turn, started it) yet: the cancel waits for its next
+		// Bind (at most the intent's TTL).
+		// Recovery may have bound it since: then it is cancelled now.
+		res, err := s.ctl.CancelOrphan(s.base, id, runcontrol.ErrUserCancel)
+		if err != nil {
+			return nil, err
+		}
+		if res.Status == runcontrol.StatusCancelled {
+			s.awaitCancelled(ctx, id)
+		}
+		return &CancelResult{Status: res.Status, RunIDs: res.RunIDs}, nil
 	}
 	e := conflict("run %s is not bound to any server process", id)
 	if rec.Status.Finished() {

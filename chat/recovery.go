@@ -185,7 +185,7 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed 
 		}
 	}
 	lr := newLiveRun(rec.ID, rec.ChatID, mid, r.graph)
-	scopes := []runcontrol.Scope{recoveryScope(rec.ID)}
+	var scopes []runcontrol.Scope
 	if rec.ChatID != "" {
 		scopes = append(scopes, runcontrol.ChatScope(rec.ChatID))
 	}

@@ -133,7 +133,7 @@ func (s *Service) rebuild(ctx context.Context, rec *runtime.RunRecord, q *queued
 //     ErrRunExists over any other), so a second launch never executes it.
 func (s *Service) relaunch(rec *runtime.RunRecord, t *turn) (turned <-chan struct{}, err error) {
 	lr := newLiveRun(rec.ID, t.chat.ID, t.assistant.ID, t.graph)
-	scopes := append([]runcontrol.Scope{recoveryScope(rec.ID), runcontrol.ChatScope(t.chat.ID)}, requestScopes(t.chat.ID, "", t.req.ClientRequestID)...)
+	scopes := append([]runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}, requestScopes(t.chat.ID, "", t.req.ClientRequestID)...)
 	l := s.turnLaunch(t, rec.ID, lr, scopes, rec)
 	l.strategy = runcontrol.Enqueue
 	l.write = func(ctx context.Context, _ bool) ([]any, error) {

@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/chat"
+	chatmemory "chatgraph/chat/store/memory"
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
+	"chatgraph/runtime/store/memory"
 )
 
 // dyingStarts is dyingRuns that also creates no run once dead: the dead
@@ -213,4 +215,36 @@ func TestQueuedTurnIsStartedByOneProcess(t *testing.T) {
 			require.NotEmpty(t, append(p.pub.of(second.RunID), q.pub.of(second.RunID)...))
 		})
 	}
+}
+
+// A cancel of a queued turn whose process died before its run began
+// (its run pending, bound nowhere) is kept for it: recovery starts the
+// turn cancelled, and the turn behind it still runs.
+func TestCancelOfAQueuedTurnOfADeadProcessWins(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := memory.New()
+	chats := chatmemory.New(mem)
+	a, die := dyingProcess(t, mem, chats)
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four"})
+	a.streamed(first.RunID)
+	second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "five six"})
+	third := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "seven eight"})
+	die()
+
+	b := newFixture(t, mem, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
+	res, err := b.svc.Cancel(ctx, chat.CancelRequest{RunID: second.RunID})
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusPending, res.Status, "kept for the turn's relaunch")
+	b.svc.Start(ctx)
+	require.Equal(t, chat.StatusCompleted, b.settled(chatID, first.MessageID).Status)
+	m2 := b.settled(chatID, second.MessageID)
+	require.Equal(t, chat.StatusCancelled, m2.Status, m2.Error)
+	rec, err := mem.GetRun(ctx, second.RunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
+	m3 := b.settled(chatID, third.MessageID)
+	require.Equal(t, chat.StatusCompleted, m3.Status, m3.Error)
+	require.Equal(t, "echo: seven eight", m3.Content)
 }

@@ -30,7 +30,8 @@ const (
 	// or the run has finished). Nothing is stored and nothing changes: run
 	// ids are minted by the server, which binds a run before it reveals its
 	// id, so an unbound run id never starts later. The caller asks the
-	// durable store whether the run exists (404) or has finished.
+	// durable store whether the run exists (404), has finished, or is an
+	// orphan that recovery will bind again (CancelOrphan).
 	StatusNotFound = "not_found"
 )
 
@@ -70,6 +71,15 @@ type Controller interface {
 	// (ErrInvalidCause otherwise). Cancelling a cancelled run again is
 	// harmless: the first cause stays. ctx bounds only the call itself.
 	Cancel(ctx context.Context, s Scope, cause error) (CancelResult, error)
+
+	// CancelOrphan cancels run runID as Cancel(RunScope(runID)) does if it
+	// is bound; if it is not, the intent is stored for IntentTTL
+	// (StatusPending) and cancels the run's next Bind, which consumes it.
+	// It is for an orphaned run: one the durable store shows running (or
+	// reserved) whose process died, and which recovery will bind again.
+	// Cancel keeps nothing for a run scope, since an unbound run id
+	// otherwise never starts later. The cause rules are Cancel's.
+	CancelOrphan(ctx context.Context, runID string, cause error) (CancelResult, error)
 
 	// Active lists the run ids bound to s, sorted. Cancelled runs stay
 	// listed until they release.

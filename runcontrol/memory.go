@@ -133,6 +133,17 @@ func (m *Memory) cancelLocked(b *memBinding, cause *CancelError) {
 
 // Cancel implements Controller.
 func (m *Memory) Cancel(_ context.Context, s Scope, cause error) (CancelResult, error) {
+	return m.cancel(s, cause, s.Kind != KindRun)
+}
+
+// CancelOrphan implements Controller.
+func (m *Memory) CancelOrphan(_ context.Context, runID string, cause error) (CancelResult, error) {
+	return m.cancel(RunScope(runID), cause, true)
+}
+
+// cancel cancels the runs bound to s or, if there are none and keep is
+// set, stores the intent.
+func (m *Memory) cancel(s Scope, cause error, keep bool) (CancelResult, error) {
 	if err := s.Validate(); err != nil {
 		return CancelResult{}, err
 	}
@@ -156,7 +167,7 @@ func (m *Memory) Cancel(_ context.Context, s Scope, cause error) (CancelResult, 
 		slices.Sort(ids)
 		return CancelResult{Status: StatusCancelled, RunIDs: ids}, nil
 	}
-	if s.Kind == KindRun {
+	if !keep {
 		return CancelResult{Status: StatusNotFound}, nil
 	}
 	m.intents[s] = memIntent{cause: ce, expires: now.Add(m.ttl)}

@@ -49,6 +49,7 @@ func Run(t *testing.T, f Factory) {
 		{"PendingIntentCancelsNextBindOnly", testPendingIntent},
 		{"RequestIntentTargetsItsRequest", testRequestIntent},
 		{"RunScopeUnknownOrFinished", testRunScopeNotFound},
+		{"OrphanIntentCancelsItsNextBind", testOrphanIntent},
 		{"DistinctCauses", testDistinctCauses},
 		{"InvalidInput", testInvalidInput},
 		{"ManyRunsAndScopes", testManyRuns},
@@ -211,6 +212,52 @@ func testRunScopeNotFound(t *testing.T, f Factory) {
 	require.NoError(t, next.Err())
 }
 
+func testOrphanIntent(t *testing.T, f Factory) {
+	open := f(t, Options{})
+	a, b := open(), open()
+	chat := runcontrol.ChatScope("c1")
+
+	// Unbound: the intent is kept, through a, for the run's next Bind on b.
+	res, err := a.CancelOrphan(bg(t), "o1", runcontrol.ErrTimeout)
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.CancelResult{Status: runcontrol.StatusPending}, res)
+	other, _ := bind(t, b, "o2", chat)
+	require.NoError(t, other.Err(), "an orphan's intent is its run's alone")
+	ctx, release := bind(t, b, "o1", chat)
+	require.Error(t, ctx.Err(), "ctx must be cancelled at Bind return")
+	requireCause(t, context.Cause(ctx), runcontrol.ErrTimeout, runcontrol.RunScope("o1"))
+	requireCause(t, a.Check(bg(t), "o1"), runcontrol.ErrTimeout, runcontrol.RunScope("o1"))
+	release()
+
+	// Consumed: the run bound again runs.
+	ctx, release = bind(t, a, "o1")
+	require.NoError(t, ctx.Err())
+	release()
+
+	// Bound: cancelled at once, as Cancel of its run scope.
+	ctx, _ = bind(t, b, "o3", chat)
+	res, err = a.CancelOrphan(bg(t), "o3", nil)
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.CancelResult{Status: runcontrol.StatusCancelled, RunIDs: []string{"o3"}}, res)
+	requireCause(t, waitDone(t, ctx), runcontrol.ErrUserCancel, runcontrol.RunScope("o3"))
+	require.NoError(t, other.Err())
+
+	// Cancel of a run scope still keeps nothing beside an orphan's intent.
+	res, err = a.Cancel(bg(t), runcontrol.RunScope("o4"), nil)
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusNotFound, res.Status)
+	ctx, _ = bind(t, b, "o4")
+	require.NoError(t, ctx.Err())
+
+	// Bad input stores nothing.
+	_, err = a.CancelOrphan(bg(t), "o5", errors.New("whatever"))
+	require.ErrorIs(t, err, runcontrol.ErrInvalidCause)
+	_, err = a.CancelOrphan(bg(t), "", nil)
+	require.ErrorIs(t, err, runcontrol.ErrInvalidScope)
+	ctx, _ = bind(t, b, "o5")
+	require.NoError(t, ctx.Err())
+}
+
 func testDistinctCauses(t *testing.T, f Factory) {
 	c := f(t, Options{})()
 	all := []error{runcontrol.ErrUserCancel, runcontrol.ErrShutdown, runcontrol.ErrLeaseLost, runcontrol.ErrTimeout, runcontrol.ErrSuperseded}
@@ -364,9 +411,14 @@ func testIntentExpires(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Equal(t, runcontrol.StatusPending, res.Status)
 	// Waiting for the TTL to pass is the point of this test.
+	res, err = c.CancelOrphan(bg(t), "r2", nil)
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusPending, res.Status)
 	time.Sleep(ttl + 100*time.Millisecond)
 	ctx, _ := bind(t, c, "r1", runcontrol.ChatScope("c1"))
 	require.NoError(t, ctx.Err(), "an expired intent must not cancel")
+	ctx, _ = bind(t, c, "r2")
+	require.NoError(t, ctx.Err(), "an orphan's expired intent must not cancel")
 }
 
 func testReleaseAndParent(t *testing.T, f Factory) {

@@ -306,6 +306,19 @@ func (c *Controller) cancelHere(runID, owner string, ce *runcontrol.CancelError)
 
 // Cancel implements runcontrol.Controller.
 func (c *Controller) Cancel(ctx context.Context, s runcontrol.Scope, cause error) (runcontrol.CancelResult, error) {
+	return c.cancel(ctx, s, cause, s.Kind != runcontrol.KindRun)
+}
+
+// CancelOrphan implements runcontrol.Controller: the intent is kept under
+// the run scope's key, which the run's next Bind (on any process) reads
+// and consumes as it does a chat's.
+func (c *Controller) CancelOrphan(ctx context.Context, runID string, cause error) (runcontrol.CancelResult, error) {
+	return c.cancel(ctx, runcontrol.RunScope(runID), cause, true)
+}
+
+// cancel runs cancelScript: the runs bound to s are cancelled or, if
+// there are none and keep is set, the intent is stored.
+func (c *Controller) cancel(ctx context.Context, s runcontrol.Scope, cause error, keep bool) (runcontrol.CancelResult, error) {
 	if err := s.Validate(); err != nil {
 		return runcontrol.CancelResult{}, err
 	}
@@ -316,11 +329,11 @@ func (c *Controller) Cancel(ctx context.Context, s runcontrol.Scope, cause error
 	if c.isClosed() {
 		return runcontrol.CancelResult{}, runcontrol.ErrClosed
 	}
-	isRun := "0"
-	if s.Kind == runcontrol.KindRun {
-		isRun = "1"
+	discard := "1"
+	if keep {
+		discard = "0"
 	}
-	res, err := cancelScript.Run(ctx, c.rdb, []string{c.base}, s.String(), isRun, encodeCause(ce), c.ittl.Milliseconds()).StringSlice()
+	res, err := cancelScript.Run(ctx, c.rdb, []string{c.base}, s.String(), discard, encodeCause(ce), c.ittl.Milliseconds()).StringSlice()
 	if err != nil {
 		return runcontrol.CancelResult{}, fmt.Errorf("runcontrol/redis: cancel %s: %w", s, err)
 	}

@@ -67,8 +67,9 @@ if cause then return {'cancelled', cause} end
 return {'ok'}
 `)
 
-// cancelScript: ARGV scope, isRunScope ("1"/"0"), cause, intentTTL.
-// Returns {"cancelled", run...}, {"pending"} or {"not_found"}.
+// cancelScript: ARGV scope, discard ("1": keep no intent, a run scope's
+// Cancel; "0": keep it), cause, intentTTL. Returns {"cancelled", run...},
+// {"pending"} or {"not_found"}.
 var cancelScript = goredis.NewScript(prelude + `
 local sc, cause, ittl = ARGV[1], ARGV[3], tonumber(ARGV[4])
 local sk = b..':s:'..sc
