@@ -5,10 +5,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/chat"
 	chatmemory "chatgraph/chat/store/memory"
+	"chatgraph/runcontrol"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/memory"
 )
@@ -114,4 +116,63 @@ func TestIdempotentCallsAnsweredOnce(t *testing.T) {
 			require.False(t, b.Replayed)
 		})
 	}
+}
+
+// gatedTurns holds the first turn written with a request id until open
+// is closed, after telling entered: a call that bound first and writes
+// its turn last.
+type gatedTurns struct {
+	chat.Store
+	once          sync.Once
+	entered, open chan struct{}
+}
+
+func (s *gatedTurns) BeginTurn(ctx context.Context, t chat.Turn) error {
+	if t.Request != nil {
+		first := false
+		s.once.Do(func() { first = true })
+		if first {
+			close(s.entered)
+			<-s.open
+		}
+	}
+	return s.Store.BeginTurn(ctx, t)
+}
+
+// A cancel sent before an idempotent call, kept for its request, stops
+// the call even when the call came twice and the copy that bound first
+// (consuming the kept cancel) lost the write of the turn to the other:
+// the loser passes the cancel on. (Before, the winner ran to its end.)
+func TestCancelKeptForARepeatedCallStopsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	runs := memory.New()
+	gate := &gatedTurns{Store: chatmemory.New(runs), entered: make(chan struct{}), open: make(chan struct{})}
+	f := newFixture(t, runs, gate, runtime.Config{})
+	_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":20}`)
+	res, err := f.svc.Cancel(ctx, chat.CancelRequest{ChatID: chatID, ClientRequestID: "req-c"})
+	require.NoError(t, err)
+	require.Equal(t, runcontrol.StatusPending, res.Status)
+
+	call := chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four", ClientRequestID: "req-c", Idempotent: true}
+	loser := make(chan *chat.Ticket, 1)
+	go func() {
+		tk, err := f.svc.Send(ctx, call)
+		assert.NoError(t, err)
+		loser <- tk
+	}()
+	<-gate.entered // bound, the kept cancel consumed, its turn not written
+	winner := f.send(call)
+	require.False(t, winner.Replayed)
+	close(gate.open)
+	repeat := <-loser
+	require.NotNil(t, repeat)
+	require.True(t, repeat.Replayed, "answered as the winner's repeat")
+	require.Equal(t, winner.RunID, repeat.RunID)
+
+	m := f.settled(chatID, winner.MessageID)
+	require.Equal(t, chat.StatusCancelled, m.Status, m.Error)
+	rec, err := runs.GetRun(ctx, winner.RunID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status)
 }

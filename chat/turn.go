@@ -380,6 +380,7 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 				held.Release()
 			}
 			release()
+			s.passOnCancel(bound, lr.ID, err)
 			return err
 		}
 	}
@@ -391,7 +392,25 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 	}
 	begun := make(chan error, 1)
 	go s.run(bound, release, held, l, writes, begun)
-	return <-begun
+	err = <-begun
+	s.passOnCancel(bound, lr.ID, err)
+	return err
+}
+
+// passOnCancel hands a cancel that run runID's Bind consumed — a chat's
+// or a request's intent, kept for the next run there — to the call that
+// took the run's request id first (err ErrRequestTaken: the same call,
+// sent twice, that this one now answers as a repeat). That call bound
+// before it wrote its turn, so the cancel reaches it; without this the
+// intent would end with the run that never started.
+func (s *Service) passOnCancel(bound context.Context, runID string, err error) {
+	var ce *runcontrol.CancelError
+	if !errors.Is(err, ErrRequestTaken) || !errors.As(context.Cause(bound), &ce) || ce.Scope == runcontrol.RunScope(runID) {
+		return
+	}
+	if _, err := s.ctl.Cancel(s.base, ce.Scope, ce); err != nil {
+		s.log.Warn("pass on the cancel of a repeated call", "run", runID, "scope", ce.Scope.String(), "err", err)
+	}
 }
 
 // run executes a launched run to its end (see launch). With writes, it
