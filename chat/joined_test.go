@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ type joinCounter struct {
 	mu              sync.Mutex
 	n               map[string]int
 	beforeTurnWrite func(chat.Turn)
+	// dropFinish, when set, makes FinishMessage write nothing: its
+	// process died before the write.
+	dropFinish atomic.Bool
 }
 
 func (s *joinCounter) add(op string) {
@@ -47,6 +51,9 @@ func (s *joinCounter) BeginTurn(ctx context.Context, t chat.Turn) error {
 
 func (s *joinCounter) FinishMessage(ctx context.Context, m *chat.Message) error {
 	s.add("finish_message")
+	if s.dropFinish.Load() {
+		return nil
+	}
 	return s.Store.FinishMessage(ctx, m)
 }
 

@@ -3,7 +3,6 @@ package chat
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 
 	"chatgraph/nodes"
@@ -19,14 +18,22 @@ import (
 // of, so the text is exactly what a client that followed the run to its
 // end received. It is written after the end's commit and before the
 // terminal event is published (the message is final before any client
-// learns the run ended); a crash between the two leaves the message
-// cancelled without the text.
+// learns the run ended). A store that joins the answer to the end's
+// commit (a Joiner) leaves such a message out of that commit, still
+// running: a crash before its write leaves it unsettled, and the next
+// recovery pass (settleMessages) writes it, text and all, from the log.
+
+// stoppedUnsaid reports whether m, settled from res, is the answer of a
+// cancelled run with no text: one whose text is to be read from the log.
+func stoppedUnsaid(m *Message, res *runtime.RunResult) bool {
+	return m != nil && m.ID != "" && res != nil && res.Status == runtime.RunCancelled && m.Content == ""
+}
 
 // keepStoppedText gives m, the settled message of a cancelled run of g
 // with no text, the text its live agent had streamed; it reports whether
-// it did (m is then to be written).
+// it did.
 func (s *Service) keepStoppedText(ctx context.Context, m *Message, g *runtime.Graph, res *runtime.RunResult) bool {
-	if m == nil || m.ID == "" || res == nil || res.Status != runtime.RunCancelled || m.Content != "" {
+	if !stoppedUnsaid(m, res) {
 		return false
 	}
 	evs, err := s.runs.Events(ctx, res.RunID, 0, 0)
@@ -36,17 +43,6 @@ func (s *Service) keepStoppedText(ctx context.Context, m *Message, g *runtime.Gr
 	}
 	m.Content = stoppedText(evs, g)
 	return m.Content != ""
-}
-
-// writeStoppedText is keepStoppedText for a message already written with
-// the run's end (a Joiner store): it writes the text in a write of its own.
-func (s *Service) writeStoppedText(ctx context.Context, m *Message, g *runtime.Graph, res *runtime.RunResult) {
-	if !s.keepStoppedText(ctx, m, g, res) {
-		return
-	}
-	if err := s.chats.FinishMessage(ctx, m); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
-		s.log.Error("writing a stopped run's text", "message", m.ID, "err", err)
-	}
 }
 
 // stoppedText is the text the live agent of a run of g streamed in its

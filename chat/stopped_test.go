@@ -2,6 +2,7 @@ package chat_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,55 @@ func TestStoppedAnswerKeepsItsText(t *testing.T) {
 			require.Less(t, len(m.Content), len("echo: "+content), "stopped before the end")
 		})
 	}
+}
+
+// On a store that joins the answer to the run's end (SQLite), the answer
+// of a stopped run is left out of the end's commit, unsettled, until its
+// text is written: a process that dies between the two leaves it to the
+// next recovery pass, which writes it cancelled with the text the log
+// holds. (Before, the end's commit wrote it cancelled with no text, and
+// nothing came back for the text.)
+func TestStoppedTextSurvivesACrashAfterTheEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f, chats, runs, _ := sqliteJoined(t)
+	_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six seven eight"})
+	require.Eventually(t, func() bool { return len(deltasOf(f.pub.of(tk.RunID))) >= 3 }, 10*time.Second, 5*time.Millisecond)
+	chats.dropFinish.Store(true)
+	_, err := f.svc.Cancel(ctx, chat.CancelRequest{RunID: tk.RunID})
+	require.NoError(t, err)
+	<-waitClosed(t, f, tk.RunID)
+	m, err := chats.GetMessage(ctx, chatID, tk.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusRunning, m.Status, "the end's commit left the answer to the text's write, which was lost")
+
+	chats.dropFinish.Store(false)
+	b := newFixture(t, runs, chats, runtime.Config{})
+	b.svc.Start(ctx)
+	m = b.settled(chatID, tk.MessageID)
+	require.Equal(t, chat.StatusCancelled, m.Status)
+	require.Equal(t, "user_cancel", m.Error)
+	log, err := runs.Events(ctx, tk.RunID, 0, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, m.Content)
+	require.Equal(t, stoppedLogText(t, log), m.Content, "the text of the log")
+}
+
+// stoppedLogText is the node_delta texts of a stored log (data as JSON).
+func stoppedLogText(t *testing.T, log []runtime.Event) string {
+	var b strings.Builder
+	for _, ev := range log {
+		if ev.Type != nodes.EventNodeDelta {
+			continue
+		}
+		var d nodes.NodeDeltaData
+		raw, ok := ev.Data.(json.RawMessage)
+		require.True(t, ok, "stored data is JSON")
+		require.NoError(t, json.Unmarshal(raw, &d))
+		b.WriteString(d.Text)
+	}
+	return b.String()
 }
 
 // A stopped run whose agent streamed nothing yet keeps no text.

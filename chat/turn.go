@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"chatgraph/chatscope"
@@ -138,6 +139,10 @@ type turn struct {
 	// fingerprint digests an Idempotent call as sent (requestFingerprint):
 	// its turn is kept under its ClientRequestID ("": not kept).
 	fingerprint string
+	// stopped is set when the commit of the run's end left the answer of
+	// a cancelled run to be written after it, with the text its agent
+	// had streamed (see stopped.go).
+	stopped atomic.Bool
 }
 
 // Send starts a chat call: it prepares the turn, mints the run id and
@@ -260,10 +265,8 @@ func (s *Service) turnLaunch(t *turn, runID string, lr *LiveRun, scopes []runcon
 			return s.execTurn(ctx, t, runID, sink, writes)
 		},
 		finish: func(ctx context.Context, res *runtime.RunResult, err error) {
-			if err == nil && s.join != nil {
-				// The answer was written in the commit of the run's end.
-				s.writeStoppedText(ctx, t.assistant, t.graph, res)
-				return
+			if err == nil && s.join != nil && !t.stopped.Load() {
+				return // the answer was written in the commit of the run's end
 			}
 			s.finishMessage(ctx, t.assistant, t.graph, t.entries, res, err)
 		},
@@ -956,6 +959,10 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 	if s.join != nil {
 		j.EndWrites = func(res *runtime.RunResult) []any {
 			settle(t.assistant, t.graph, t.entries, res, nil)
+			if stoppedUnsaid(t.assistant, res) {
+				t.stopped.Store(true)
+				return nil
+			}
 			return []any{s.join.FinishWrite(t.assistant)}
 		}
 	}
