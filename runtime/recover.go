@@ -347,12 +347,14 @@ func (c *ClaimedRun) GiveBack() {
 // bumps the token, so that earlier process, were it still alive, is
 // fenced. It returns how many runs it started; runs another process
 // claimed first, and runs that ended between the listing and the claim,
-// are skipped.
+// are skipped. It first renews the leases of this engine's own runs whose
+// renewals fell behind, so that it claims none of them.
 func (e *Engine) RecoverExpired(ctx context.Context, cfg RecoveryConfig) (int, error) {
 	if e.store == nil || e.store.leaser == nil {
 		return 0, fmt.Errorf("runtime: recovery needs a store with leases")
 	}
 	l := e.store.leaser
+	e.renewals.renewLate()
 	batch := cfg.Batch
 	if batch <= 0 {
 		batch = 100

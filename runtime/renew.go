@@ -121,6 +121,20 @@ func (lr *leaseRenewals) due(since time.Time) []dueLease {
 	return out
 }
 
+// renewLate renews at once the leases last renewed more than half the
+// TTL ago. A recovery pass calls it before it claims the expired runs, so
+// that a run of this engine whose renewals fell behind (the renewing
+// goroutine starved of a processor, the store slow) is not claimed, and
+// so fenced, by its own engine while it executes here.
+func (lr *leaseRenewals) renewLate() {
+	lr.mu.Lock()
+	due := lr.due(time.Now().Add(-lr.e.leaseTTL / 2))
+	lr.mu.Unlock()
+	if len(due) > 0 {
+		lr.renew(due)
+	}
+}
+
 type dueLease struct {
 	r     renewable
 	lease Lease

@@ -128,3 +128,73 @@ func TestLeasesAreRenewedTogether(t *testing.T) {
 	}
 	require.Greater(t, total, len(st.calls), "calls carry several leases")
 }
+
+// stalledRenewals is a memory store whose first RenewLeases call blocks
+// until release is closed (after telling stalled): the renewing goroutine
+// held up past the lease's TTL.
+type stalledRenewals struct {
+	*memory.Store
+	once             sync.Once
+	stalled, release chan struct{}
+}
+
+func (s *stalledRenewals) RenewLeases(ctx context.Context, leases []runtime.Lease, ttl time.Duration) ([]runtime.Lease, []error, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.stalled)
+		<-s.release
+	}
+	return s.Store.RenewLeases(ctx, leases, ttl)
+}
+
+// A recovery pass of the engine a run executes on, coming while that
+// run's renewals are late (its lease expired in the store), renews the
+// lease instead of claiming the run: the run is neither fenced nor
+// recovered, and completes once. (Before, the pass's bulk claim took it,
+// the run lost its lease, and the next pass ran it again.)
+func TestRecoveryDoesNotClaimItsOwnLateRun(t *testing.T) {
+	t.Parallel()
+	const ttl = 150 * time.Millisecond
+	k := newKit(t)
+	st := &stalledRenewals{Store: newMem(), stalled: make(chan struct{}), release: make(chan struct{})}
+	e := k.engine(t, st, func(c *runtime.Config) { c.LeaseTTL = ttl; c.Owner = "srv-1" })
+	g := newGraph("late").node("s", "start").node("a", "step", `{"sleepMs":900}`).flow("s", "a").build()
+	type outcome struct {
+		res *runtime.RunResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "late"})
+		done <- outcome{res, err}
+	}()
+	<-st.stalled
+	time.Sleep(2 * ttl) // the run's lease expires in the store
+	expired, err := st.ExpiredRuns(context.Background(), time.Now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"late"}, expired, "the lease expired in the store")
+
+	var launched atomic.Int64
+	n, err := e.RecoverExpired(context.Background(), runtime.RecoveryConfig{
+		Prepare: func(context.Context, *runtime.RunRecord) (runtime.RecoverRequest, error) {
+			return runtime.RecoverRequest{Graph: g}, nil
+		},
+		Launch: func(*runtime.RunRecord, *runtime.ClaimedRun) error { launched.Add(1); return nil },
+	})
+	require.NoError(t, err)
+	require.Zero(t, n, "its own executing run is not claimed")
+	require.Zero(t, launched.Load())
+	close(st.release)
+
+	o := <-done
+	require.NoError(t, o.err)
+	require.NoError(t, o.res.Err)
+	require.Equal(t, runtime.RunCompleted, o.res.Status)
+	log, err := st.Events(context.Background(), "late", 0, 0)
+	require.NoError(t, err)
+	checkLifecycle(t, log)
+	for _, ev := range log {
+		require.NotEqual(t, runtime.EventNodeRetrying, ev.Type, "nothing ran again")
+	}
+}
