@@ -116,8 +116,8 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	if rec.Status == runtime.RunRunning || rec.Status == runtime.RunPending {
 		// Its process died and recovery has not taken it back (or, a
 		// queued turn, started it) yet: the cancel waits for its next
-		// Bind (at most the intent's TTL).
-		// Recovery may have bound it since: then it is cancelled now.
+		// Bind (at most the intent's TTL) — or, bound by recovery since
+		// the look-up above, it is cancelled now.
 		res, err := s.ctl.CancelOrphan(s.base, id, runcontrol.ErrUserCancel)
 		if err != nil {
 			return nil, err

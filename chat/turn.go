@@ -169,8 +169,11 @@ func (s *Service) Send(ctx context.Context, req Request) (*Ticket, error) {
 	tk, err := s.send(ctx, req)
 	if errors.Is(err, ErrRequestTaken) {
 		// A call with the same id wrote its turn first.
-		if tk, err := s.sentBefore(ctx, req); tk != nil || err != nil {
-			return tk, err
+		if first, ferr := s.sentBefore(ctx, req); first != nil || ferr != nil {
+			if first != nil {
+				s.passOnCancel(first.RunID, err)
+			}
+			return first, ferr
 		}
 	}
 	return tk, err
@@ -383,8 +386,7 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 				held.Release()
 			}
 			release()
-			s.passOnCancel(bound, lr.ID, err)
-			return err
+			return keepConsumed(bound, lr.ID, err)
 		}
 	}
 	s.pub.RunOpened(lr, l.afterSeq)
@@ -395,24 +397,42 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 	}
 	begun := make(chan error, 1)
 	go s.run(bound, release, held, l, writes, begun)
-	err = <-begun
-	s.passOnCancel(bound, lr.ID, err)
-	return err
+	return keepConsumed(bound, lr.ID, <-begun)
 }
 
-// passOnCancel hands a cancel that run runID's Bind consumed — a chat's
-// or a request's intent, kept for the next run there — to the call that
-// took the run's request id first (err ErrRequestTaken: the same call,
-// sent twice, that this one now answers as a repeat). That call bound
-// before it wrote its turn, so the cancel reaches it; without this the
-// intent would end with the run that never started.
-func (s *Service) passOnCancel(bound context.Context, runID string, err error) {
+// consumedCancel is the error of a call whose run lost the write of its
+// turn to a call with the same request id (ErrRequestTaken) after its
+// Bind consumed a cancel kept for it (a chat's or a request's intent).
+// Send passes the cancel on to the run that won: the same call, sent
+// twice, which this one is answered as a repeat of.
+type consumedCancel struct {
+	err    error
+	cancel *runcontrol.CancelError
+}
+
+func (e *consumedCancel) Error() string { return e.err.Error() }
+func (e *consumedCancel) Unwrap() error { return e.err }
+
+// keepConsumed wraps err in a consumedCancel when it is ErrRequestTaken
+// and run runID's Bind consumed a kept cancel.
+func keepConsumed(bound context.Context, runID string, err error) error {
 	var ce *runcontrol.CancelError
 	if !errors.Is(err, ErrRequestTaken) || !errors.As(context.Cause(bound), &ce) || ce.Scope == runcontrol.RunScope(runID) {
+		return err
+	}
+	return &consumedCancel{err: err, cancel: ce}
+}
+
+// passOnCancel cancels runID, the run a repeated call is answered with,
+// with the cancel its losing copy consumed (see consumedCancel). A run
+// that has ended meanwhile keeps nothing (a run scope stores no intent).
+func (s *Service) passOnCancel(runID string, err error) {
+	var cc *consumedCancel
+	if !errors.As(err, &cc) {
 		return
 	}
-	if _, err := s.ctl.Cancel(s.base, ce.Scope, ce); err != nil {
-		s.log.Warn("pass on the cancel of a repeated call", "run", runID, "scope", ce.Scope.String(), "err", err)
+	if _, err := s.ctl.Cancel(s.base, runcontrol.RunScope(runID), cc.cancel); err != nil {
+		s.log.Warn("pass on the cancel of a repeated call", "run", runID, "err", err)
 	}
 }
 
