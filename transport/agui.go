@@ -189,7 +189,7 @@ func (s *Server) aguiTurn(ctx context.Context, g *chat.Graph, in *aguiInput, pro
 			return nil, err
 		}
 	}
-	return s.svc.Send(ctx, req)
+	return s.sendChat(ctx, req)
 }
 
 // aguiContinue continues the run the answers name (wire ids
@@ -249,7 +249,7 @@ func (s *Server) aguiContinue(ctx context.Context, ch *chat.Chat, given map[stri
 	if err != nil {
 		return nil, err
 	}
-	return s.svc.Send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: rec.ID, Resume: resume})
+	return s.sendChat(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: rec.ID, Resume: resume})
 }
 
 // aguiStream translates one run into AG-UI events.

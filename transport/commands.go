@@ -58,11 +58,25 @@ func chatCall(kind chat.Kind, body func(f *clientFrame) any) command {
 
 // send sends a chat request; its ticket is the command's answer.
 func (s *Server) send(ctx context.Context, req chat.Request) (*commandResult, error) {
-	t, err := s.svc.Send(ctx, req)
+	t, err := s.sendChat(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return &commandResult{ticket: t}, nil
+}
+
+// sendChat is chat.Service.Send for every route (native, WebSocket,
+// OpenAI-compatible, AG-UI), with the refusal of a continue that another
+// request overtook worded for the client (alreadyContinued).
+func (s *Server) sendChat(ctx context.Context, req chat.Request) (*chat.Ticket, error) {
+	t, err := s.svc.Send(ctx, req)
+	if err != nil {
+		if e := s.alreadyContinued(ctx, req, err); e != nil {
+			return nil, e
+		}
+		return nil, err
+	}
+	return t, nil
 }
 
 func orValue(a, b any) any {

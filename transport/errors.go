@@ -123,6 +123,59 @@ func chatError(ce *chat.Error) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: ce.Message, Details: ce.Details}
 }
 
+// alreadyContinued words the refusal of a continue (a resume, a tool
+// result, continue_message) whose message another request continued
+// first. The chat service refuses it in one of two ways: a *chat.Error
+// when it already sees the newer run, or, when both requests saw the
+// message before either claimed it, the store's lost claim — a
+// chat.ErrConflict whose text is the store's (and, when the claim joined
+// the run's first commit, the runtime's) error chain, never for a client.
+// Both answer the same 409, naming the run that won in details.runIds;
+// nil for any other error, which apiError maps as usual.
+func (s *Server) alreadyContinued(ctx context.Context, req chat.Request, err error) *Error {
+	if req.Kind != chat.KindContinueMessage {
+		return nil
+	}
+	var ce *chat.Error
+	switch {
+	case errors.As(err, &ce):
+		// Only the service's "already continued" refusal: the message has
+		// another run than the one resumed (its other conflicts — a run
+		// that is not waiting, an interrupt answered — keep their text).
+		if ce.Code != chat.CodeConflict || req.FromRunID == "" {
+			return nil
+		}
+	case errors.Is(err, chat.ErrConflict):
+	default:
+		return nil
+	}
+	chatID, msgID := req.ChatID, req.MessageID
+	if req.FromRunID != "" {
+		if rec, gerr := s.store.GetRun(ctx, req.FromRunID); gerr == nil {
+			chatID = rec.ChatID
+			msgID, _ = rec.Attrs["messageId"].(string)
+		}
+	}
+	var winner string
+	if m, gerr := s.chats.GetMessage(ctx, chatID, msgID); gerr == nil && m.RunID != req.FromRunID {
+		winner = m.RunID
+	}
+	if ce != nil && winner == "" {
+		return nil // not a message continued since: the service's own refusal stands
+	}
+	subject, did, doing := "message "+msgID, "continued", "continuing"
+	if req.FromRunID != "" {
+		subject, did, doing = "run "+req.FromRunID, "resumed", "resuming"
+	}
+	if winner == "" { // the message could not be read again
+		return conflict("%s was already continued by another request: follow that request's run instead of %s again", subject, doing)
+	}
+	e := conflict("%s was already continued by run %s: another request %s it first; follow run %s instead of %s again",
+		subject, winner, did, winner, doing)
+	e.Details = map[string]any{"runIds": []string{winner}}
+	return e
+}
+
 func httpError(he *echo.HTTPError) *Error {
 	msg := http.StatusText(he.Code)
 	if s, ok := he.Message.(string); ok && s != "" {

@@ -57,6 +57,8 @@ type transportConfig struct {
 	DrainTimeout      time.Duration
 	// Models resolves agents' models (default: echo only).
 	Models *llm.Models
+	// WrapChats, when set, wraps the chat store the service uses.
+	WrapChats func(*chatsqlite.Store) chat.Store
 }
 
 type option func(*transportConfig)
@@ -83,8 +85,12 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	st, err := rsqlite.Open(context.Background(), rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	chats, err := chatsqlite.Open(context.Background(), st)
+	sqliteChats, err := chatsqlite.Open(context.Background(), st)
 	require.NoError(t, err)
+	var chats chat.Store = sqliteChats
+	if cfg.WrapChats != nil {
+		chats = cfg.WrapChats(sqliteChats)
+	}
 	ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
 	ecfg := cfg.Engine
 	ecfg.Registry, ecfg.Store = reg, st

@@ -262,7 +262,7 @@ func (s *Server) oaiTurn(ctx context.Context, c echo.Context, g *chat.Graph, req
 		}
 		sreq.ChatID = ch.ID
 	}
-	return s.svc.Send(ctx, sreq)
+	return s.sendChat(ctx, sreq)
 }
 
 // title is a chat title from its first message.
@@ -320,7 +320,7 @@ func (s *Server) oaiToolAnswers(ctx context.Context, g *chat.Graph, chatID strin
 	if err != nil {
 		return nil, err
 	}
-	return s.svc.Send(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: runID, Resume: resume})
+	return s.sendChat(ctx, chat.Request{Kind: chat.KindContinueMessage, FromRunID: runID, Resume: resume})
 }
 
 // chatCompletions is POST /v1/chat/completions.

@@ -62,7 +62,8 @@ type Config struct {
 	// WriteTimeout bounds each SSE or WebSocket write (default 10s).
 	WriteTimeout time.Duration
 	// WSPing is the WebSocket ping interval (default 20s); WSReadLimit the
-	// largest client frame (default 64 KiB).
+	// largest client frame (default BodyLimit: a frame carries what an
+	// HTTP body does, so a call HTTP takes is never refused with 1009).
 	WSPing      time.Duration
 	WSReadLimit int64
 	// SubscriberQueue is the live events buffered per subscriber before a
@@ -162,7 +163,14 @@ func New(cfg Config) (*Server, error) {
 	def(&cfg.WSPing, 20*time.Second)
 	def(&cfg.PollInterval, 250*time.Millisecond)
 	if cfg.WSReadLimit <= 0 {
-		cfg.WSReadLimit = 64 << 10
+		// Derived from BodyLimit (after its default) so the two cannot
+		// drift apart. Raising it costs an idle connection nothing:
+		// coder/websocket's read limit is only a byte counter (its
+		// limitReader), nothing is preallocated to it, and Conn.Read
+		// grows its buffer (io.ReadAll) with the bytes that actually
+		// arrive; the limit bounds what one frame in flight may take, as
+		// BodyLimit does for a request.
+		cfg.WSReadLimit = cfg.BodyLimit
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -300,6 +300,8 @@ func (s *Server) websocket(c echo.Context) error {
 		s.wsSlots.release(ip)
 		return nil
 	}
+	// BodyLimit unless set (see New): a counter in coder/websocket, no
+	// buffer of that size is held by the connection.
 	conn.SetReadLimit(s.cfg.WSReadLimit)
 	wc := &wsConn{s: s, id: chat.NewID("ws_"), conn: conn, wire: wire, cmds: make(chan wsCommand, 64),
 		subs: map[string]context.CancelFunc{}, onCancel: map[string]bool{}}

@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -259,10 +260,11 @@ func TestWebSocketCloseCodes(t *testing.T) {
 	_, _, err = conn.Read(context.Background())
 	require.Equal(t, websocket.StatusCode(4400), websocket.CloseStatus(err))
 
-	// ?token= works; a frame over the read limit: 1009.
+	// ?token= works; a frame over the read limit (the 1 MiB body limit):
+	// 1009.
 	conn, _, err = e.dialWS(&websocket.DialOptions{HTTPHeader: http.Header{}}, "?token=s3cret")
 	require.NoError(t, err)
-	big := `{"type":"stream_chat","content":"` + strings.Repeat("x", 70<<10) + `"}`
+	big := `{"type":"stream_chat","content":"` + strings.Repeat("x", 1<<20) + `"}`
 	_ = conn.Write(context.Background(), websocket.MessageText, []byte(big))
 	_, _, err = conn.Read(context.Background())
 	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err))
@@ -271,6 +273,85 @@ func TestWebSocketCloseCodes(t *testing.T) {
 	_, resp, err := e.dialWS(&websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"https://evil.example"}, "Authorization": {"Bearer s3cret"}}}, "")
 	require.Error(t, err)
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+}
+
+// padJSON pads the JSON object b with spaces before its closing brace to
+// n bytes: the same object, in a frame or body of exactly n bytes.
+func padJSON(t *testing.T, b []byte, n int) []byte {
+	t.Helper()
+	require.LessOrEqual(t, len(b), n)
+	out := append(b[:len(b)-1:len(b)-1], bytes.Repeat([]byte(" "), n-len(b))...)
+	out = append(out, '}')
+	require.True(t, json.Valid(out))
+	return out
+}
+
+// A WebSocket client frame may be as large as an HTTP body: a large
+// message HTTP takes is taken and answered over WebSocket too, and one
+// byte more closes the connection with 1009 as HTTP answers 413.
+func TestWebSocketFrameLimitIsTheBodyLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20 // the default BodyLimit, no WSReadLimit set
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	// 200,000 characters (the most a message may have) of 4 bytes each:
+	// an 800,000-byte message, in a frame padded to exactly the limit.
+	content := strings.Repeat("\U0001F600", 200000)
+	frame, err := json.Marshal(map[string]any{"id": "big", "type": "stream_chat", "chatId": chatID, "content": content})
+	require.NoError(t, err)
+	frame = padJSON(t, frame, limit)
+
+	c := e.ws()
+	c.conn.SetReadLimit(4 << 20) // the answer's frames carry the message too
+	require.NoError(t, c.conn.Write(c.ctx, websocket.MessageText, frame))
+	ack := c.read()
+	require.Equal(t, "ack", ack["type"], "%v", ack)
+	runID := ack["runId"].(string)
+	evs := eventsOf(c.until(terminalOf(runID)), runID)
+	require.Equal(t, "run_completed", evs[len(evs)-1]["type"])
+	require.Equal(t, "echo: "+content, e.waitMessage(chatID, ack["messageId"].(string))["content"])
+
+	// HTTP takes the same message in a body of the same size.
+	body, err := json.Marshal(map[string]any{"content": content})
+	require.NoError(t, err)
+	var acc map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", padJSON(t, body, limit), &acc), http.StatusAccepted)
+	require.Equal(t, "completed", e.waitMessage(chatID, acc["messageId"].(string))["status"])
+
+	// One byte more: 413 over HTTP, 1009 over WebSocket.
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", padJSON(t, body, limit+1), nil), http.StatusRequestEntityTooLarge)
+	c = e.ws()
+	_ = c.conn.Write(c.ctx, websocket.MessageText, padJSON(t, frame, limit+1))
+	_, _, err = c.conn.Read(c.ctx)
+	require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "%v", err)
+}
+
+// The frame limit follows BodyLimit unless WSReadLimit is set.
+func TestWebSocketReadLimitConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name              string
+		body, ws, allowed int64
+	}{
+		{"follows BodyLimit", 4096, 0, 4096},
+		{"WSReadLimit overrides", 4096, 8192, 8192},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, func(c *transportConfig) { c.BodyLimit, c.WSReadLimit = tc.body, tc.ws })
+			frame := []byte(`{"id":"s","type":"subscribe","runId":"r_nope"}`)
+			// At the limit: read and answered (the run does not exist).
+			c := e.ws()
+			require.NoError(t, c.conn.Write(c.ctx, websocket.MessageText, padJSON(t, frame, int(tc.allowed))))
+			f := c.read()
+			require.Equal(t, "error", f["type"])
+			require.Equal(t, "not_found", f["error"].(map[string]any)["code"])
+			// One byte over: 1009.
+			_ = c.conn.Write(c.ctx, websocket.MessageText, padJSON(t, frame, int(tc.allowed)+1))
+			_, _, err := c.conn.Read(c.ctx)
+			require.Equal(t, websocket.StatusMessageTooBig, websocket.CloseStatus(err), "%v", err)
+		})
+	}
 }
 
 func TestWebSocketSlowClientClosed(t *testing.T) {

@@ -45,10 +45,13 @@ interface Waiter {
 const terminal = new Set(['run_completed', 'run_failed', 'run_cancelled', 'run_interrupted'])
 
 /**
- * The largest frame the server reads: a bigger one closes the connection
- * (1009, docs/api.md) and the command is lost. Chat calls take content up
- * to 200,000 characters, so a long message goes over the HTTP route its
- * frame mirrors instead, and its run is followed over the WebSocket.
+ * The largest frame the UI sends. The server reads frames up to its body
+ * limit (`--body-limit`, 1 MiB by default) and closes the connection on a
+ * bigger one (1009, docs/api.md), losing the command; the UI keeps under
+ * any limit a deployment may set. Chat calls take content up to 200,000
+ * characters, so a long message goes over the HTTP route its frame
+ * mirrors instead (refused there with a clear 413 if it is too big), and
+ * its run is followed over the WebSocket.
  */
 export const maxFrameBytes = 64 << 10
 
