@@ -301,7 +301,9 @@ type Joiner interface {
 
 // TombstoneTTL is how long a chat store remembers where a deleted
 // message leads (Store.Remains): far longer than a turn takes from
-// reading its parent to writing its messages.
+// reading its parent to writing its messages. A tombstone exactly
+// TombstoneTTL old has expired; the stores drop expired ones at a later
+// DeleteMessages (of any chat).
 const TombstoneTTL = 10 * time.Minute
 
 // Page selects one page of a list: at most Limit items (0: all) that come

@@ -25,8 +25,12 @@ type Store struct {
 	versions map[string]int64 // last planVersion of every id ever used
 	history  map[string]map[int64]*chat.Graph
 	chats    map[string]*memChat
-	seq      int64 // the last message's Seq
-	now      func() time.Time
+	seq      int64            // the last message's Seq
+	clock    func() time.Time // time.Now; a test's clock (export_test.go's SetNow)
+	// expiring are the tombstones of every chat in the order they were
+	// written, for DeleteMessages to delete the expired ones of any chat
+	// (as the durable stores do), not only of the chat it deletes in.
+	expiring []tombstoneRef
 }
 
 type memChat struct {
@@ -44,14 +48,29 @@ type tombstone struct {
 	at      time.Time
 }
 
+// live reports whether a tombstone written at at still leads at now:
+// for TombstoneTTL after its delete, as the durable stores' deleted_at >
+// now - TombstoneTTL.
+func live(at, now time.Time) bool { return now.Sub(at) < chat.TombstoneTTL }
+
+// tombstoneRef names the tombstone of message id of chat chatID written
+// at at (Store.expiring).
+type tombstoneRef struct {
+	chatID, id string
+	at         time.Time
+}
+
 var _ chat.Store = (*Store)(nil)
 
 // New returns an empty store whose turns reserve their runs in runs (not
 // nil; usually a runtime/store/memory store, but any runtime.Store does).
 func New(runs runtime.Store) *Store {
 	return &Store{runs: runs, graphs: map[string]*chat.Graph{}, versions: map[string]int64{},
-		history: map[string]map[int64]*chat.Graph{}, chats: map[string]*memChat{}, now: time.Now}
+		history: map[string]map[int64]*chat.Graph{}, chats: map[string]*memChat{}, clock: time.Now}
 }
+
+// now is the time the store writes (and dates tombstones by).
+func (s *Store) now() time.Time { return s.clock() }
 
 func copyGraph(g *chat.Graph) *chat.Graph {
 	c := *g
@@ -526,12 +545,14 @@ func (s *Store) DeleteMessages(_ context.Context, chatID string, ids []string, a
 	if c.gone == nil {
 		c.gone = map[string]tombstone{}
 	}
-	maps.DeleteFunc(c.gone, func(_ string, g tombstone) bool { return now.Sub(g.at) > chat.TombstoneTTL })
+	s.sweep(now)
+	maps.DeleteFunc(c.gone, func(_ string, g tombstone) bool { return !live(g.at, now) })
 	for id, g := range c.gone {
 		c.gone[id] = tombstone{remains(g.leadsTo), g.at}
 	}
 	for id, to := range lead {
 		c.gone[id] = tombstone{to, now}
+		s.expiring = append(s.expiring, tombstoneRef{chatID, id, now})
 		delete(c.index, id)
 	}
 	c.msgs = slices.DeleteFunc(c.msgs, func(m *chat.Message) bool { _, ok := lead[m.ID]; return ok })
@@ -547,6 +568,24 @@ func (s *Store) DeleteMessages(_ context.Context, chatID string, ids []string, a
 	c.chat.ActiveLeafID = remains(c.chat.ActiveLeafID)
 	c.chat.UpdatedAt = now
 	return nil
+}
+
+// sweep deletes the expired tombstones of every chat, oldest first
+// (under s.mu). Each is looked at once, when it expires; one a later
+// delete replaced, or whose chat is gone, is only dropped from the list.
+// (A wall clock set back leaves the tombstones after it to a later sweep.)
+func (s *Store) sweep(now time.Time) {
+	n := 0
+	for _, r := range s.expiring {
+		if live(r.at, now) {
+			break
+		}
+		if c, ok := s.chats[r.chatID]; ok && c.gone[r.id].at.Equal(r.at) {
+			delete(c.gone, r.id)
+		}
+		n++
+	}
+	s.expiring = s.expiring[n:]
 }
 
 // Remains implements chat.Store.
@@ -566,7 +605,7 @@ func (s *Store) remains(c *memChat, id string) (string, error) {
 	if _, ok := c.index[id]; ok || id == "" {
 		return id, nil
 	}
-	if g, ok := c.gone[id]; ok && s.now().Sub(g.at) <= chat.TombstoneTTL {
+	if g, ok := c.gone[id]; ok && live(g.at, s.now().UTC()) {
 		return g.leadsTo, nil
 	}
 	return "", fmt.Errorf("%w: message %s", chat.ErrNotFound, id)

@@ -18,5 +18,5 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(*testing.T) (chat.Store, runtime.Store) {
 		runs := rmemory.New()
 		return memory.New(runs), runs
-	})
+	}, storetest.Expiry(memory.SetNow, memory.Tombstones))
 }

@@ -55,7 +55,7 @@ func (s *Store) MigrateInlineHistory(ctx context.Context, after string, limit in
 		if len(runs) < limit {
 			b.Done = true
 			_, err := tx.Exec(ctx, `INSERT INTO chat_data_migrations (name, applied_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`,
-				historyMigration, now())
+				historyMigration, s.now())
 			return err
 		}
 		return nil

@@ -24,7 +24,8 @@ import (
 type Store struct {
 	pool   *pgxpool.Pool
 	runs   *rpostgres.Store
-	schema string // the run store's schema, which keys the advisory locks
+	schema string           // the run store's schema, which keys the advisory locks
+	clock  func() time.Time // time.Now; a test's clock (export_test.go's SetNow)
 }
 
 var _ chat.Store = (*Store)(nil)
@@ -37,7 +38,7 @@ func Open(ctx context.Context, runs *rpostgres.Store) (*Store, error) {
 	if runs == nil {
 		return nil, errors.New("chat/store/postgres: a run store is required")
 	}
-	s := &Store{pool: runs.Pool(), runs: runs, schema: runs.Schema()}
+	s := &Store{pool: runs.Pool(), runs: runs, schema: runs.Schema(), clock: time.Now}
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("chat/store/postgres: migrate: %w", err)
 	}
@@ -51,7 +52,9 @@ func lockKey(schema string, parts ...string) int64 {
 	return rpostgres.AdvisoryKey("chatgraph/chat/store/postgres", append([]string{schema}, parts...)...)
 }
 
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+// now is the time the store writes (and dates tombstones by), at the
+// microsecond Postgres keeps.
+func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 func isUnique(err error) bool {
 	var pe *pgconn.PgError
@@ -85,7 +88,7 @@ func (s *Store) CreateGraph(ctx context.Context, g *chat.Graph) error {
 		case !deleted:
 			return fmt.Errorf("%w: graph %s exists", chat.ErrConflict, g.ID)
 		}
-		t := now()
+		t := s.now()
 		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, t, t
 		_, err = tx.Exec(ctx, `INSERT INTO chat_graphs (id, name, plan_version, body, deleted, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, false, $5, $5)
@@ -187,7 +190,7 @@ func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64)
 		if ifVersion > 0 && version != ifVersion {
 			return fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chat.ErrConflict, g.ID, version, ifVersion)
 		}
-		t := now()
+		t := s.now()
 		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, created.UTC(), t
 		if _, err := tx.Exec(ctx, `UPDATE chat_graphs SET name = $1, plan_version = $2, body = $3, updated_at = $4 WHERE id = $5`,
 			g.Name, g.PlanVersion, body(g.Body), t, g.ID); err != nil {
@@ -199,7 +202,7 @@ func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64)
 
 // DeleteGraph implements chat.Store.
 func (s *Store) DeleteGraph(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE chat_graphs SET deleted = true, body = NULL, updated_at = $1 WHERE id = $2 AND NOT deleted`, now(), id)
+	tag, err := s.pool.Exec(ctx, `UPDATE chat_graphs SET deleted = true, body = NULL, updated_at = $1 WHERE id = $2 AND NOT deleted`, s.now(), id)
 	if err != nil {
 		return err
 	}
@@ -224,7 +227,7 @@ func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) erro
 				return err
 			}
 		}
-		t := now()
+		t := s.now()
 		c.CreatedAt, c.UpdatedAt = t, t
 		_, err := tx.Exec(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, owner, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $6)`, c.ID, c.GraphID, c.Title, c.ActiveLeafID, c.Owner, t)
@@ -315,16 +318,16 @@ func (s *Store) DeleteChat(ctx context.Context, id string) error {
 	})
 }
 
-// touchChat dates the chat's change and sets its active leaf when
+// touchChat dates the chat's change at t and sets its active leaf when
 // activeLeafID is not empty; ErrNotFound if the chat is absent. Its
 // UPDATE locks the chat's row until tx ends: every write of a chat's
 // message tree (beginTurn, DeleteMessages) takes it first, so they
 // follow one another per chat, across processes, and each statement
 // after it sees what the writer before committed (READ COMMITTED takes a
 // snapshot per statement).
-func touchChat(ctx context.Context, tx pgx.Tx, chatID, activeLeafID string) error {
+func touchChat(ctx context.Context, tx pgx.Tx, chatID, activeLeafID string, t time.Time) error {
 	tag, err := tx.Exec(ctx, `UPDATE chats SET updated_at = $1, active_leaf_id = CASE WHEN $2 = '' THEN active_leaf_id ELSE $2 END WHERE id = $3`,
-		now(), activeLeafID, chatID)
+		t, activeLeafID, chatID)
 	if err != nil {
 		return err
 	}
@@ -337,7 +340,7 @@ func (s *Store) BeginTurn(ctx context.Context, turn chat.Turn) error {
 	if turn.Run == nil || turn.Run.Status != runtime.RunPending {
 		return errors.New("chat/store/postgres: a turn needs its run's reservation (status pending)")
 	}
-	t := now()
+	t := s.now()
 	stamp(turn, t)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := beginTurn(ctx, tx, turn, t); err != nil {
@@ -358,7 +361,7 @@ var _ chat.Joiner = (*Store)(nil)
 // TurnWrite implements chat.Joiner: BeginTurn's writes but the
 // reservation, as an rpostgres.Write.
 func (s *Store) TurnWrite(turn chat.Turn) any {
-	t := now()
+	t := s.now()
 	stamp(turn, t)
 	turn.Messages = slices.Clone(turn.Messages)
 	for i, m := range turn.Messages {
@@ -376,7 +379,7 @@ func (s *Store) TurnWrite(turn chat.Turn) any {
 // FinishWrite implements chat.Joiner: FinishMessage's UPDATE as an
 // rpostgres.Write (matching no row is not an error).
 func (s *Store) FinishWrite(m *chat.Message) any {
-	t, c := now(), *m
+	t, c := s.now(), *m
 	return rpostgres.Write(func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, finishMessageQuery, c.Content, c.Status, c.Error, t, c.ChatID, c.ID, c.RunID); err != nil {
 			return fmt.Errorf("chat/store/postgres: finish message %s: %w", c.ID, err)
@@ -399,7 +402,7 @@ func stamp(turn chat.Turn, t time.Time) {
 
 // beginTurn writes turn (stamped), but its reservation, in tx.
 func beginTurn(ctx context.Context, tx pgx.Tx, turn chat.Turn, t time.Time) error {
-	if err := touchChat(ctx, tx, turn.ChatID, turn.ActiveLeafID); err != nil {
+	if err := touchChat(ctx, tx, turn.ChatID, turn.ActiveLeafID, t); err != nil {
 		return err
 	}
 	if r := turn.Request; r != nil {
@@ -476,7 +479,7 @@ const insertMessageQuery = `INSERT INTO chat_messages (chat_id, id, parent_id, r
 
 // UpdateMessage implements chat.Store.
 func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
-	t := now()
+	t := s.now()
 	tag, err := s.pool.Exec(ctx, `UPDATE chat_messages SET content = $1, status = $2, run_id = $3, error = $4, updated_at = $5
 		WHERE chat_id = $6 AND id = $7`, m.Content, m.Status, m.RunID, m.Error, t, m.ChatID, m.ID)
 	if err != nil {
@@ -489,7 +492,7 @@ func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
 // FinishMessage implements chat.Store: only while the message still
 // belongs to m.RunID.
 func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
-	t := now()
+	t := s.now()
 	tag, err := s.pool.Exec(ctx, finishMessageQuery, m.Content, m.Status, m.Error, t, m.ChatID, m.ID, m.RunID)
 	if err != nil {
 		return err
@@ -581,7 +584,7 @@ func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, erro
 // the chat has, and a turn that writes after it reads its tombstones.
 func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := touchChat(ctx, tx, chatID, activeLeafID); err != nil {
+		if err := touchChat(ctx, tx, chatID, activeLeafID, s.now()); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `DELETE FROM chat_messages WHERE chat_id = $1 AND id = ANY($2) RETURNING id, parent_id`, chatID, ids)
@@ -594,7 +597,7 @@ func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string,
 			return err
 		}
 		gone, leads := chat.Remaining(parents)
-		t := now()
+		t := s.now()
 		b := &pgx.Batch{}
 		if len(gone) > 0 {
 			// Where the deleted messages lead; tombstones that led to one
@@ -608,10 +611,11 @@ func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string,
 				WHERE m.chat_id = $1 AND m.parent_id = d.id`, chatID, gone, leads, t)
 			b.Queue(`UPDATE chats c SET active_leaf_id = d.leads_to FROM unnest($2::text[], $3::text[]) AS d(id, leads_to)
 				WHERE c.id = $1 AND c.active_leaf_id = d.id`, chatID, gone, leads)
-			// Expired tombstones of any chat, a batch at a time; SKIP
+			// Expired tombstones of any chat, a batch at a time: 100 more
+			// than this delete leaves, so they cannot pile up. SKIP
 			// LOCKED: never waiting on another chat's rollback.
 			b.Queue(`DELETE FROM chat_message_tombstones WHERE ctid IN (SELECT ctid FROM chat_message_tombstones
-				WHERE deleted_at < $1 LIMIT 100 FOR UPDATE SKIP LOCKED)`, t.Add(-chat.TombstoneTTL))
+				WHERE deleted_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`, t.Add(-chat.TombstoneTTL), 100+len(gone))
 		}
 		b.Queue(`DELETE FROM chat_requests WHERE chat_id = $1 AND message_id = ANY($2)`, chatID, ids)
 		return tx.SendBatch(ctx, b).Close()
@@ -621,7 +625,7 @@ func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string,
 // Remains implements chat.Store.
 func (s *Store) Remains(ctx context.Context, chatID, id string) (string, error) {
 	var to *string
-	if err := s.pool.QueryRow(ctx, remainsQuery, chatID, id, now().Add(-chat.TombstoneTTL)).Scan(&to); err != nil {
+	if err := s.pool.QueryRow(ctx, remainsQuery, chatID, id, s.now().Add(-chat.TombstoneTTL)).Scan(&to); err != nil {
 		return "", err
 	}
 	if to == nil {
@@ -652,7 +656,7 @@ func (s *Store) SetActiveLeaf(ctx context.Context, chatID, msgID string) error {
 			return err
 		}
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE chats SET active_leaf_id = $1, updated_at = $2 WHERE id = $3`, msgID, now(), chatID)
+	tag, err := s.pool.Exec(ctx, `UPDATE chats SET active_leaf_id = $1, updated_at = $2 WHERE id = $3`, msgID, s.now(), chatID)
 	if err != nil {
 		return err
 	}

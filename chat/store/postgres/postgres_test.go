@@ -42,7 +42,7 @@ func openIn(t *testing.T, schema string) (chat.Store, runtime.Store) {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, open, storetest.ReplacesNUL(), storetest.Durable(func(t *testing.T, _ chat.Store, runs runtime.Store) (chat.Store, runtime.Store) {
 		return openIn(t, runs.(*rpostgres.Store).Schema())
-	}))
+	}), storetest.Expiry(postgres.SetNow, postgres.Tombstones))
 }
 
 // A schema whose chat tables predate versioned migrations (the tables of

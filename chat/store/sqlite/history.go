@@ -50,7 +50,7 @@ func (s *Store) MigrateInlineHistory(ctx context.Context, after string, limit in
 		if len(runs) < limit {
 			b.Done = true
 			_, err := tx.ExecContext(ctx, `INSERT INTO chat_data_migrations (name, applied_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`,
-				historyMigration, ts(now()))
+				historyMigration, ts(s.now()))
 			return err
 		}
 		return nil

@@ -21,8 +21,9 @@ import (
 // by SQLite's lock) and runs at the run store's synchronous level; reads
 // use the run store's read pool. Safe for concurrent use.
 type Store struct {
-	runs *rsqlite.Store
-	r    *sql.DB // runs' read pool
+	runs  *rsqlite.Store
+	r     *sql.DB          // runs' read pool
+	clock func() time.Time // time.Now; a test's clock (export_test.go's SetNow)
 }
 
 var _ chat.Store = (*Store)(nil)
@@ -35,7 +36,7 @@ func Open(ctx context.Context, runs *rsqlite.Store) (*Store, error) {
 	if runs == nil {
 		return nil, errors.New("chat sqlite store: a run store is required")
 	}
-	s := &Store{runs: runs, r: runs.ReadDB()}
+	s := &Store{runs: runs, r: runs.ReadDB(), clock: time.Now}
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("chat sqlite store: open %s: %w", runs.Path(), err)
 	}
@@ -91,7 +92,8 @@ func pageArgs(p chat.Page) (at int64, id string, limit int) {
 	return at, id, limit
 }
 
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+// now is the time the store writes (and dates tombstones by).
+func (s *Store) now() time.Time { return s.clock().UTC().Truncate(time.Microsecond) }
 
 type scanner interface{ Scan(...any) error }
 
@@ -136,7 +138,7 @@ func (s *Store) CreateGraph(ctx context.Context, g *chat.Graph) error {
 		case !deleted:
 			return fmt.Errorf("%w: graph %s exists", chat.ErrConflict, g.ID)
 		}
-		t := now()
+		t := s.now()
 		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, t, t
 		_, err = tx.ExecContext(ctx, `INSERT INTO graphs (id, name, plan_version, body, deleted, created_at, updated_at)
 	VALUES (?, ?, ?, ?, 0, ?, ?)
@@ -230,7 +232,7 @@ func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64)
 		if ifVersion > 0 && version != ifVersion {
 			return fmt.Errorf("%w: graph %s is at planVersion %d, not %d", chat.ErrConflict, g.ID, version, ifVersion)
 		}
-		t := now()
+		t := s.now()
 		g.PlanVersion, g.CreatedAt, g.UpdatedAt = version+1, fromTS(created), t
 		if _, err := tx.ExecContext(ctx, `UPDATE graphs SET name = ?, plan_version = ?, body = ?, updated_at = ? WHERE id = ?`,
 			g.Name, g.PlanVersion, []byte(g.Body), ts(t), g.ID); err != nil {
@@ -243,7 +245,7 @@ func (s *Store) UpdateGraph(ctx context.Context, g *chat.Graph, ifVersion int64)
 // DeleteGraph implements chat.Store.
 func (s *Store) DeleteGraph(ctx context.Context, id string) error {
 	return s.update(ctx, "delete graph "+id, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE graphs SET deleted = 1, body = x'', updated_at = ? WHERE id = ? AND deleted = 0`, ts(now()), id)
+		res, err := tx.ExecContext(ctx, `UPDATE graphs SET deleted = 1, body = x'', updated_at = ? WHERE id = ? AND deleted = 0`, ts(s.now()), id)
 		if err != nil {
 			return err
 		}
@@ -267,7 +269,7 @@ func (s *Store) CreateChat(ctx context.Context, c *chat.Chat, maxOwned int) erro
 				return err
 			}
 		}
-		t := now()
+		t := s.now()
 		c.CreatedAt, c.UpdatedAt = t, t
 		res, err := tx.ExecContext(ctx, `INSERT INTO chats (id, graph_id, title, active_leaf_id, owner, created_at, updated_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
@@ -390,7 +392,7 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 	if t.Run == nil {
 		return errors.New("chat sqlite store: a turn needs its run's reservation (Turn.Run)")
 	}
-	now := now()
+	now := s.now()
 	stamp(t, now)
 	return s.update(ctx, "begin turn in chat "+t.ChatID, func(tx *sql.Tx) error {
 		if err := s.beginTurn(ctx, tx, t, now); err != nil {
@@ -408,7 +410,7 @@ func (s *Store) BeginTurn(ctx context.Context, t chat.Turn) error {
 // TurnWrite implements chat.Joiner: BeginTurn's writes but the
 // reservation, as an rsqlite.Write.
 func (s *Store) TurnWrite(t chat.Turn) any {
-	now := now()
+	now := s.now()
 	stamp(t, now)
 	t.Messages = slices.Clone(t.Messages)
 	for i, m := range t.Messages {
@@ -551,13 +553,13 @@ func scanRemains(row interface{ Scan(...any) error }, chatID, id string) (string
 
 // Remains implements chat.Store.
 func (s *Store) Remains(ctx context.Context, chatID, id string) (string, error) {
-	return scanRemains(s.runs.ReadRow(ctx, remainsQuery, chatID, id, ts(now().Add(-chat.TombstoneTTL))), chatID, id)
+	return scanRemains(s.runs.ReadRow(ctx, remainsQuery, chatID, id, ts(s.now().Add(-chat.TombstoneTTL))), chatID, id)
 }
 
 // UpdateMessage implements chat.Store.
 func (s *Store) UpdateMessage(ctx context.Context, m *chat.Message) error {
 	return s.update(ctx, "update message "+m.ID, func(tx *sql.Tx) error {
-		t := now()
+		t := s.now()
 		res, err := tx.ExecContext(ctx, `UPDATE messages SET content = ?, status = ?, run_id = ?, error = ?, updated_at = ?
 WHERE chat_id = ? AND id = ?`, m.Content, string(m.Status), m.RunID, m.Error, ts(t), m.ChatID, m.ID)
 		if err != nil {
@@ -572,7 +574,7 @@ WHERE chat_id = ? AND id = ?`, m.Content, string(m.Status), m.RunID, m.Error, ts
 // message's run id.
 func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
 	return s.update(ctx, "finish message "+m.ID, func(tx *sql.Tx) error {
-		t := now()
+		t := s.now()
 		res, err := s.exec(ctx, tx, finishMessageQuery, m.Content, string(m.Status), m.Error, ts(t), m.ChatID, m.ID, m.RunID)
 		if err != nil {
 			return err
@@ -590,7 +592,7 @@ func (s *Store) FinishMessage(ctx context.Context, m *chat.Message) error {
 // FinishWrite implements chat.Joiner: FinishMessage's UPDATE as an
 // rsqlite.Write (matching no row is not an error).
 func (s *Store) FinishWrite(m *chat.Message) any {
-	t, c := now(), *m
+	t, c := s.now(), *m
 	return rsqlite.Write(func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, finishMessageQuery, c.Content, string(c.Status), c.Error, ts(t), c.ChatID, c.ID, c.RunID); err != nil {
 			return fmt.Errorf("chat sqlite store: finish message %s: %w", c.ID, err)
@@ -680,7 +682,7 @@ func (s *Store) Unsettled(ctx context.Context, limit int) ([]*chat.Message, erro
 // this process, and for SQLite's lock, in another).
 func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
 	return s.update(ctx, "delete messages of chat "+chatID, func(tx *sql.Tx) error {
-		t := now()
+		t := s.now()
 		if err := s.touchChat(ctx, tx, chatID, activeLeafID, t); err != nil {
 			return err
 		}
@@ -721,7 +723,7 @@ func (s *Store) DeleteMessages(ctx context.Context, chatID string, ids []string,
 			}
 		}
 		if len(gone) > 0 {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM chat_message_tombstones WHERE deleted_at < ?`, ts(t.Add(-chat.TombstoneTTL))); err != nil {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM chat_message_tombstones WHERE deleted_at <= ?`, ts(t.Add(-chat.TombstoneTTL))); err != nil {
 				return err
 			}
 		}
@@ -758,7 +760,7 @@ func (s *Store) SetActiveLeaf(ctx context.Context, chatID, msgID string) error {
 				return err
 			}
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE chats SET active_leaf_id = ?, updated_at = ? WHERE id = ?`, msgID, ts(now()), chatID)
+		res, err := tx.ExecContext(ctx, `UPDATE chats SET active_leaf_id = ?, updated_at = ? WHERE id = ?`, msgID, ts(s.now()), chatID)
 		if err != nil {
 			return err
 		}

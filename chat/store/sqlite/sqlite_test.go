@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 		return openAt(t, filepath.Join(t.TempDir(), "chatgraph.db"))
 	}, storetest.Durable(func(t *testing.T, _ chat.Store, runs runtime.Store) (chat.Store, runtime.Store) {
 		return openAt(t, runs.(*rsqlite.Store).Path())
-	}))
+	}), storetest.Expiry(sqlite.SetNow, sqlite.Tombstones))
 }
 
 func TestOpenNeedsRunStore(t *testing.T) {

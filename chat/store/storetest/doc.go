@@ -18,5 +18,7 @@
 //
 // Durable stores pass a reopen function with storetest.Durable: it opens
 // a second pair of stores on the same database (another process), for
-// the restart test and for races between two instances.
+// the restart test and for races between two instances. Stores pass
+// storetest.Expiry (a test hook that sets their clock, and a count of
+// their tombstones) for the test of tombstones' expiry.
 package storetest

@@ -40,10 +40,22 @@ func ReplacesNUL() Option {
 	return func(s *suite) { s.replacesNUL = true }
 }
 
+// Expiry tells the suite how to set the clock of a chat store open
+// returned — setNow makes it read the time from now instead of time.Now,
+// and is called before the store is used — and how to count the
+// tombstones it keeps for a chat's deleted messages, expired or not. The
+// test of their expiry (TombstonesExpire) needs both, and is skipped
+// without them.
+func Expiry(setNow func(cs chat.Store, now func() time.Time), tombstones func(t *testing.T, cs chat.Store, chatID string) int) Option {
+	return func(s *suite) { s.setNow, s.tombstones = setNow, tombstones }
+}
+
 type suite struct {
 	open        Open
 	reopen      func(t *testing.T, cs chat.Store, runs runtime.Store) (chat.Store, runtime.Store)
 	replacesNUL bool
+	setNow      func(cs chat.Store, now func() time.Time)
+	tombstones  func(t *testing.T, cs chat.Store, chatID string) int
 }
 
 // Run runs the conformance suite against the stores open returns.
@@ -75,6 +87,7 @@ func Run(t *testing.T, open Open, opts ...Option) {
 		{"UpdateMessage", s.testUpdateMessage},
 		{"DeleteMessagesKeepsTheTree", s.testDeleteKeepsTree},
 		{"DeleteRacesChildInsert", s.testDeleteRacesInsert},
+		{"TombstonesExpire", s.testTombstonesExpire},
 		{"CloseKeepsRunStore", s.testClose},
 		{"ReopenKeepsData", s.testReopen},
 		{"HistoryMigrationBatches", s.testHistoryMigration},
@@ -1107,6 +1120,130 @@ func (s *suite) testDeleteRacesInsert(t *testing.T) {
 			require.Equal(t, base.ID, byID[id].ParentID, "round %d: %s hangs from what remains", round, id)
 		}
 	}
+}
+
+// clock is a store's time in a test: it stands still until set.
+type clock struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at
+}
+
+func (c *clock) set(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = at
+}
+
+// testTombstonesExpire: a tombstone leads for chat.TombstoneTTL after its
+// delete, and from then on (exactly TombstoneTTL after it included) no
+// longer: its id is then as a message never there — Remains answers
+// ErrNotFound and a turn written under it is refused with ErrNotFound,
+// writing no message and reserving no run — while the tombstones of a
+// later delete of the chat still lead, and lead on when where they lead
+// is deleted (an expired one is not revived by that). A later
+// DeleteMessages, of any chat, deletes the expired tombstones from the
+// store, every chat's, and keeps the live ones.
+func (s *suite) testTombstonesExpire(t *testing.T) {
+	if s.setNow == nil || s.tombstones == nil {
+		t.Skip("the store's clock is not given (storetest.Expiry)")
+	}
+	cs, runs := s.open(t)
+	ctx := t.Context()
+	t0 := time.Now().UTC().Truncate(time.Second)
+	clk := &clock{at: t0}
+	s.setNow(cs, clk.now)
+	requireRemains := func(chatID, id, want, when string) {
+		t.Helper()
+		got, err := cs.Remains(ctx, chatID, id)
+		require.NoError(t, err, "%s: Remains(%s)", when, id)
+		require.Equal(t, want, got, "%s: Remains(%s)", when, id)
+	}
+	requireExpired := func(chatID, id, when string) {
+		t.Helper()
+		_, err := cs.Remains(ctx, chatID, id)
+		require.ErrorIs(t, err, chat.ErrNotFound, "%s: Remains(%s) of an expired tombstone", when, id)
+	}
+	// requireRefused: a turn under id is refused as one under a parent
+	// never there, and leaves nothing.
+	requireRefused := func(chatID, id, runID, when string) {
+		t.Helper()
+		before := messageIDs(t, cs, chatID)
+		err := cs.BeginTurn(ctx, chat.Turn{ChatID: chatID, Messages: []*chat.Message{{ID: "u-" + runID, ParentID: id, Role: chat.RoleUser,
+			Content: "hi", RunID: runID, TurnRunID: runID, Status: chat.StatusCompleted}}, Run: reservation(runID, chatID)})
+		require.ErrorIs(t, err, chat.ErrNotFound, "%s: a turn under %s", when, id)
+		require.Equal(t, before, messageIDs(t, cs, chatID), "%s: nothing of it written", when)
+		requireNoRun(t, runs, runID)
+	}
+
+	// At t0: a rollback in c1 and one in c2.
+	newChat(t, cs, "c1")
+	newChat(t, cs, "c2")
+	u1, a1 := turn(t, cs, "c1", "", "r1")
+	u2, a2 := turn(t, cs, "c1", a1.ID, "r2")
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{u2.ID, a2.ID}, ""))
+	_, q1 := turn(t, cs, "c2", "", "q1")
+	q2u, q2a := turn(t, cs, "c2", q1.ID, "q2")
+	require.NoError(t, cs.DeleteMessages(ctx, "c2", []string{q2u.ID, q2a.ID}, ""))
+	require.Equal(t, 2, s.tombstones(t, cs, "c1"))
+	require.Equal(t, 2, s.tombstones(t, cs, "c2"))
+
+	// At t0 + TTL/2: another rollback in c1.
+	clk.set(t0.Add(chat.TombstoneTTL / 2))
+	u3, a3 := turn(t, cs, "c1", a1.ID, "r3")
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{u3.ID, a3.ID}, ""))
+	require.Equal(t, 4, s.tombstones(t, cs, "c1"))
+
+	clk.set(t0.Add(chat.TombstoneTTL - time.Microsecond))
+	requireRemains("c1", a2.ID, a1.ID, "just before TTL")
+	requireRemains("c2", q2a.ID, q1.ID, "just before TTL")
+
+	// At t0 + TTL the first tombstones no longer lead; the later still do.
+	clk.set(t0.Add(chat.TombstoneTTL))
+	const at = "TTL after the first delete"
+	for _, id := range []string{u2.ID, a2.ID} {
+		requireExpired("c1", id, at)
+	}
+	requireExpired("c2", q2a.ID, at)
+	requireRefused("c1", a2.ID, "x1", at)
+	requireRefused("c2", q2u.ID, "x2", at)
+	requireRemains("c1", a3.ID, a1.ID, at)
+	u4, _ := turn(t, cs, "c1", a3.ID, "r4")
+	require.Equal(t, a1.ID, u4.ParentID, "%s: a turn under a live tombstone hangs where it leads", at)
+
+	// Deleting where the live tombstones lead: they lead on, the expired
+	// ones stay expired, and the expired tombstones of both chats are
+	// deleted (c2's by a delete in c1).
+	require.NoError(t, cs.DeleteMessages(ctx, "c1", []string{a1.ID}, ""))
+	requireTree(t, cs, "c1", "after deleting a1")
+	for _, id := range []string{u3.ID, a3.ID, a1.ID} {
+		requireRemains("c1", id, u1.ID, "after deleting a1")
+	}
+	requireExpired("c1", a2.ID, "after deleting a1")
+	requireRefused("c1", a2.ID, "x3", "after deleting a1")
+	u5, _ := turn(t, cs, "c1", a3.ID, "r5")
+	require.Equal(t, u1.ID, u5.ParentID)
+	require.Equal(t, 3, s.tombstones(t, cs, "c1"), "the live tombstones of c1 (u3, a3, a1) are kept, the expired deleted")
+	require.Equal(t, 0, s.tombstones(t, cs, "c2"), "a delete in c1 deletes c2's expired tombstones too")
+
+	// At t0 + TTL/2 + TTL the second rollback's tombstones expire in
+	// their turn; a1's (deleted at t0 + TTL) still leads, and a delete in
+	// c2 deletes c1's expired ones.
+	clk.set(t0.Add(chat.TombstoneTTL/2 + chat.TombstoneTTL))
+	const later = "TTL after the second delete"
+	requireExpired("c1", a3.ID, later)
+	requireRefused("c1", u3.ID, "x4", later)
+	requireRemains("c1", a1.ID, u1.ID, later)
+	require.NoError(t, cs.DeleteMessages(ctx, "c2", []string{q1.ID}, ""))
+	require.Equal(t, 1, s.tombstones(t, cs, "c1"), "a1's tombstone is kept")
+	require.Equal(t, 1, s.tombstones(t, cs, "c2"), "q1's")
+	requireTree(t, cs, "c1", "at the end")
+	requireTree(t, cs, "c2", "at the end")
 }
 
 func (s *suite) testUpdateMessage(t *testing.T) {
