@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
@@ -147,9 +148,12 @@ func (s *Service) relaunch(rec *runtime.RunRecord, t *turn) (turned <-chan struc
 		return nil, nil // its messages are written: they were with the reservation
 	}
 	ch := make(chan struct{})
+	var once sync.Once
+	queued := func() { once.Do(func() { close(ch) }) }
+	l.placed = queued // waiting in the chat's line
 	exec := l.exec
 	l.exec = func(ctx context.Context, sink runtime.EventSink, writes []any) (*runtime.RunResult, error) {
-		close(ch) // launch calls exec once, holding the chat's turn
+		queued() // holding the chat's turn (launch calls exec once)
 		return exec(ctx, sink, writes)
 	}
 	if err := s.launch(context.Background(), l); err != nil {
@@ -224,7 +228,10 @@ func (s *Service) settleReservations(ctx context.Context) int {
 }
 
 // relaunchChat starts the reservations of one chat that no process has,
-// oldest first, each once the one before holds the chat's turn or ended.
+// oldest first, each once the one before has its place in the chat's
+// line (or holds the chat's turn, or ended): all are in line within
+// milliseconds, and a new turn of the chat waits for that
+// (afterRelaunch).
 // It stops at one it cannot start here (bound in another process, say):
 // the later ones wait for a later pass rather than overtake it.
 func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatID string) {
@@ -301,18 +308,41 @@ func (s *Service) awaitsRecovery(ctx context.Context, ins runtime.Inspector, cha
 func (s *Service) takeRelaunch(chatID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.relaunching[chatID] {
+	if _, ok := s.relaunching[chatID]; ok {
 		return false
 	}
 	if s.relaunching == nil {
-		s.relaunching = map[string]bool{}
+		s.relaunching = map[string]chan struct{}{}
 	}
-	s.relaunching[chatID] = true
+	s.relaunching[chatID] = make(chan struct{})
 	return true
 }
 
 func (s *Service) endRelaunch(chatID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.relaunching, chatID)
+	if ch, ok := s.relaunching[chatID]; ok {
+		close(ch)
+		delete(s.relaunching, chatID)
+	}
+}
+
+// afterRelaunch waits, for a new turn of chat chatID, until this
+// process's relaunch of the chat's reservations (if one is going on) has
+// placed them in the chat's line — milliseconds: each is placed, not run
+// — so the new turn queues behind them, in the order the messages came.
+// ctx's end ends the wait with its error.
+func (s *Service) afterRelaunch(ctx context.Context, chatID string) error {
+	s.mu.Lock()
+	ch := s.relaunching[chatID]
+	s.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

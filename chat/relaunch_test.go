@@ -248,3 +248,40 @@ func TestCancelOfAQueuedTurnOfADeadProcessWins(t *testing.T) {
 	require.Equal(t, chat.StatusCompleted, m3.Status, m3.Error)
 	require.Equal(t, "echo: seven eight", m3.Content)
 }
+
+// A message sent to a chat while recovery starts the queued turns of its
+// dead process again is answered after them, in the order the messages
+// came: each queued turn is placed in the chat's line at once, not once
+// the one before it holds the turn, and the new message waits for that.
+// (Before, it overtook every queued turn but the first.)
+func TestMessageSentDuringRelaunchQueuesBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	runs := memory.New()
+	chats := chatmemory.New(runs)
+	a, die := dyingProcess(t, runs, chats)
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
+	a.streamed(first.RunID)
+	second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "seven eight"})
+	third := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "nine ten"})
+	die()
+
+	// The same process restarted (its owner): recovery takes the first
+	// run back at once, then starts the queued turns.
+	b := newFixture(t, runs, chats, runtime.Config{Owner: "a", LeaseTTL: time.Second})
+	b.svc.Start(ctx)
+	fourth := b.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "eleven"})
+	var ended time.Time
+	for i, tk := range []*chat.Ticket{first, second, third, fourth} {
+		m := b.settled(chatID, tk.MessageID)
+		require.Equal(t, chat.StatusCompleted, m.Status, "turn %d: %s", i, m.Error)
+		log, err := runs.Events(ctx, tk.RunID, 0, 0)
+		require.NoError(t, err)
+		if i > 0 {
+			require.Equal(t, runtime.EventRunStarted, log[0].Type)
+			require.False(t, log[0].Time.Before(ended), "turn %d starts after turn %d ended", i, i-1)
+		}
+		ended = log[len(log)-1].Time
+	}
+}

@@ -166,7 +166,7 @@ type Service struct {
 	runsDone  sync.WaitGroup
 	// relaunching are the chats whose reservations recovery is starting
 	// again here (relaunchChat), one after the other.
-	relaunching map[string]bool
+	relaunching map[string]chan struct{} // closed when the relaunch ends
 }
 
 // Errors of the service's own (not of a request).

@@ -241,6 +241,9 @@ func (s *Service) send(ctx context.Context, req Request) (*Ticket, error) {
 	if req.keyed() {
 		t.fingerprint = requestFingerprint(req) // of the call as sent: prepare fills in what it names
 	}
+	if err := s.afterRelaunch(ctx, t.chat.ID); err != nil {
+		return nil, err
+	}
 	runID := NewID("r_")
 	lr := newLiveRun(runID, t.chat.ID, t.assistant.ID, t.graph)
 	lr.client = clientOf(ctx)
@@ -350,6 +353,9 @@ type launch struct {
 	finish func(ctx context.Context, res *runtime.RunResult, err error)
 	// failStart ends a run that could not start (nil: log only).
 	failStart func(ctx context.Context, cause error)
+	// placed, when set, is called once the run has its place in its
+	// chat's line, waiting behind the turn's holder (runcontrol.WithPlaced).
+	placed func()
 }
 
 func (s *Service) launch(ctx context.Context, l launch) error {
@@ -462,7 +468,11 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	var superseded error
 	if held == nil && lr.ChatID != "" {
 		var err error
-		held, err = s.queue.Acquire(bound, lr.ChatID, lr.ID, l.strategy)
+		acq := bound
+		if l.placed != nil {
+			acq = runcontrol.WithPlaced(bound, l.placed)
+		}
+		held, err = s.queue.Acquire(acq, lr.ChatID, lr.ID, l.strategy)
 		switch {
 		case err == nil, bound.Err() != nil:
 		case errors.Is(err, runcontrol.ErrSuperseded):

@@ -178,6 +178,7 @@ func (q *MemoryChatQueue) Acquire(ctx context.Context, chatID, runID string, s S
 		line.queue = []*waiter{w}
 	}
 	q.mu.Unlock()
+	Placed(ctx)
 
 	if err := Supersede(ctx, q.ctl, chatID, runID, turn.Superseded); err != nil {
 		q.abandon(chatID, w)
@@ -228,6 +229,26 @@ func (q *MemoryChatQueue) release(chatID, runID string) {
 	line.holder = next.runID
 	next.granted = true
 	close(next.done)
+}
+
+type placedKey struct{}
+
+// WithPlaced returns ctx carrying placed, which a ChatQueue's Acquire
+// under it calls once the run has its place in the chat's line (behind
+// the turn's holder), before it waits for the turn — and not when the
+// turn is granted at once or refused. A caller that starts several turns
+// of one chat in order (recovery, starting the queued turns of a process
+// that died) so waits for each to be placed rather than granted.
+func WithPlaced(ctx context.Context, placed func()) context.Context {
+	return context.WithValue(ctx, placedKey{}, placed)
+}
+
+// Placed calls the function WithPlaced put in ctx, if any. For
+// implementations of ChatQueue.
+func Placed(ctx context.Context) {
+	if f, ok := ctx.Value(placedKey{}).(func()); ok && f != nil {
+		f()
+	}
 }
 
 // CheckAcquire validates the arguments of ChatQueue.Acquire (shared by

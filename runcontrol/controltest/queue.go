@@ -30,6 +30,7 @@ func RunChatQueue(t *testing.T, f QueueFactory) {
 		{"Reject", testQueueReject},
 		{"EnqueueFIFO", testQueueFIFO},
 		{"EnqueueWaitEndsWithCtx", testQueueCancelWait},
+		{"PlacedBeforeTheWait", testQueuePlaced},
 		{"InterruptAndRollback", testQueueInterrupt},
 		{"InvalidInput", testQueueInvalid},
 		{"MutualExclusionAcrossInstances", testQueueExclusion},
@@ -345,4 +346,49 @@ func testQueueExclusion(t *testing.T, f QueueFactory) {
 	require.Equal(t, int64(1), maxHolders.Load(), "two runs held the chat at once")
 	require.Equal(t, int64(n), grantedN.Load()+busyN.Load()+supersededN.Load())
 	t.Logf("%d granted, %d rejected, %d superseded", grantedN.Load(), busyN.Load(), supersededN.Load())
+}
+
+// testQueuePlaced: an Acquire under runcontrol.WithPlaced calls placed
+// once when the run takes its place in the line, while it still waits —
+// so a run placed after it is granted after it — and not when the turn
+// is granted at once or refused.
+func testQueuePlaced(t *testing.T, f QueueFactory) {
+	ctl, q := f(t)()
+	var calls sync.Map // run id -> *atomic.Int32
+	under := func(r run) run {
+		n := &atomic.Int32{}
+		calls.Store(r.id, n)
+		r.ctx = runcontrol.WithPlaced(r.ctx, func() { n.Add(1) })
+		return r
+	}
+	placed := func(id string) int32 {
+		n, _ := calls.Load(id)
+		return n.(*atomic.Int32).Load()
+	}
+	r1 := under(bindRun(t, ctl, "c1", "r1"))
+	t1 := granted(t, acquireAsync(q, "c1", r1, runcontrol.Enqueue))
+	require.Zero(t, placed("r1"), "granted at once: never placed")
+	a := receive(t, acquireAsync(q, "c1", under(bindRun(t, ctl, "c1", "r0")), runcontrol.Reject))
+	require.ErrorIs(t, a.err, runcontrol.ErrChatBusy)
+	require.Zero(t, placed("r0"), "refused: never placed")
+
+	r2, r3 := under(bindRun(t, ctl, "c1", "r2")), under(bindRun(t, ctl, "c1", "r3"))
+	ch2 := acquireAsync(q, "c1", r2, runcontrol.Enqueue)
+	require.Eventually(t, func() bool { return placed("r2") == 1 }, wait, time.Millisecond)
+	require.Equal(t, []string{"r1", "r2"}, line(t, q, "c1"), "placed: in the line")
+	ch3 := acquireAsync(q, "c1", r3, runcontrol.Enqueue)
+	require.Eventually(t, func() bool { return placed("r3") == 1 }, wait, time.Millisecond)
+	require.Equal(t, []string{"r1", "r2", "r3"}, line(t, q, "c1"))
+	select {
+	case <-ch2:
+		t.Fatal("r2 was granted while r1 holds the turn")
+	default:
+	}
+	t1.Release()
+	t2 := granted(t, ch2)
+	require.Equal(t, "r2", t2.RunID)
+	t2.Release()
+	require.Equal(t, "r3", granted(t, ch3).RunID)
+	require.Equal(t, int32(1), placed("r2"), "placed once")
+	require.Equal(t, int32(1), placed("r3"))
 }

@@ -240,6 +240,7 @@ func (q *ChatQueue) Acquire(ctx context.Context, chatID, runID string, s runcont
 			superseded = res[1:]
 		}
 	}
+	runcontrol.Placed(ctx)
 	if err := runcontrol.Supersede(ctx, q.ctl, chatID, runID, superseded); err != nil {
 		q.abandon(chatID, runID)
 		return nil, err
