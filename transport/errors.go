@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/coder/websocket"
 	"github.com/labstack/echo/v4"
@@ -91,11 +92,12 @@ func apiError(err error) *Error {
 	case errors.As(err, &he):
 		return httpError(he)
 	case errors.Is(err, chat.ErrNotFound), errors.Is(err, runtime.ErrRunNotFound):
-		return notFound("%s", err.Error())
+		return notFound("%s", clientText(err, chat.ErrNotFound, runtime.ErrRunNotFound))
 	case errors.Is(err, chat.ErrConflict), errors.Is(err, runtime.ErrRunExists),
 		errors.Is(err, runtime.ErrRunNotResumable), errors.Is(err, runtime.ErrInterruptNotFound),
 		errors.Is(err, runcontrol.ErrAlreadyBound):
-		return conflict("%s", err.Error())
+		return conflict("%s", clientText(err, chat.ErrConflict, runtime.ErrRunExists, runtime.ErrRunNotResumable,
+			runtime.ErrInterruptNotFound, runcontrol.ErrAlreadyBound))
 	case errors.Is(err, runtime.ErrUnknownEntry), errors.Is(err, runcontrol.ErrInvalidStrategy),
 		errors.Is(err, runcontrol.ErrInvalidScope):
 		return badRequest("%s", err.Error())
@@ -110,6 +112,34 @@ func apiError(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request timed out", RetryAfter: 1}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
+}
+
+// clientText is err's text from where the first of sentinels that err
+// wraps begins ("not found: message m_1"): what the stores and the kernel
+// put in front of an error they pass up — where it came from, "runtime:
+// run r_1: store: sqlite store: write batches: ..." — is not for a
+// client. The sentinel is found where an error wrapped it (at the start
+// of the text or after ": "); without that, the whole text.
+func clientText(err error, sentinels ...error) string {
+	text := err.Error()
+	for _, sen := range sentinels {
+		if !errors.Is(err, sen) {
+			continue
+		}
+		word := sen.Error()
+		for i := 0; i+len(word) <= len(text); {
+			j := strings.Index(text[i:], word)
+			if j < 0 {
+				break
+			}
+			at := i + j
+			if at == 0 || strings.HasSuffix(text[:at], ": ") {
+				return text[at:]
+			}
+			i = at + 1
+		}
+	}
+	return text
 }
 
 // chatError maps a request the chat service refused.
