@@ -33,14 +33,21 @@ type queuedTurn struct {
 	// Answers answer several, by interrupt id.
 	Resume  any            `json:"resume,omitempty"`
 	Answers map[string]any `json:"answers,omitempty"`
+	// Strategy is how the turn waited for its chat (none: enqueue, as
+	// written by builds before it was kept).
+	Strategy runcontrol.Strategy `json:"strategy,omitempty"`
 }
 
 const queuedTurnForm = 1
 
 // queued is the reservation's input: the turn as recovery rebuilds it.
 func (t *turn) queued() *queuedTurn {
-	return &queuedTurn{Queued: queuedTurnForm, ClientTools: t.req.ClientTools, RetryTools: t.retryTools,
+	q := &queuedTurn{Queued: queuedTurnForm, ClientTools: t.req.ClientTools, RetryTools: t.retryTools,
 		Resume: t.value, Answers: t.values}
+	if t.req.Strategy != runcontrol.Enqueue {
+		q.Strategy = t.req.Strategy
+	}
+	return q
 }
 
 // queuedOf reads a reservation's queuedTurn (false: the reservation has
@@ -72,6 +79,9 @@ func (s *Service) rebuild(ctx context.Context, rec *runtime.RunRecord, q *queued
 	crid, _ := rec.Attrs["clientRequestId"].(string)
 	req := Request{Kind: kind, ChatID: rec.ChatID, ClientRequestID: crid, Strategy: runcontrol.Enqueue,
 		ClientTools: q.ClientTools, Resume: q.Resume}
+	if q.Strategy == runcontrol.Interrupt || q.Strategy == runcontrol.Rollback {
+		req.Strategy = q.Strategy
+	}
 	if rec.ChatID == "" {
 		return nil, fmt.Errorf("reservation %s names no chat", rec.ID)
 	}
@@ -136,7 +146,7 @@ func (s *Service) relaunch(rec *runtime.RunRecord, t *turn) (turned <-chan struc
 	lr := newLiveRun(rec.ID, t.chat.ID, t.assistant.ID, t.graph)
 	scopes := append([]runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}, requestScopes(t.chat.ID, "", t.req.ClientRequestID)...)
 	l := s.turnLaunch(t, rec.ID, lr, scopes, rec)
-	l.strategy = runcontrol.Enqueue
+	l.strategy = t.req.Strategy
 	l.write = func(ctx context.Context, _ bool) ([]any, error) {
 		now, err := s.runs.GetRun(ctx, rec.ID)
 		if err != nil {

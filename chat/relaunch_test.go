@@ -285,3 +285,56 @@ func TestMessageSentDuringRelaunchQueuesBehind(t *testing.T) {
 		ended = log[len(log)-1].Time
 	}
 }
+
+// dieAtTurn is deadChats whose n-th BeginTurn kills the process once its
+// write is done: the turn is reserved, and nothing after it is written.
+type dieAtTurn struct {
+	deadChats
+	n     int
+	calls atomic.Int32
+}
+
+func (s *dieAtTurn) BeginTurn(ctx context.Context, t chat.Turn) error {
+	err := s.deadChats.BeginTurn(ctx, t)
+	if int(s.calls.Add(1)) == s.n {
+		s.dead.Store(true)
+	}
+	return err
+}
+
+// A message sent with interrupt, queued when its process died (the run
+// it interrupts not yet stopped), interrupts that run once both are taken
+// back: recovery starts it with the strategy it was sent with, and the
+// run ahead of it, recovered, is superseded. (Before, it was started as
+// enqueue: the interrupted run ran to its end first.)
+func TestInterruptQueuedWhenItsProcessDiedInterrupts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	runs := memory.New()
+	chats := chatmemory.New(runs)
+	dead := &atomic.Bool{}
+	gate := &dieAtTurn{deadChats: deadChats{Store: chats, dead: dead}, n: 2}
+	a := newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: dead}}, gate,
+		runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID,
+		Content: "one two three four five six seven eight nine ten eleven twelve"})
+	a.streamed(first.RunID)
+	second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "stop that", Strategy: runcontrol.Interrupt})
+	require.True(t, dead.Load(), "the process died once the interrupt was reserved")
+	for id, want := range map[string]runtime.RunStatus{first.RunID: runtime.RunRunning, second.RunID: runtime.RunPending} {
+		rec, err := runs.GetRun(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, rec.Status, "run %s as the crash left it", id)
+	}
+
+	b := newFixture(t, runs, chats, runtime.Config{Owner: "a", LeaseTTL: time.Second})
+	b.svc.Start(ctx)
+	m1 := b.settled(chatID, first.MessageID)
+	require.Equal(t, chat.StatusCancelled, m1.Status, "interrupted")
+	require.Equal(t, "superseded", m1.Error)
+	m2 := b.settled(chatID, second.MessageID)
+	require.Equal(t, chat.StatusCompleted, m2.Status, m2.Error)
+	require.Equal(t, "echo: stop that", m2.Content)
+	require.Equal(t, second.RunID, m2.RunID)
+}
