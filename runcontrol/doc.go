@@ -17,7 +17,9 @@
 // that scope (StatusPending), once: the intent is consumed. A run scope
 // with nothing bound answers StatusNotFound and stores nothing: the server
 // mints run ids and binds a run before it reveals its id, so an unbound run
-// id is unknown or finished, and the durable store says which.
+// id is unknown or finished, and the durable store says which — or an
+// orphan, a run whose process died that recovery will bind again:
+// CancelOrphan keeps the intent for such a run's next Bind.
 //
 //	res, err := ctl.Cancel(ctx, runcontrol.ChatScope(chatID), runcontrol.ErrUserCancel)
 //
