@@ -302,39 +302,56 @@ func (s *dieAtTurn) BeginTurn(ctx context.Context, t chat.Turn) error {
 	return err
 }
 
-// A message sent with interrupt, queued when its process died (the run
-// it interrupts not yet stopped), interrupts that run once both are taken
-// back: recovery starts it with the strategy it was sent with, and the
-// run ahead of it, recovered, is superseded. (Before, it was started as
-// enqueue: the interrupted run ran to its end first.)
+// A message sent with interrupt or rollback, queued when its process
+// died (the run it supersedes not yet stopped), supersedes that run once
+// both are taken back: recovery starts it with the strategy it was sent
+// with, and the run ahead of it, recovered, is cancelled as superseded —
+// with rollback, its turn deleted too. (Before, it was started as
+// enqueue: the superseded run ran to its end first, and stayed.)
 func TestInterruptQueuedWhenItsProcessDiedInterrupts(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	runs := memory.New()
-	chats := chatmemory.New(runs)
-	dead := &atomic.Bool{}
-	gate := &dieAtTurn{deadChats: deadChats{Store: chats, dead: dead}, n: 2}
-	a := newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: dead}}, gate,
-		runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
-	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
-	first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID,
-		Content: "one two three four five six seven eight nine ten eleven twelve"})
-	a.streamed(first.RunID)
-	second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "stop that", Strategy: runcontrol.Interrupt})
-	require.True(t, dead.Load(), "the process died once the interrupt was reserved")
-	for id, want := range map[string]runtime.RunStatus{first.RunID: runtime.RunRunning, second.RunID: runtime.RunPending} {
-		rec, err := runs.GetRun(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, want, rec.Status, "run %s as the crash left it", id)
-	}
+	for _, strategy := range []runcontrol.Strategy{runcontrol.Interrupt, runcontrol.Rollback} {
+		t.Run(string(strategy), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			runs := memory.New()
+			chats := chatmemory.New(runs)
+			dead := &atomic.Bool{}
+			gate := &dieAtTurn{deadChats: deadChats{Store: chats, dead: dead}, n: 2}
+			a := newFixture(t, dyingStarts{dyingRuns{durableRuns: runs, dead: dead}}, gate,
+				runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+			_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+			first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID,
+				Content: "one two three four five six seven eight nine ten eleven twelve"})
+			a.streamed(first.RunID)
+			second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "stop that", Strategy: strategy})
+			require.True(t, dead.Load(), "the process died once the second turn was reserved")
+			for id, want := range map[string]runtime.RunStatus{first.RunID: runtime.RunRunning, second.RunID: runtime.RunPending} {
+				rec, err := runs.GetRun(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, want, rec.Status, "run %s as the crash left it", id)
+			}
 
-	b := newFixture(t, runs, chats, runtime.Config{Owner: "a", LeaseTTL: time.Second})
-	b.svc.Start(ctx)
-	m1 := b.settled(chatID, first.MessageID)
-	require.Equal(t, chat.StatusCancelled, m1.Status, "interrupted")
-	require.Equal(t, "superseded", m1.Error)
-	m2 := b.settled(chatID, second.MessageID)
-	require.Equal(t, chat.StatusCompleted, m2.Status, m2.Error)
-	require.Equal(t, "echo: stop that", m2.Content)
-	require.Equal(t, second.RunID, m2.RunID)
+			b := newFixture(t, runs, chats, runtime.Config{Owner: "a", LeaseTTL: time.Second})
+			b.svc.Start(ctx)
+			m2 := b.settled(chatID, second.MessageID)
+			require.Equal(t, chat.StatusCompleted, m2.Status, m2.Error)
+			require.Equal(t, "echo: stop that", m2.Content)
+			require.Equal(t, second.RunID, m2.RunID)
+			if strategy == runcontrol.Interrupt {
+				m1 := b.settled(chatID, first.MessageID)
+				require.Equal(t, chat.StatusCancelled, m1.Status, "interrupted")
+				require.Equal(t, "superseded", m1.Error)
+				return
+			}
+			// Rolled back: the first turn's messages and run are gone.
+			_, err := chats.GetMessage(ctx, chatID, first.MessageID)
+			require.ErrorIs(t, err, chat.ErrNotFound, "the rolled-back answer is deleted")
+			_, err = runs.GetRun(ctx, first.RunID)
+			require.ErrorIs(t, err, runtime.ErrRunNotFound, "the rolled-back run is deleted")
+			msgs, err := chats.Messages(ctx, chatID)
+			require.NoError(t, err)
+			require.Len(t, msgs, 2, "only the second turn remains")
+		})
+	}
 }

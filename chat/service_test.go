@@ -378,7 +378,7 @@ func TestDoubleTexting(t *testing.T) {
 	})
 }
 
-// deadChats drops the message writes of a dead process.
+// deadChats drops the message writes (answers, deletes) of a dead process.
 type deadChats struct {
 	chat.Store
 	dead *atomic.Bool
@@ -389,6 +389,13 @@ func (s deadChats) FinishMessage(ctx context.Context, m *chat.Message) error {
 		return nil
 	}
 	return s.Store.FinishMessage(ctx, m)
+}
+
+func (s deadChats) DeleteMessages(ctx context.Context, chatID string, ids []string, activeLeafID string) error {
+	if s.dead.Load() {
+		return nil
+	}
+	return s.Store.DeleteMessages(ctx, chatID, ids, activeLeafID)
 }
 
 // A run whose process died mid-run is recovered by the next service on
