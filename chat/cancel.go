@@ -125,7 +125,7 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 		if res.Status == runcontrol.StatusCancelled {
 			s.awaitCancelled(ctx, id)
 		}
-		return &CancelResult{Status: res.Status, RunIDs: res.RunIDs}, nil
+		return cancelResult(res), nil
 	}
 	e := conflict("run %s is not bound to any server process", id)
 	if rec.Status.Finished() {
@@ -258,9 +258,15 @@ func (s *Service) cancelScope(scope runcontrol.Scope) (*CancelResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	return cancelResult(res), nil
+}
+
+// cancelResult is run control's answer as the service's (a cancelled
+// answer always lists its runs, if none).
+func cancelResult(res runcontrol.CancelResult) *CancelResult {
 	out := &CancelResult{Status: res.Status, RunIDs: res.RunIDs}
 	if out.Status == runcontrol.StatusCancelled && out.RunIDs == nil {
 		out.RunIDs = []string{}
 	}
-	return out, nil
+	return out
 }

@@ -217,21 +217,33 @@ func TestQueuedTurnIsStartedByOneProcess(t *testing.T) {
 	}
 }
 
+// deadWithQueued is a process on new memory stores that streams turns[0]
+// in a new chat, queues turns[1:] behind it (enqueue), and dies: the
+// chat and the turns' tickets, in order, as the crash left them.
+func deadWithQueued(t *testing.T, turns ...string) (runs *memory.Store, chats *chatmemory.Store, chatID string, tks []*chat.Ticket) {
+	t.Helper()
+	runs = memory.New()
+	chats = chatmemory.New(runs)
+	a, die := dyingProcess(t, runs, chats)
+	_, chatID = a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	for i, content := range turns {
+		tks = append(tks, a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: content}))
+		if i == 0 {
+			a.streamed(tks[0].RunID)
+		}
+	}
+	die()
+	return runs, chats, chatID, tks
+}
+
 // A cancel of a queued turn whose process died before its run began
 // (its run pending, bound nowhere) is kept for it: recovery starts the
 // turn cancelled, and the turn behind it still runs.
 func TestCancelOfAQueuedTurnOfADeadProcessWins(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mem := memory.New()
-	chats := chatmemory.New(mem)
-	a, die := dyingProcess(t, mem, chats)
-	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
-	first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four"})
-	a.streamed(first.RunID)
-	second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "five six"})
-	third := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "seven eight"})
-	die()
+	mem, chats, chatID, tks := deadWithQueued(t, "one two three four", "five six", "seven eight")
+	first, second, third := tks[0], tks[1], tks[2]
 
 	b := newFixture(t, mem, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
 	res, err := b.svc.Cancel(ctx, chat.CancelRequest{RunID: second.RunID})
@@ -257,15 +269,8 @@ func TestCancelOfAQueuedTurnOfADeadProcessWins(t *testing.T) {
 func TestMessageSentDuringRelaunchQueuesBehind(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	runs := memory.New()
-	chats := chatmemory.New(runs)
-	a, die := dyingProcess(t, runs, chats)
-	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
-	first := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
-	a.streamed(first.RunID)
-	second := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "seven eight"})
-	third := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "nine ten"})
-	die()
+	runs, chats, chatID, tks := deadWithQueued(t, "one two three four five six", "seven eight", "nine ten")
+	first, second, third := tks[0], tks[1], tks[2]
 
 	// The same process restarted (its owner): recovery takes the first
 	// run back at once, then starts the queued turns.
