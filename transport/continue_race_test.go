@@ -78,13 +78,8 @@ func requireClientText(t *testing.T, msg string) {
 func TestOpenAIToolResultsLostRace(t *testing.T) {
 	t.Parallel()
 	e, rc := newRaceEnv(t)
-	id := e.saveGraph(basicGraph(""))
-	client := e.openai()
 	ctx := context.Background()
-	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage(`/tool get_weather {"city":"Paris"}`)}
-	params := openai.ChatCompletionNewParams{Model: id, Messages: msgs, Tools: []openai.ChatCompletionToolUnionParam{weatherTool}}
-	resp, err := client.Chat.Completions.New(ctx, params)
-	require.NoError(t, err)
+	client, params, msgs, resp := askWeather(t, e)
 	require.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
 	call := resp.Choices[0].Message.ToolCalls[0]
 	interrupted := strings.TrimPrefix(resp.ID, "chatcmpl-")

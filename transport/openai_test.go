@@ -177,16 +177,25 @@ func TestOpenAIStreaming(t *testing.T) {
 	require.Equal(t, "stop", acc.Choices[0].FinishReason)
 }
 
+// askWeather saves the basic graph and sends it, through the OpenAI
+// client, a message its agent answers with a call of the client's
+// get_weather tool: the client, the request (its messages), its answer.
+func askWeather(t *testing.T, e *env) (openai.Client, openai.ChatCompletionNewParams, []openai.ChatCompletionMessageParamUnion, *openai.ChatCompletion) {
+	t.Helper()
+	id := e.saveGraph(basicGraph(""))
+	client := e.openai()
+	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage(`/tool get_weather {"city":"Paris"}`)}
+	params := openai.ChatCompletionNewParams{Model: id, Messages: msgs, Tools: []openai.ChatCompletionToolUnionParam{weatherTool}}
+	resp, err := client.Chat.Completions.New(context.Background(), params)
+	require.NoError(t, err)
+	return client, params, msgs, resp
+}
+
 func TestOpenAIClientToolCalls(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	id := e.saveGraph(basicGraph(""))
-	client := e.openai()
 	ctx := context.Background()
-	msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage(`/tool get_weather {"city":"Paris"}`)}
-	params := openai.ChatCompletionNewParams{Model: id, Messages: msgs, Tools: []openai.ChatCompletionToolUnionParam{weatherTool}}
-	resp, err := client.Chat.Completions.New(ctx, params)
-	require.NoError(t, err)
+	client, params, msgs, resp := askWeather(t, e)
 	ch := resp.Choices[0]
 	require.Equal(t, "tool_calls", ch.FinishReason)
 	require.Len(t, ch.Message.ToolCalls, 1)
@@ -196,7 +205,7 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 
 	// The client runs the tool and sends the result: the run goes on.
 	params.Messages = append(msgs, ch.Message.ToParam(), openai.ToolMessage("sunny, 21°C", call.ID))
-	resp, err = client.Chat.Completions.New(ctx, params)
+	resp, err := client.Chat.Completions.New(ctx, params)
 	require.NoError(t, err)
 	require.Equal(t, "stop", resp.Choices[0].FinishReason)
 	require.Equal(t, "tool get_weather returned: sunny, 21°C", resp.Choices[0].Message.Content)
