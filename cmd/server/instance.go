@@ -62,10 +62,12 @@ func (c *config) bindingTTL() time.Duration {
 	return 10 * time.Second
 }
 
-// turnTTL is how long a dead process's chat turns outlive it: past its
-// runs' lease TTL and two recovery passes, so that a run recovered by
-// another process (or by this one restarted) takes its chat's turn back
-// before a run queued behind it would take it and overtake it.
+// turnTTL is how long a dead process's chat turns, and its runs' places
+// in their chats' lines, outlive it: past its runs' lease TTL and two
+// recovery passes, so that a run recovered by another process (or by this
+// one restarted) takes its chat's turn back, and a turn it had queued
+// behind (started again in the same pass) its place, before a run queued
+// after them would take the turn and overtake them.
 func (c *config) turnTTL() time.Duration {
 	return max(c.leaseTTL, 0) + 2*c.recoveryInterval()
 }

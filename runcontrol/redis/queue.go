@@ -20,16 +20,16 @@ import (
 //	B:qh:<chat>  hash   the turn holder {run, token}, PX TurnTTL (refreshed by its process)
 //	B:qw:<chat>  zset   queued run -> FIFO sequence number
 //	B:qx:<chat>  zset   queued run -> liveness expiry (ms), refreshed by the waiter
-//	B:qs:<run>   string a queued run was superseded by this run id, PX lease
+//	B:qs:<run>   string a queued run was superseded by this run id, PX TurnTTL
 //	B:qseq       string the FIFO sequence counter
 //	B:turn       channel a chat id whenever its turn may have moved
 //
 // Queued runs take the turn themselves (the first live one when nobody
-// holds it), so a dead waiter costs at most one lease (BindingTTL) and a
-// dead holder one TurnTTL, never a stuck chat. The holder's turn outlives
-// its process longer than a waiter's place: long enough for its run to be
-// recovered and take the turn back (acquire), so a run queued behind it
-// does not overtake it.
+// holds it), so a dead holder or waiter costs at most one TurnTTL, never
+// a stuck chat. Both outlive their process that long: long enough for
+// its runs to be recovered or started again in another process (the
+// holder's run taking its turn back, a waiter's taking its place back,
+// acquire), so that a run queued behind them does not overtake them.
 const queuePrelude = `
 local b = KEYS[1]
 local t = redis.call('TIME')
@@ -44,15 +44,15 @@ local function prune()
   end
 end
 
-local function live(lease)
-  redis.call('PEXPIRE', wk, lease)
-  redis.call('PEXPIRE', xk, lease)
+local function live(ttl)
+  redis.call('PEXPIRE', wk, ttl)
+  redis.call('PEXPIRE', xk, ttl)
 end
 
-local function enqueue(run, lease)
+local function enqueue(run, ttl)
   redis.call('ZADD', wk, redis.call('INCR', b..':qseq'), run)
-  redis.call('ZADD', xk, now + lease, run)
-  live(lease)
+  redis.call('ZADD', xk, now + ttl, run)
+  live(ttl)
 end
 
 local function take(run, token, hold)
@@ -63,44 +63,65 @@ local function take(run, token, hold)
 end
 `
 
-// acquireScript: ARGV chat, run, token, strategy, lease, hold (the
-// turn's TTL).
+// acquireScript: ARGV chat, run, token, strategy, place (a waiter's
+// TTL), hold (the turn's TTL).
 // {"granted"} | {"busy", line...} | {"queued", superseded...}
-// A run takes the turn its own id holds: that holder is the same run in a
-// process that is gone (restarted, or taken over after the run's lease
-// expired), whose turn would otherwise block the chat until it expired.
+// A run takes back what its own id holds: the turn, or a place in the
+// line, of the same run in a process that is gone (restarted, or taken
+// over after the run's lease expired), which would otherwise block the
+// chat until it expired or let the runs queued after it overtake it. A
+// run back in its place keeps it: what is behind it stays behind it, and
+// an interrupt supersedes only what is ahead of it. A reject leaves the
+// place as it is (a launch tries for the turn with reject before it
+// waits in the line), to be taken back or to expire.
 var acquireScript = goredis.NewScript(queuePrelude + `
-local run, token, s, lease, hold = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local run, token, s, place, hold = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 prune()
 local holder = redis.call('HGET', hk, 'run')
 local waiting = redis.call('ZRANGE', wk, 0, -1)
-if holder == run or (not holder and #waiting == 0) then
+if holder == run or (not holder and (#waiting == 0 or waiting[1] == run)) then
   take(run, token, hold)
   return {'granted'}
 end
+local mine = redis.call('ZSCORE', wk, run)
+local ahead = {}
+for _, r in ipairs(waiting) do
+  if r == run then break end
+  ahead[#ahead + 1] = r
+end
 local line = {}
 if holder then line[1] = holder end
-for _, r in ipairs(waiting) do line[#line + 1] = r end
 if s == 'reject' then
+  for _, r in ipairs(waiting) do
+    if r ~= run then line[#line + 1] = r end
+  end
   table.insert(line, 1, 'busy')
   return line
 end
-if s == 'enqueue' then
-  enqueue(run, lease)
-  return {'queued'}
+if s ~= 'enqueue' then
+  for _, r in ipairs(ahead) do
+    redis.call('SET', b..':qs:'..r, run, 'PX', place)
+    redis.call('ZREM', wk, r)
+    redis.call('ZREM', xk, r)
+    line[#line + 1] = r
+  end
 end
-for _, r in ipairs(waiting) do redis.call('SET', b..':qs:'..r, run, 'PX', lease) end
-redis.call('DEL', wk, xk)
-enqueue(run, lease)
-if #waiting > 0 then redis.call('PUBLISH', b..':turn', chat) end
+if mine then
+  redis.call('ZADD', xk, now + place, run)
+  live(place)
+else
+  enqueue(run, place)
+end
+if s == 'enqueue' then return {'queued'} end
+if #ahead > 0 then redis.call('PUBLISH', b..':turn', chat) end
 table.insert(line, 1, 'queued')
 return line
 `)
 
-// tryScript: ARGV chat, run, token, lease, hold.
+// tryScript: ARGV chat, run, token, place, hold.
 // {"granted"} | {"waiting"} | {"superseded", by} | {"gone"}
 var tryScript = goredis.NewScript(queuePrelude + `
-local run, token, lease, hold = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local run, token, place, hold = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local sk = b..':qs:'..run
 local by = redis.call('GET', sk)
 if by then
@@ -113,8 +134,8 @@ if redis.call('EXISTS', hk) == 0 and redis.call('ZRANGE', wk, 0, 0)[1] == run th
   take(run, token, hold)
   return {'granted'}
 end
-redis.call('ZADD', xk, 'XX', now + lease, run)
-live(lease)
+redis.call('ZADD', xk, 'XX', now + place, run)
+live(place)
 return {'waiting'}
 `)
 
@@ -153,7 +174,7 @@ return lost
 // ChatQueue is the multi-instance runcontrol.ChatQueue: one turn per chat
 // across every process that shares the Controller's Prefix. The holder's
 // process extends the turn's lease every PollInterval; a turn whose lease
-// ran out (process dead, Redis unreachable for BindingTTL) passes to the
+// ran out (process dead, Redis unreachable for TurnTTL) passes to the
 // next queued run, and its holder, if alive, is cancelled with
 // runcontrol.ErrLeaseLost. Waiters wake on a pub/sub message and poll every
 // PollInterval as a safety net. Safe for concurrent use; Close when done.
@@ -176,8 +197,8 @@ type heldTurn struct{ chat, run string }
 var _ runcontrol.ChatQueue = (*ChatQueue)(nil)
 
 // NewChatQueue subscribes to the turn channel of ctl's prefix and starts
-// the lease loop. It uses ctl's client, prefix, PollInterval, BindingTTL
-// (a waiter's lease) and TurnTTL (the turn's); superseded runs are
+// the lease loop. It uses ctl's client, prefix, PollInterval and TurnTTL
+// (the turn's and a waiter's place's lease); superseded runs are
 // cancelled through ctl.
 func NewChatQueue(ctx context.Context, ctl *Controller) (*ChatQueue, error) {
 	q := &ChatQueue{
@@ -218,11 +239,12 @@ func (q *ChatQueue) Acquire(ctx context.Context, chatID, runID string, s runcont
 	var rb [6]byte
 	_, _ = rand.Read(rb[:])
 	token := runID + "/" + hex.EncodeToString(rb[:])
-	lease, hold := q.ctl.bttl.Milliseconds(), q.ctl.tttl.Milliseconds()
+	// A waiter's place outlives its process as long as a held turn does.
+	place, hold := q.ctl.tttl.Milliseconds(), q.ctl.tttl.Milliseconds()
 
 	wake := q.watch(chatID) // before the script: no release message is missed
 	defer q.unwatch(chatID, wake)
-	res, err := acquireScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, string(s), lease, hold).StringSlice()
+	res, err := acquireScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, string(s), place, hold).StringSlice()
 	if err == nil && len(res) == 0 {
 		err = errors.New("empty script reply")
 	}
@@ -249,7 +271,7 @@ func (q *ChatQueue) Acquire(ctx context.Context, chatID, runID string, s runcont
 	tick := time.NewTicker(q.ctl.poll)
 	defer tick.Stop()
 	for {
-		res, err := tryScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, lease, hold).StringSlice()
+		res, err := tryScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID, token, place, hold).StringSlice()
 		if err == nil && len(res) == 0 {
 			err = errors.New("empty script reply")
 		}

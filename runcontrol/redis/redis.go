@@ -43,11 +43,12 @@ type Config struct {
 	// dies without releasing it (it is extended at every poll). Default
 	// 10s; raised to 5*PollInterval if smaller.
 	BindingTTL time.Duration
-	// TurnTTL is how long a chat turn (ChatQueue) outlives its holder's
-	// process: set it past the time the run takes to be recovered (its
-	// lease TTL and a recovery pass), so that the run recovered takes its
-	// turn back before a run queued behind it takes the turn. Default,
-	// and at least, BindingTTL.
+	// TurnTTL is how long a chat turn (ChatQueue), and a run's place in a
+	// chat's line, outlive their process: set it past the time the run
+	// takes to be recovered (its lease TTL and a recovery pass) and a run
+	// queued behind it to be started again (the same pass), so that each
+	// takes its turn or its place back before a run queued after it takes
+	// the turn. Default, and at least, BindingTTL.
 	TurnTTL time.Duration
 	// OpTimeout bounds Redis calls made without a caller's context
 	// (polls, release, Close). Default 5s.

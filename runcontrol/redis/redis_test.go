@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -448,6 +449,89 @@ func TestChatQueueRunTakesItsTurnBack(t *testing.T) {
 	}
 }
 
+// TestChatQueueRunTakesItsPlaceBack: a run that waited in its chat's
+// line in a process that died takes its place back when it is started
+// again (recovery relaunching a queued turn): a run queued after it in
+// another process meanwhile stays behind it, and an interrupt started
+// again supersedes only what is ahead of it (the holder), never the run
+// that came after it.
+func TestChatQueueRunTakesItsPlaceBack(t *testing.T) {
+	t.Parallel()
+	for _, s := range []runcontrol.Strategy{runcontrol.Enqueue, runcontrol.Interrupt} {
+		t.Run(string(s), func(t *testing.T) {
+			t.Parallel()
+			prefix := newPrefix(t)
+			client := newClient(t, "")
+			a := newController(t, client, Config{Prefix: prefix})
+			qa := newQueue(t, a)
+			type got struct {
+				turn *runcontrol.Turn
+				err  error
+			}
+			acquire := func(id string, s runcontrol.Strategy) (context.Context, <-chan got) {
+				ctx, rel, err := a.Bind(t.Context(), id, runcontrol.ChatScope("c1"))
+				require.NoError(t, err)
+				t.Cleanup(rel)
+				ch := make(chan got, 1)
+				go func() {
+					turn, err := qa.Acquire(ctx, "c1", id, s)
+					ch <- got{turn, err}
+				}()
+				return ctx, ch
+			}
+			recv := func(ch <-chan got, what string) got {
+				t.Helper()
+				select {
+				case g := <-ch:
+					return g
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s never got the turn", what)
+					return got{}
+				}
+			}
+			hctx, hch := acquire("holder", runcontrol.Enqueue)
+			h := recv(hch, "the holder")
+			require.NoError(t, h.err)
+			// The dead process's waiter: its place, never renewed again.
+			res, err := acquireScript.Run(t.Context(), client, []string{a.base}, "c1", "queued", "queued/dead", string(s),
+				time.Minute.Milliseconds(), time.Minute.Milliseconds()).StringSlice()
+			require.NoError(t, err)
+			require.Equal(t, "queued", res[0])
+			_, lch := acquire("later", runcontrol.Enqueue)
+			waitLine := func(want ...string) {
+				t.Helper()
+				require.Eventually(t, func() bool {
+					_, err := qa.Acquire(t.Context(), "c1", "probe", runcontrol.Reject)
+					var busy *runcontrol.BusyError
+					return errors.As(err, &busy) && fmt.Sprint(busy.RunIDs) == fmt.Sprint(want)
+				}, 5*time.Second, 5*time.Millisecond, "the line never became %v", want)
+			}
+			waitLine("holder", "queued", "later")
+
+			_, qch := acquire("queued", s) // started again, in another process
+			if s == runcontrol.Interrupt {
+				require.ErrorIs(t, waitCause(t, hctx), runcontrol.ErrSuperseded, "the holder, ahead of it, is superseded")
+			}
+			waitLine("holder", "queued", "later")
+			h.turn.Release()
+			q := recv(qch, "the run back in its place")
+			require.NoError(t, q.err, "the run back in its place is next")
+			if s == runcontrol.Interrupt {
+				require.Equal(t, []string{"holder"}, q.turn.Superseded)
+			}
+			select {
+			case l := <-lch:
+				t.Fatalf("the later run overtook the one queued before it: %+v", l)
+			default:
+			}
+			q.turn.Release()
+			l := recv(lch, "the later run")
+			require.NoError(t, l.err, "the later run comes after it")
+			l.turn.Release()
+		})
+	}
+}
+
 // TestChatQueueLostTurnCancelsOnlyItsProcess: a process that finds its
 // turn lost cancels its own run, never the same run id bound in another
 // process — the one that recovered the run and took its turn back.
@@ -487,11 +571,12 @@ func TestChatQueueLostTurnCancelsOnlyItsProcess(t *testing.T) {
 	require.NoError(t, ctxB.Err(), "b's run of the same id goes on")
 }
 
-// TestChatQueueTurnOutlivesItsHolderLonger: a held turn lives TurnTTL
-// past its holder's last extension, a waiter's place BindingTTL — a dead
-// holder's run has time to be recovered and take its turn back before
-// the run queued behind it would take it.
-func TestChatQueueTurnOutlivesItsHolderLonger(t *testing.T) {
+// TestChatQueueTurnAndPlacesOutliveTheirProcess: a held turn, and a
+// waiter's place, live TurnTTL past their process's last extension, not
+// BindingTTL — a dead holder's run has time to be recovered and take its
+// turn back, and a dead waiter's run to be started again and take its
+// place back, before a run queued after them would take the turn.
+func TestChatQueueTurnAndPlacesOutliveTheirProcess(t *testing.T) {
 	t.Parallel()
 	prefix := newPrefix(t)
 	admin := newClient(t, "")
@@ -518,7 +603,10 @@ func TestChatQueueTurnOutlivesItsHolderLonger(t *testing.T) {
 	require.Greater(t, hold, 50*time.Second, "the turn: TurnTTL")
 	place, err := admin.PTTL(t.Context(), a.base+":qx:c1").Result()
 	require.NoError(t, err)
-	require.LessOrEqual(t, place, time.Second, "a waiter's place: BindingTTL")
+	require.Greater(t, place, 50*time.Second, "a waiter's place: TurnTTL")
+	expiry, err := admin.ZScore(t.Context(), a.base+":qx:c1", "r2").Result()
+	require.NoError(t, err)
+	require.Greater(t, time.Until(time.UnixMilli(int64(expiry))), 50*time.Second, "r2's place: TurnTTL")
 	c := newController(t, newClient(t, ""), Config{Prefix: newPrefix(t), BindingTTL: 2 * time.Second, TurnTTL: time.Second})
 	require.Equal(t, 2*time.Second, c.tttl, "TurnTTL is at least BindingTTL")
 }
