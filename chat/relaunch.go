@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"chatgraph/runcontrol"
 	"chatgraph/runtime"
@@ -122,8 +121,9 @@ func (s *Service) rebuild(ctx context.Context, rec *runtime.RunRecord, q *queued
 // relaunch starts a reserved turn whose process died before its run
 // began, through the launch path of a new turn (enqueue, bound under its
 // chat and request id: its connection, if it had one, is gone), as the
-// same run and answering the same message. turned is closed once the run
-// holds its chat's turn, or has ended without it.
+// same run and answering the same message. It returns once the run has
+// its place in its chat's line, holds the chat's turn, or has ended
+// without it (launch waits for that).
 //
 // Claim. Several processes may find the reservation unbound at once;
 // exactly one launches it, because launch binds the run (RunScope(id))
@@ -142,7 +142,7 @@ func (s *Service) rebuild(ctx context.Context, rec *runtime.RunRecord, q *queued
 //     process that died; and whatever happens, the store creates the run
 //     over a pending record once only (CreateRun, CreateClaimed:
 //     ErrRunExists over any other), so a second launch never executes it.
-func (s *Service) relaunch(rec *runtime.RunRecord, t *turn) (turned <-chan struct{}, err error) {
+func (s *Service) relaunch(rec *runtime.RunRecord, t *turn) error {
 	lr := newLiveRun(rec.ID, t.chat.ID, t.assistant.ID, t.graph)
 	scopes := append([]runcontrol.Scope{runcontrol.ChatScope(t.chat.ID)}, requestScopes(t.chat.ID, "", t.req.ClientRequestID)...)
 	l := s.turnLaunch(t, rec.ID, lr, scopes, rec)
@@ -157,28 +157,11 @@ func (s *Service) relaunch(rec *runtime.RunRecord, t *turn) (turned <-chan struc
 		}
 		return nil, nil // its messages are written: they were with the reservation
 	}
-	ch := make(chan struct{})
-	var once sync.Once
-	queued := func() { once.Do(func() { close(ch) }) }
-	l.placed = queued // waiting in the chat's line
-	exec := l.exec
-	l.exec = func(ctx context.Context, sink runtime.EventSink, writes []any) (*runtime.RunResult, error) {
-		queued() // holding the chat's turn (launch calls exec once)
-		return exec(ctx, sink, writes)
-	}
 	if err := s.launch(context.Background(), l); err != nil {
-		return nil, err
+		return err
 	}
 	s.log.Info("recovery: started a queued turn whose process died", "run", rec.ID, "chat", rec.ChatID, "message", t.assistant.ID)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-ch:
-		case <-lr.done:
-		}
-	}()
-	return done, nil
+	return nil
 }
 
 // settleReservations takes up the runs reserved by turns whose process
@@ -283,16 +266,10 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 			s.failRun(ctx, nil, rec, cause)
 			continue
 		}
-		turned, err := s.relaunch(rec, t)
-		if err != nil {
+		if err := s.relaunch(rec, t); err != nil {
 			// Bound elsewhere (that process starts it), started meanwhile,
 			// or not admitted now: a later pass looks again.
 			s.log.Debug("recovery: queued turn not started here", "run", rec.ID, "err", err)
-			return
-		}
-		select {
-		case <-turned:
-		case <-ctx.Done():
 			return
 		}
 	}

@@ -360,3 +360,41 @@ func TestInterruptQueuedWhenItsProcessDiedInterrupts(t *testing.T) {
 		})
 	}
 }
+
+// slowPlacing is a chat queue whose runs take their place in a chat's
+// line only after a delay, as across processes (a Redis round trip, a
+// loaded server).
+type slowPlacing struct{ runcontrol.ChatQueue }
+
+func (q slowPlacing) Acquire(ctx context.Context, chatID, runID string, s runcontrol.Strategy) (*runcontrol.Turn, error) {
+	if s != runcontrol.Reject {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return q.ChatQueue.Acquire(ctx, chatID, runID, s)
+}
+
+// A message that waits for its chat's turn is answered once it has its
+// place in the chat's line, not before: a message sent after the answer,
+// through any process sharing the queue, queues behind it — and so does
+// one sent while its process is dead, since recovery starts the turn
+// again in that place. (Before, the place was taken after the answer,
+// and a process killed in between left the next message ahead of it.)
+func TestQueuedMessageIsAnsweredOncePlaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	runs := memory.New()
+	var q runcontrol.ChatQueue
+	f := newFixture(t, runs, chatmemory.New(runs), runtime.Config{}, func(c *chat.Config) {
+		q = runcontrol.NewMemoryChatQueue(c.Control)
+		c.Queue = slowPlacing{q}
+	})
+	_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
+	first := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six"})
+	f.streamed(first.RunID)
+	second := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "seven", Strategy: runcontrol.Enqueue})
+	_, err := q.Acquire(ctx, chatID, "probe", runcontrol.Reject)
+	var busy *runcontrol.BusyError
+	require.ErrorAs(t, err, &busy)
+	require.Equal(t, []string{first.RunID, second.RunID}, busy.RunIDs, "the answered message is in the line")
+	require.Equal(t, chat.StatusCompleted, f.settled(chatID, second.MessageID).Status)
+}

@@ -354,7 +354,9 @@ type launch struct {
 	// failStart ends a run that could not start (nil: log only).
 	failStart func(ctx context.Context, cause error)
 	// placed, when set, is called once the run has its place in its
-	// chat's line, waiting behind the turn's holder (runcontrol.WithPlaced).
+	// chat's line, waiting behind the turn's holder (runcontrol.WithPlaced),
+	// and again once its wait is over (it holds the turn, or will not);
+	// it must bear being called more than once.
 	placed func()
 }
 
@@ -398,7 +400,28 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 	s.pub.RunOpened(lr, l.afterSeq)
 	ok = true
 	if len(writes) == 0 {
+		if held != nil || lr.ChatID == "" {
+			go s.run(bound, release, held, l, nil, nil)
+			return nil
+		}
+		// The run waits for its chat's turn: the call is answered once
+		// it has its place in the chat's line (or the turn, or ended), so
+		// that a message sent after the answer queues behind it in every
+		// process sharing the queue, its process dying included.
+		placed := make(chan struct{})
+		var once sync.Once
+		then := l.placed
+		l.placed = func() {
+			once.Do(func() { close(placed) })
+			if then != nil {
+				then()
+			}
+		}
 		go s.run(bound, release, held, l, nil, nil)
+		select {
+		case <-placed:
+		case <-ctx.Done():
+		}
 		return nil
 	}
 	begun := make(chan error, 1)
@@ -473,6 +496,9 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 			acq = runcontrol.WithPlaced(bound, l.placed)
 		}
 		held, err = s.queue.Acquire(acq, lr.ChatID, lr.ID, l.strategy)
+		if l.placed != nil {
+			l.placed() // the turn, or no place: the wait for a place is over
+		}
 		switch {
 		case err == nil, bound.Err() != nil:
 		case errors.Is(err, runcontrol.ErrSuperseded):

@@ -113,29 +113,50 @@ func TestFailoverKeepsTheChatsOrder(t *testing.T) {
 	a := startChild(t, env("proc-a")...)
 	b := startChild(t, env("proc-b")...)
 	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
-	var first, second map[string]any
+	first := streamingTurn(t, a.url, chatID, 40)
+	a.kill()
+	startsAfter(t, b.url, chatID, first)
+}
+
+// A message sent through B while A is down, and A had a message queued
+// behind the chat's running turn, is answered after that queued message:
+// B recovers A's run, starts A's queued turn again in its place in the
+// chat's line, and the later message waits behind it. (Before, A answered
+// the queued message before it had its place, and the queued place lived
+// only BindingTTL: the later message took the turn first.)
+func TestFailoverKeepsADeadProcesssQueuedTurnFirst(t *testing.T) {
+	env := sharedEnv(t, "1s")
+	a := startChild(t, env("proc-a")...)
+	b := startChild(t, env("proc-b")...)
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
+	first := streamingTurn(t, a.url, chatID, 40)
+	var second map[string]any
 	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
-		map[string]any{"content": strings.Repeat("word ", 40)}, &first))
+		map[string]any{"content": "queued", "multitaskStrategy": "enqueue"}, &second))
+	a.kill()
+	startsAfter(t, b.url, chatID, first, second)
+}
+
+// startsAfter sends a message to chat chatID through the server at base
+// (enqueue) and checks that its run starts only once the runs of the
+// turns before (their 202 answers) have completed, and then completes.
+func startsAfter(t *testing.T, base, chatID string, before ...map[string]any) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	evs, err := follow(ctx, a.url, first["runId"].(string), 0)
-	require.NoError(t, err)
-	for ev := range evs {
-		if ev.Type == "node_delta" {
-			break
-		}
-	}
-	a.kill()
-	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/messages",
-		map[string]any{"content": "later", "multitaskStrategy": "enqueue"}, &second))
-	later, err := follow(ctx, b.url, second["runId"].(string), 0)
+	var tk map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", base+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "later", "multitaskStrategy": "enqueue"}, &tk))
+	later, err := follow(ctx, base, tk["runId"].(string), 0)
 	require.NoError(t, err)
 	ev, ok := <-later
 	require.True(t, ok)
 	require.Equal(t, "run_started", ev.Type)
-	var run map[string]any
-	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/runs/"+first["runId"].(string), nil, &run))
-	require.Equal(t, "completed", run["status"], "the later message started once the first had ended")
+	for _, b := range before {
+		var run map[string]any
+		require.Equal(t, http.StatusOK, call(t, "GET", base+"/api/v1/runs/"+b["runId"].(string), nil, &run))
+		require.Equal(t, "completed", run["status"], "the later message started once run %s had ended", b["runId"])
+	}
 	for ev := range later {
 		if ev.Type == "run_completed" {
 			return

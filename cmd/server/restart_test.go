@@ -300,18 +300,8 @@ func TestRestartAnswersAQueuedMessage(t *testing.T) {
 func testRestartQueued(t *testing.T, env ...string) {
 	a := startChild(t, env...)
 	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
-	var first, second map[string]any
-	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
-		map[string]any{"content": strings.Repeat("word ", 20)}, &first))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	evs, err := follow(ctx, a.url, first["runId"].(string), 0)
-	require.NoError(t, err)
-	for ev := range evs {
-		if ev.Type == "node_delta" {
-			break
-		}
-	}
+	first := streamingTurn(t, a.url, chatID, 20)
+	var second map[string]any
 	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
 		map[string]any{"content": "later", "multitaskStrategy": "enqueue"}, &second))
 	a.kill()
@@ -348,4 +338,25 @@ func testRestartQueued(t *testing.T, env ...string) {
 	require.Equal(t, "completed", run1.Status)
 	require.Equal(t, "completed", run2.Status, "the queued run, as reserved, answered")
 	require.False(t, run2.CreatedAt.Before(run1.UpdatedAt), "the queued run started after the first ended")
+}
+
+// streamingTurn sends a message of words words to chat chatID through the
+// server at base and returns its 202 answer once its run has streamed a
+// delta.
+func streamingTurn(t *testing.T, base, chatID string, words int) map[string]any {
+	t.Helper()
+	var tk map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", base+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("word ", words)}, &tk))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	evs, err := follow(ctx, base, tk["runId"].(string), 0)
+	require.NoError(t, err)
+	for ev := range evs {
+		if ev.Type == "node_delta" {
+			return tk
+		}
+	}
+	t.Fatalf("run %s streamed no delta", tk["runId"])
+	return nil
 }
