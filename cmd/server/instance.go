@@ -63,13 +63,16 @@ func (c *config) bindingTTL() time.Duration {
 }
 
 // turnTTL is how long a dead process's chat turns, and its runs' places
-// in their chats' lines, outlive it: past its runs' lease TTL and two
+// in their chats' lines, outlive it: past its runs' lease TTL and three
 // recovery passes, so that a run recovered by another process (or by this
 // one restarted) takes its chat's turn back, and a turn it had queued
-// behind (started again in the same pass) its place, before a run queued
-// after them would take the turn and overtake them.
+// behind its place, before a run queued after them would take the turn
+// and overtake them. The queued turn is started again by the pass that
+// recovers the run ahead of it, or by the next one when its binding
+// outlived that run's lease (a binding lasts up to a lease TTL too); the
+// third pass is to spare.
 func (c *config) turnTTL() time.Duration {
-	return max(c.leaseTTL, 0) + 2*c.recoveryInterval()
+	return max(c.leaseTTL, 0) + 3*c.recoveryInterval()
 }
 
 // claimInstance sets c.owner: with SQLite it locks the state dir (unlock
