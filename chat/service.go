@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"chatgraph/nodes/tools"
@@ -145,13 +144,12 @@ type Service struct {
 	cancelBase context.CancelFunc
 
 	// starting holds a place for each chat call starting (nil: no
-	// bound, Config.MaxStartingTurns or BusyStartingTurns); waiting
-	// counts the calls waiting for one. With lag set (BusyStartingTurns),
-	// a call takes a place only while lag is over busyLag or calls wait.
-	starting chan struct{}
+	// bound, Config.MaxStartingTurns or BusyStartingTurns). With lag set
+	// (BusyStartingTurns), a call takes a place only while lag is over
+	// busyLag or calls wait.
+	starting *startGate
 	busyLag  time.Duration
 	lag      func() time.Duration // the engine's CommitLag
-	waiting  atomic.Int64
 
 	// refused backs off the recovery of runs whose writes were refused
 	// (backoff.go).
@@ -227,9 +225,9 @@ func New(cfg Config) (*Service, error) {
 		perClient: map[string]int{}}
 	switch {
 	case cfg.MaxStartingTurns > 0:
-		s.starting = make(chan struct{}, cfg.MaxStartingTurns)
+		s.starting = newStartGate(cfg.MaxStartingTurns)
 	case cfg.BusyStartingTurns > 0:
-		s.starting = make(chan struct{}, cfg.BusyStartingTurns)
+		s.starting = newStartGate(cfg.BusyStartingTurns)
 		s.busyLag, s.lag = cfg.BusyCommitLag, cfg.Engine.CommitLag
 	}
 	if j, ok := cfg.Store.(Joiner); ok && cfg.Engine.JoinsWrites() {

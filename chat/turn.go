@@ -287,26 +287,20 @@ func (s *Service) turnLaunch(t *turn, runID string, lr *LiveRun, scopes []runcon
 // in the order the calls came, and returns the function that gives it
 // back; or ctx's error if ctx ends first.
 func (s *Service) enterStart(ctx context.Context) (func(), error) {
-	if s.starting == nil || s.lag != nil && s.waiting.Load() == 0 && s.lag() <= s.busyLag {
+	if s.starting == nil || s.lag != nil && s.starting.waiting.Load() == 0 && s.lag() <= s.busyLag {
 		return func() {}, nil
 	}
-	select {
-	case s.starting <- struct{}{}:
-	default:
-		s.waiting.Add(1)
-		defer s.waiting.Add(-1)
-		select {
-		case s.starting <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return func() { <-s.starting }, nil
+	return s.starting.enter(ctx)
 }
 
 // StartsWaiting is how many chat calls wait for a place among those
 // starting at once (Config.MaxStartingTurns).
-func (s *Service) StartsWaiting() int64 { return s.waiting.Load() }
+func (s *Service) StartsWaiting() int64 {
+	if s.starting == nil {
+		return 0
+	}
+	return s.starting.waiting.Load()
+}
 
 func newLiveRun(id, chatID, messageID string, g *runtime.Graph) *LiveRun {
 	lr := &LiveRun{ID: id, ChatID: chatID, MessageID: messageID, nodeTypes: make(map[string]string, len(g.Nodes)), done: make(chan struct{})}
