@@ -238,7 +238,10 @@ type placedKey struct{}
 // the turn's holder), before it waits for the turn — and not when the
 // turn is granted at once or refused. A caller that starts several turns
 // of one chat in order (recovery, starting the queued turns of a process
-// that died) so waits for each to be placed rather than granted.
+// that died) so waits for each to be placed rather than granted, and the
+// chat service answers a call that waits for its turn once it is placed.
+// An implementation that never calls it makes those waits last until the
+// turn is granted.
 func WithPlaced(ctx context.Context, placed func()) context.Context {
 	return context.WithValue(ctx, placedKey{}, placed)
 }
