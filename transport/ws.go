@@ -470,7 +470,12 @@ func (wc *wsConn) ping() {
 	if wc.ctx.Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(wc.ctx, wc.s.cfg.WSPing)
+	// Not under wc.ctx: coder/websocket closes the connection at once
+	// when a write's context ends during the write, and the pings of one
+	// connection follow each other WSPing apart — a ping being written as
+	// the connection is closed for a reason (the ping before it timed out,
+	// say) would cut off the close frame that gives the reason.
+	ctx, cancel := context.WithTimeout(context.Background(), wc.s.cfg.WSPing)
 	defer cancel()
 	if err := wc.conn.Ping(ctx); err != nil && wc.ctx.Err() == nil {
 		wc.close(ClosePingTimeout, "ping timed out")
