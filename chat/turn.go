@@ -347,10 +347,10 @@ type launch struct {
 	finish func(ctx context.Context, res *runtime.RunResult, err error)
 	// failStart ends a run that could not start (nil: log only).
 	failStart func(ctx context.Context, cause error)
-	// placed, when set, is called once the run has its place in its
-	// chat's line, waiting behind the turn's holder (runcontrol.WithPlaced),
-	// and again once its wait is over (it holds the turn, or will not);
-	// it must bear being called more than once.
+	// placed is set by launch for a run that waits for its chat's turn:
+	// run calls it once the run has its place in the chat's line, behind
+	// the turn's holder (runcontrol.WithPlaced), and again once its wait
+	// is over (it holds the turn, or will not).
 	placed func()
 }
 
@@ -404,13 +404,7 @@ func (s *Service) launch(ctx context.Context, l launch) error {
 		// process sharing the queue, its process dying included.
 		placed := make(chan struct{})
 		var once sync.Once
-		then := l.placed
-		l.placed = func() {
-			once.Do(func() { close(placed) })
-			if then != nil {
-				then()
-			}
-		}
+		l.placed = func() { once.Do(func() { close(placed) }) }
 		go s.run(bound, release, held, l, nil, nil)
 		select {
 		case <-placed:

@@ -83,10 +83,12 @@ if holder == run or (not holder and (#waiting == 0 or waiting[1] == run)) then
   take(run, token, hold)
   return {'granted'}
 end
-local mine = redis.call('ZSCORE', wk, run)
-local ahead = {}
+local ahead, mine = {}, false
 for _, r in ipairs(waiting) do
-  if r == run then break end
+  if r == run then
+    mine = true
+    break
+  end
   ahead[#ahead + 1] = r
 end
 local line = {}
