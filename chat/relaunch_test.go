@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,9 +130,32 @@ func TestQueuedTurnOfADeadProcessRuns(t *testing.T) {
 	}
 }
 
+// leavingQueue is the memory chat queue with runcontrol.Leaver, keeping
+// what was asked to leave (a queue whose places outlive their process
+// frees them on Leave: runcontrol/redis's test shows that).
+type leavingQueue struct {
+	*runcontrol.MemoryChatQueue
+	mu   sync.Mutex
+	left []string // chat/run
+}
+
+func (q *leavingQueue) Leave(_ context.Context, chatID, runID string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.left = append(q.left, chatID+"/"+runID)
+	return nil
+}
+
+func (q *leavingQueue) lefts() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.left)
+}
+
 // A reservation recovery cannot start again — one an older build wrote,
 // without what its turn needs, or a continue whose run is gone — is
-// failed with code lost, as before.
+// failed with code lost, as before, and leaves its chat's line (a place
+// the dead process's queue kept for it would hold up the turns behind).
 func TestUnrebuildableReservationIsLost(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends {
@@ -138,7 +163,11 @@ func TestUnrebuildableReservationIsLost(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			runs, chats := b.open(t)
-			f := newFixture(t, runs, chats, runtime.Config{})
+			queue := &leavingQueue{}
+			f := newFixture(t, runs, chats, runtime.Config{}, func(c *chat.Config) {
+				queue.MemoryChatQueue = runcontrol.NewMemoryChatQueue(c.Control)
+				c.Queue = queue
+			})
 			_, chatID := f.chatOn(`{"name":"Helper"}`)
 			now := time.Now().UTC()
 			reserve := func(runID string, kind chat.Kind, parent string, input any) string {
@@ -152,9 +181,12 @@ func TestUnrebuildableReservationIsLost(t *testing.T) {
 						CreatedAt: now, UpdatedAt: now}}))
 				return asst.ID
 			}
-			old := reserve(chat.NewID("r_"), chat.KindStreamChat, "", nil)
-			gone := reserve(chat.NewID("r_"), chat.KindContinueMessage, "r_gone", map[string]any{"queued": 1, "resume": "yes"})
+			oldRun, goneRun := chat.NewID("r_"), chat.NewID("r_")
+			old := reserve(oldRun, chat.KindStreamChat, "", nil)
+			gone := reserve(goneRun, chat.KindContinueMessage, "r_gone", map[string]any{"queued": 1, "resume": "yes"})
 			f.svc.Start(ctx)
+			require.Eventually(t, func() bool { return len(queue.lefts()) == 2 }, 5*time.Second, 5*time.Millisecond)
+			require.ElementsMatch(t, []string{chatID + "/" + oldRun, chatID + "/" + goneRun}, queue.lefts(), "each lost run left its chat's line")
 			for _, id := range []string{old, gone} {
 				m := f.settled(chatID, id)
 				require.Equal(t, chat.StatusFailed, m.Status)

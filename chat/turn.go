@@ -1196,8 +1196,10 @@ func answer(res *runtime.RunResult, g *runtime.Graph, entries []string) (string,
 // chat queue failed, or its process died before it began) the way every
 // run ends: a run record (over its reservation) and a log of run_started
 // then run_failed, so its subscribers are never left waiting, and a
-// failed message. lr is nil when the run is not live here.
-func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRecord, cause error) {
+// failed message. lr is nil when the run is not live here. It reports
+// whether it ended the run (false: the run was settled or started
+// elsewhere meanwhile).
+func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRecord, cause error) bool {
 	// The message a client may read: never an internal error's text.
 	msg, code := "internal error", "start_failed"
 	var ge *runtime.GraphError
@@ -1231,7 +1233,7 @@ func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRec
 	if err := s.runs.CreateRun(ctx, &rec); err != nil {
 		// Someone else settled or started it: leave it to them.
 		s.log.Warn("recording a run that could not start", "run", rec.ID, "err", err)
-		return
+		return false
 	}
 	if err := s.runs.AppendEvents(ctx, rec.ID, rec.Token, evs); err != nil {
 		s.log.Error("logging a run that could not start", "run", rec.ID, "err", err)
@@ -1248,6 +1250,7 @@ func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRec
 			s.pub.RunEvent(lr, ev)
 		}
 	}
+	return true
 }
 
 func orEmpty(s []string) []string {

@@ -150,6 +150,19 @@ redis.call('PUBLISH', b..':turn', chat)
 return 1
 `)
 
+// leaveScript: ARGV chat, run. A run that will never take its turn
+// leaves the line for good: its place, a supersede waiting for it, and
+// the turn if it holds it (a process that died while it did).
+var leaveScript = goredis.NewScript(queuePrelude + `
+local run = ARGV[2]
+redis.call('ZREM', wk, run)
+redis.call('ZREM', xk, run)
+redis.call('DEL', b..':qs:'..run)
+if redis.call('HGET', hk, 'run') == run then redis.call('DEL', hk) end
+redis.call('PUBLISH', b..':turn', chat)
+return 1
+`)
+
 // releaseTurnScript: ARGV chat, token.
 var releaseTurnScript = goredis.NewScript(queuePrelude + `
 if redis.call('HGET', hk, 'token') ~= ARGV[2] then return 0 end
@@ -196,7 +209,10 @@ type ChatQueue struct {
 
 type heldTurn struct{ chat, run string }
 
-var _ runcontrol.ChatQueue = (*ChatQueue)(nil)
+var (
+	_ runcontrol.ChatQueue = (*ChatQueue)(nil)
+	_ runcontrol.Leaver    = (*ChatQueue)(nil)
+)
 
 // NewChatQueue subscribes to the turn channel of ctl's prefix and starts
 // the lease loop. It uses ctl's client, prefix, PollInterval and TurnTTL
@@ -326,6 +342,17 @@ func (q *ChatQueue) abandon(chatID, runID string) {
 	if err := abandonScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID).Err(); err != nil {
 		q.ctl.log.Warn("chat queue: leave line (the place expires by itself)", "chat", chatID, "run", runID, "err", err)
 	}
+}
+
+// Leave implements runcontrol.Leaver.
+func (q *ChatQueue) Leave(ctx context.Context, chatID, runID string) error {
+	if err := runcontrol.CheckAcquire(chatID, runID, runcontrol.Enqueue); err != nil {
+		return err
+	}
+	if err := leaveScript.Run(ctx, q.ctl.rdb, q.keys(), chatID, runID).Err(); err != nil {
+		return fmt.Errorf("runcontrol/redis: run %s leaves the line of chat %s: %w", runID, chatID, err)
+	}
+	return nil
 }
 
 func (q *ChatQueue) watch(chatID string) chan struct{} {

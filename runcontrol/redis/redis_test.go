@@ -651,6 +651,79 @@ func TestChatQueueDeadWaiter(t *testing.T) {
 	}
 }
 
+// TestChatQueueLeaveFreesADeadProcesssPlaces: a dead process's place in
+// the line, and its held turn, would each keep the runs behind them
+// waiting for a TurnTTL; Leave, for a run that will never take its turn,
+// frees them at once. Leaving a run with no place changes nothing.
+func TestChatQueueLeaveFreesADeadProcesssPlaces(t *testing.T) {
+	t.Parallel()
+	prefix := newPrefix(t)
+	client := newClient(t, "")
+	a := newController(t, client, Config{Prefix: prefix, PollInterval: time.Hour, TurnTTL: time.Minute})
+	qa := newQueue(t, a)
+	acquire := func(run string) <-chan error {
+		ctx, rel, err := a.Bind(t.Context(), run)
+		require.NoError(t, err)
+		got := make(chan error, 1)
+		go func() {
+			defer rel()
+			turn, err := qa.Acquire(ctx, "c1", run, runcontrol.Enqueue)
+			if err == nil {
+				turn.Release()
+			}
+			got <- err
+		}()
+		return got
+	}
+	granted := func(got <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-got:
+			require.NoError(t, err, what)
+		case <-time.After(5 * time.Second):
+			t.Fatal(what + ": not granted")
+		}
+	}
+	waiting := func(got <-chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-got:
+			t.Fatalf("%s: granted (%v) while a dead process's place is ahead", what, err)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+
+	// A dead process holds the turn (a minute) and has a run queued after
+	// it (a minute): r1, queued behind both, waits.
+	res, err := acquireScript.Run(t.Context(), client, []string{a.base}, "c1", "dead-holder", "dead-holder/x", "enqueue", 60000, 60000).StringSlice()
+	require.NoError(t, err)
+	require.Equal(t, []string{"granted"}, res)
+	res, err = acquireScript.Run(t.Context(), client, []string{a.base}, "c1", "dead-waiter", "dead-waiter/x", "enqueue", 60000, 60000).StringSlice()
+	require.NoError(t, err)
+	require.Equal(t, []string{"queued"}, res)
+	r1 := acquire("r1")
+	waiting(r1, "r1 behind the dead holder")
+
+	require.NoError(t, qa.Leave(t.Context(), "c1", "dead-holder"))
+	waiting(r1, "r1 behind the dead waiter")
+	require.NoError(t, qa.Leave(t.Context(), "c1", "dead-waiter"))
+	granted(r1, "r1 once both left")
+
+	// Leaving is for good, and a run with no place leaves nothing else.
+	require.NoError(t, qa.Leave(t.Context(), "c1", "dead-waiter"))
+	ctx2, rel2, err := a.Bind(t.Context(), "r2")
+	require.NoError(t, err)
+	defer rel2()
+	t2, err := qa.Acquire(ctx2, "c1", "r2", runcontrol.Enqueue)
+	require.NoError(t, err)
+	require.NoError(t, qa.Leave(t.Context(), "c1", "nobody"))
+	r3 := acquire("r3")
+	waiting(r3, "r3 behind r2, which holds the turn")
+	t2.Release()
+	granted(r3, "r3 after r2")
+	require.Error(t, qa.Leave(t.Context(), "", "r3"), "a chat id is required")
+}
+
 func benchController(b *testing.B) *Controller {
 	client := goredis.NewClient(&goredis.Options{Addr: redisAddr()})
 	b.Cleanup(func() { _ = client.Close() })
