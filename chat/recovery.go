@@ -35,6 +35,9 @@ var errLost = errors.New("lost: the server stopped before the run started")
 //     message too);
 //   - messages of runs whose process died after the run ended and before
 //     it wrote them are written from the run's record and checkpoints;
+//   - a chat turn whose holder ended in a process that died before it
+//     released the turn is freed when runs of this process wait for it
+//     (sweepEndedHolders; a queue that keeps turns past their process);
 //   - runs the previous process cancelled at shutdown are continued in
 //     new runs, once;
 //   - finished runs older than Retention are deleted, at once and every
@@ -65,6 +68,7 @@ func (s *Service) Start(ctx context.Context) int {
 				s.recoverExpired(loopCtx)
 				s.settleReservations(loopCtx)
 				s.settleMessages(loopCtx)
+				s.sweepEndedHolders(loopCtx)
 			}
 		}()
 	}

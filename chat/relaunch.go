@@ -277,13 +277,13 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 
 // failLost fails rec, the reservation of a turn whose process died, with
 // cause (errLost), and takes the run out of its chat's line: a place a
-// queue keeps past its process (runcontrol.Leaver) would otherwise hold
+// queue keeps past its process (runcontrol.Lingering) would otherwise hold
 // up the turns behind it until it expired.
 func (s *Service) failLost(ctx context.Context, rec *runtime.RunRecord, cause error) {
 	if !s.failRun(ctx, nil, rec, cause) || rec.ChatID == "" {
 		return
 	}
-	if l, ok := s.queue.(runcontrol.Leaver); ok {
+	if l, ok := s.queue.(runcontrol.Lingering); ok {
 		if err := l.Leave(ctx, rec.ChatID, rec.ID); err != nil {
 			s.log.Warn("recovery: a lost turn's place in its chat's line (it expires by itself)", "run", rec.ID, "chat", rec.ChatID, "err", err)
 		}

@@ -130,7 +130,7 @@ func TestQueuedTurnOfADeadProcessRuns(t *testing.T) {
 	}
 }
 
-// leavingQueue is the memory chat queue with runcontrol.Leaver, keeping
+// leavingQueue is the memory chat queue as a runcontrol.Lingering, keeping
 // what was asked to leave (a queue whose places outlive their process
 // frees them on Leave: runcontrol/redis's test shows that).
 type leavingQueue struct {
@@ -145,6 +145,9 @@ func (q *leavingQueue) Leave(_ context.Context, chatID, runID string) error {
 	q.left = append(q.left, chatID+"/"+runID)
 	return nil
 }
+
+// Holder: the memory queue's turns die with their process, none lingers.
+func (q *leavingQueue) Holder(context.Context, string) (string, error) { return "", nil }
 
 func (q *leavingQueue) lefts() []string {
 	q.mu.Lock()

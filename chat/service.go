@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"chatgraph/nodes/tools"
@@ -35,6 +36,9 @@ type LiveRun struct {
 	// counted: the run counts against MaxRuns, MaxRunsPerChat and
 	// MaxRunsPerClient (Service.mu).
 	counted bool
+	// waitingSince is when the run began to wait for its chat's turn
+	// (Unix nanoseconds; 0 while it does not wait).
+	waitingSince atomic.Int64
 }
 
 // NodeType returns the type of a node of the run's graph.
@@ -154,6 +158,7 @@ type Service struct {
 	// refused backs off the recovery of runs whose writes were refused
 	// (backoff.go).
 	refused refusals
+	holders endedHolders
 
 	mu        sync.Mutex
 	closing   bool

@@ -483,7 +483,9 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 		if l.placed != nil {
 			acq = runcontrol.WithPlaced(bound, l.placed)
 		}
+		lr.waitingSince.Store(time.Now().UnixNano())
 		held, err = s.queue.Acquire(acq, lr.ChatID, lr.ID, l.strategy)
+		lr.waitingSince.Store(0)
 		if l.placed != nil {
 			l.placed() // the turn, or no place: the wait for a place is over
 		}

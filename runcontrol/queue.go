@@ -113,17 +113,22 @@ type ChatQueue interface {
 	Acquire(ctx context.Context, chatID, runID string, s Strategy) (*Turn, error)
 }
 
-// Leaver is implemented by a ChatQueue whose places in a chat's line
+// Lingering is implemented by a ChatQueue whose places in a chat's line
 // outlive the process that took them (runcontrol/redis: a waiter's place
 // and a held turn last a TurnTTL after their process died, so that the
-// run can take them back when it is started again elsewhere). Leave takes
-// runID out of chatID's line for good — its place, and the turn if it
-// holds it — for a run that will never take its turn: recovery failing
-// a queued turn of a process that died, which would otherwise keep the
-// runs behind it waiting until its place expired. The run must not be
-// waiting or holding the turn in a live process. Idempotent; a run with
-// no place is no error.
-type Leaver interface {
+// run can take them back when it is recovered or started again
+// elsewhere). What such a process left for a run that will never take
+// its turn again would keep the runs behind it waiting until it expired;
+// the chat service's recovery frees it with these.
+type Lingering interface {
+	// Holder returns the run holding chatID's turn, "" when none does.
+	Holder(ctx context.Context, chatID string) (string, error)
+	// Leave takes runID out of chatID's line for good — its place, and
+	// the turn if it holds it — for a run that will never take its turn
+	// (a queued turn recovery fails, a holder whose run ended in a
+	// process that died before it released the turn). The run must not
+	// be waiting or holding the turn in a live process. Idempotent; a run
+	// with no place is no error.
 	Leave(ctx context.Context, chatID, runID string) error
 }
 

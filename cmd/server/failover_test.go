@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -135,6 +137,38 @@ func TestFailoverKeepsADeadProcesssQueuedTurnFirst(t *testing.T) {
 		map[string]any{"content": "queued", "multitaskStrategy": "enqueue"}, &second))
 	a.kill()
 	startsAfter(t, b.url, chatID, first, second)
+}
+
+// A process that died after its run ended and before it released its
+// chat's turn leaves the turn held in Redis for a TurnTTL with nothing
+// to take it back; the next message to that chat is answered without
+// waiting that out: recovery frees a turn whose run has ended and is
+// bound nowhere. The dead holder is written into Redis as that process
+// would have left it, for two minutes. A live holder is never freed so:
+// a message queued behind a turn that streams for several recovery
+// passes (1 s each here) starts once that turn has ended.
+func TestTurnOfARunThatEndedInADeadProcessIsFreed(t *testing.T) {
+	env, prefix := sharedDeployment(t, "2s")
+	a := startChild(t, env("proc-a")...)
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":60}`)
+	first := streamingTurn(t, a.url, chatID, 60)
+	startsAfter(t, a.url, chatID, first)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts, err := goredis.ParseURL(redisURL())
+	require.NoError(t, err)
+	rdb := goredis.NewClient(opts)
+	defer rdb.Close()
+	turn := "{" + prefix + "}:qh:" + chatID
+	require.NoError(t, rdb.HSet(ctx, turn, "run", first["runId"], "token", first["runId"].(string)+"/dead").Err())
+	require.NoError(t, rdb.PExpire(ctx, turn, 2*time.Minute).Err())
+
+	startsAfter(t, a.url, chatID) // within its minute, not the two the dead turn had left
+	require.Eventually(t, func() bool { // the later run releases it just after its end
+		_, err := rdb.HGet(ctx, turn, "run").Result()
+		return errors.Is(err, goredis.Nil)
+	}, 10*time.Second, 10*time.Millisecond, "the chat's turn is free")
 }
 
 // startsAfter sends a message to chat chatID through the server at base

@@ -62,12 +62,19 @@ func needShared(t *testing.T) (schema, prefix string) {
 // with the given lease TTL; sharedEnv(...)(id) adds the instance id.
 func sharedEnv(t *testing.T, leaseTTL string) func(id string) []string {
 	t.Helper()
+	env, _ := sharedDeployment(t, leaseTTL)
+	return env
+}
+
+// sharedDeployment is sharedEnv with the deployment's Redis key prefix.
+func sharedDeployment(t *testing.T, leaseTTL string) (env func(id string) []string, prefix string) {
+	t.Helper()
 	schema, prefix := needShared(t)
 	return func(id string) []string {
 		return []string{"CHATGRAPH_DATABASE_URL=" + pgtest.URL(), "CHATGRAPH_DATABASE_SCHEMA=" + schema,
 			"CHATGRAPH_REDIS_URL=" + redisURL(), "CHATGRAPH_REDIS_PREFIX=" + prefix,
 			"CHATGRAPH_LEASE_TTL=" + leaseTTL, "CHATGRAPH_INSTANCE_ID=" + id}
-	}
+	}, prefix
 }
 
 // Two server processes on one Postgres and one Redis: a run started on A

@@ -211,7 +211,7 @@ type heldTurn struct{ chat, run string }
 
 var (
 	_ runcontrol.ChatQueue = (*ChatQueue)(nil)
-	_ runcontrol.Leaver    = (*ChatQueue)(nil)
+	_ runcontrol.Lingering = (*ChatQueue)(nil)
 )
 
 // NewChatQueue subscribes to the turn channel of ctl's prefix and starts
@@ -344,7 +344,22 @@ func (q *ChatQueue) abandon(chatID, runID string) {
 	}
 }
 
-// Leave implements runcontrol.Leaver.
+// Holder implements runcontrol.Lingering.
+func (q *ChatQueue) Holder(ctx context.Context, chatID string) (string, error) {
+	if err := runcontrol.ChatScope(chatID).Validate(); err != nil {
+		return "", err
+	}
+	run, err := q.ctl.rdb.HGet(ctx, q.ctl.base+":qh:"+chatID, "run").Result()
+	if errors.Is(err, goredis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("runcontrol/redis: the turn of chat %s: %w", chatID, err)
+	}
+	return run, nil
+}
+
+// Leave implements runcontrol.Lingering.
 func (q *ChatQueue) Leave(ctx context.Context, chatID, runID string) error {
 	if err := runcontrol.CheckAcquire(chatID, runID, runcontrol.Enqueue); err != nil {
 		return err

@@ -655,6 +655,7 @@ func TestChatQueueDeadWaiter(t *testing.T) {
 // the line, and its held turn, would each keep the runs behind them
 // waiting for a TurnTTL; Leave, for a run that will never take its turn,
 // frees them at once. Leaving a run with no place changes nothing.
+// Holder names the turn's holder.
 func TestChatQueueLeaveFreesADeadProcesssPlaces(t *testing.T) {
 	t.Parallel()
 	prefix := newPrefix(t)
@@ -703,8 +704,14 @@ func TestChatQueueLeaveFreesADeadProcesssPlaces(t *testing.T) {
 	require.Equal(t, []string{"queued"}, res)
 	r1 := acquire("r1")
 	waiting(r1, "r1 behind the dead holder")
+	holder, err := qa.Holder(t.Context(), "c1")
+	require.NoError(t, err)
+	require.Equal(t, "dead-holder", holder)
 
 	require.NoError(t, qa.Leave(t.Context(), "c1", "dead-holder"))
+	holder, err = qa.Holder(t.Context(), "c1")
+	require.NoError(t, err)
+	require.Empty(t, holder, "the dead holder left; the dead waiter is first but cannot take the turn")
 	waiting(r1, "r1 behind the dead waiter")
 	require.NoError(t, qa.Leave(t.Context(), "c1", "dead-waiter"))
 	granted(r1, "r1 once both left")
@@ -717,11 +724,16 @@ func TestChatQueueLeaveFreesADeadProcesssPlaces(t *testing.T) {
 	t2, err := qa.Acquire(ctx2, "c1", "r2", runcontrol.Enqueue)
 	require.NoError(t, err)
 	require.NoError(t, qa.Leave(t.Context(), "c1", "nobody"))
+	holder, err = qa.Holder(t.Context(), "c1")
+	require.NoError(t, err)
+	require.Equal(t, "r2", holder)
 	r3 := acquire("r3")
 	waiting(r3, "r3 behind r2, which holds the turn")
 	t2.Release()
 	granted(r3, "r3 after r2")
 	require.Error(t, qa.Leave(t.Context(), "", "r3"), "a chat id is required")
+	_, err = qa.Holder(t.Context(), "")
+	require.Error(t, err, "a chat id is required")
 }
 
 func benchController(b *testing.B) *Controller {

@@ -1,0 +1,91 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"chatgraph/runcontrol"
+	"chatgraph/runtime"
+)
+
+// A chat's turn outlives the process holding it (runcontrol.Lingering:
+// Redis keeps a held turn a TurnTTL, 30 s at the server's defaults), so
+// that a run recovered elsewhere takes its turn back before a run queued
+// after it does. A process that dies after its run ended and before it
+// released the turn leaves a turn nothing will take back: every run
+// queued in the chat would wait out the TurnTTL. Each recovery pass
+// therefore looks at the chats in which runs of this process have waited
+// for the turn a RecoveryInterval or more, and frees a turn whose holder
+// has ended (or is gone) and is bound in no process — once it has seen
+// the same holder so at two passes in a row: a live process releases the
+// turn within milliseconds of its run's end (its binding is released a
+// little before the turn), so a holder still there a pass later belongs
+// to a process that died.
+
+// endedHolders is what the last sweep saw: chat -> the ended run that
+// held its turn. mu also keeps two sweeps from overlapping.
+type endedHolders struct {
+	mu   sync.Mutex
+	seen map[string]string
+}
+
+// sweepEndedHolders frees the turns of the chats this process waits in
+// whose holder ended in a process that died (see above); it returns how
+// many it freed.
+func (s *Service) sweepEndedHolders(ctx context.Context) int {
+	q, ok := s.queue.(runcontrol.Lingering)
+	if !ok {
+		return 0
+	}
+	s.holders.mu.Lock()
+	defer s.holders.mu.Unlock()
+	now := time.Now()
+	waitedSince := now.Add(-s.cfg.RecoveryInterval).UnixNano()
+	s.mu.Lock()
+	var chats []string
+	for _, lr := range s.live {
+		if since := lr.waitingSince.Load(); since != 0 && since <= waitedSince && !slices.Contains(chats, lr.ChatID) {
+			chats = append(chats, lr.ChatID)
+		}
+	}
+	s.mu.Unlock()
+	seen := map[string]string{}
+	freed := 0
+	for _, chatID := range chats {
+		holder, err := q.Holder(ctx, chatID)
+		if err != nil || holder == "" || !s.endedUnbound(ctx, holder) {
+			continue
+		}
+		if s.holders.seen[chatID] != holder {
+			seen[chatID] = holder // the next pass frees it if it is still there
+			continue
+		}
+		if err := q.Leave(ctx, chatID, holder); err != nil {
+			s.log.Warn("recovery: freeing the turn an ended run held", "chat", chatID, "run", holder, "err", err)
+			continue
+		}
+		s.log.Info("recovery: freed the turn of a run that ended in a process that died", "chat", chatID, "run", holder)
+		freed++
+	}
+	s.holders.seen = seen
+	return freed
+}
+
+// endedUnbound reports whether run runID has ended, or is gone, and no
+// process has it bound; an error reading either is a no.
+func (s *Service) endedUnbound(ctx context.Context, runID string) bool {
+	if s.Live(runID) != nil {
+		return false
+	}
+	rec, err := s.runs.GetRun(ctx, runID)
+	switch {
+	case errors.Is(err, runtime.ErrRunNotFound):
+	case err != nil || !rec.Status.Finished():
+		return false
+	}
+	bound, err := s.ctl.Active(ctx, runcontrol.RunScope(runID))
+	return err == nil && len(bound) == 0
+}
