@@ -19,7 +19,8 @@ import (
 // queued in the chat would wait out the TurnTTL. Each recovery pass
 // therefore looks at the chats in which runs of this process have waited
 // for the turn a RecoveryInterval or more, and frees a turn whose holder
-// has ended (or is gone) and is bound in no process — once it has seen
+// has ended with its message settled (or is gone) and is bound in no
+// process — once it has seen
 // the same holder so at two passes in a row: a live process releases the
 // turn within milliseconds of its run's end (its binding is released a
 // little before the turn), so a holder still there a pass later belongs
@@ -56,7 +57,7 @@ func (s *Service) sweepEndedHolders(ctx context.Context) int {
 	freed := 0
 	for _, chatID := range chats {
 		holder, err := q.Holder(ctx, chatID)
-		if err != nil || holder == "" || !s.endedUnbound(ctx, holder) {
+		if err != nil || holder == "" || !s.endedUnbound(ctx, chatID, holder) {
 			continue
 		}
 		if s.holders.seen[chatID] != holder {
@@ -74,9 +75,12 @@ func (s *Service) sweepEndedHolders(ctx context.Context) int {
 	return freed
 }
 
-// endedUnbound reports whether run runID has ended, or is gone, and no
-// process has it bound; an error reading either is a no.
-func (s *Service) endedUnbound(ctx context.Context, runID string) bool {
+// endedUnbound reports whether run runID of chat chatID has ended, with
+// its message settled, or is gone, and no process has it bound; an error
+// reading any of them is a no. (A live process writes the message after
+// the run's binding is released and before the turn is: an unsettled
+// message may be its to write still; a dead one's, recovery settles.)
+func (s *Service) endedUnbound(ctx context.Context, chatID, runID string) bool {
 	if s.Live(runID) != nil {
 		return false
 	}
@@ -85,6 +89,16 @@ func (s *Service) endedUnbound(ctx context.Context, runID string) bool {
 	case errors.Is(err, runtime.ErrRunNotFound):
 	case err != nil || !rec.Status.Finished():
 		return false
+	default:
+		if mid, _ := rec.Attrs["messageId"].(string); mid != "" {
+			m, err := s.chats.GetMessage(ctx, chatID, mid)
+			if err == nil && m.RunID == runID && !m.Status.Settled() {
+				return false
+			}
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return false
+			}
+		}
 	}
 	bound, err := s.ctl.Active(ctx, runcontrol.RunScope(runID))
 	return err == nil && len(bound) == 0
