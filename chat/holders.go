@@ -20,11 +20,10 @@ import (
 // therefore looks at the chats in which runs of this process have waited
 // for the turn a RecoveryInterval or more, and frees a turn whose holder
 // has ended with its message settled (or is gone) and is bound in no
-// process — once it has seen
-// the same holder so at two passes in a row: a live process releases the
-// turn within milliseconds of its run's end (its binding is released a
-// little before the turn), so a holder still there a pass later belongs
-// to a process that died.
+// process, once it has seen the same holder so at two passes in a row:
+// a live process releases the turn within milliseconds of its run's end
+// (its binding, and the message's write, a little before the turn), so a
+// holder still there a pass later belongs to a process that died.
 
 // endedHolders is what the last sweep saw: chat -> the ended run that
 // held its turn. mu also keeps two sweeps from overlapping.
