@@ -165,7 +165,8 @@ func TestTurnOfARunThatEndedInADeadProcessIsFreed(t *testing.T) {
 	require.NoError(t, rdb.PExpire(ctx, turn, 2*time.Minute).Err())
 
 	startsAfter(t, a.url, chatID) // within its minute, not the two the dead turn had left
-	require.Eventually(t, func() bool { // the later run releases it just after its end
+	// The later run releases the turn just after its end.
+	require.Eventually(t, func() bool {
 		_, err := rdb.HGet(ctx, turn, "run").Result()
 		return errors.Is(err, goredis.Nil)
 	}, 10*time.Second, 10*time.Millisecond, "the chat's turn is free")
