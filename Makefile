@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run build test test-go bench bench-durable bench-server lint fuzz tools mcp-test-servers
+.PHONY: run build test test-go bench bench-durable bench-server lint fmt-check fuzz tools mcp-test-servers
 
 run: build
 	./bin/chatgraph server
@@ -17,7 +17,7 @@ test: web
 	$(MAKE) test-web
 	$(MAKE) test-clients
 
-test-go: mcp-test-servers
+test-go: mcp-test-servers fmt-check
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
@@ -56,8 +56,11 @@ internal/mcptest/node_modules/.package-lock.json: internal/mcptest/package-lock.
 tools:
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-lint: tools
+# fmt-check fails when gofmt would rewrite a Go file.
+fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: tools fmt-check
 	$(GO) vet ./...
 	$$($(GO) env GOPATH)/bin/staticcheck ./...
 
