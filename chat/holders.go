@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"chatgraph/runcontrol"
@@ -25,25 +24,15 @@ import (
 // (its binding, and the message's write, a little before the turn), so a
 // holder still there a pass later belongs to a process that died.
 
-// endedHolders is what the last sweep saw: chat -> the ended run that
-// held its turn. mu also keeps two sweeps from overlapping.
-type endedHolders struct {
-	mu   sync.Mutex
-	seen map[string]string
-}
-
 // sweepEndedHolders frees the turns of the chats this process waits in
 // whose holder ended in a process that died (see above); it returns how
-// many it freed.
+// many it freed. Only the recovery loop calls it.
 func (s *Service) sweepEndedHolders(ctx context.Context) int {
 	q, ok := s.queue.(runcontrol.Lingering)
 	if !ok {
 		return 0
 	}
-	s.holders.mu.Lock()
-	defer s.holders.mu.Unlock()
-	now := time.Now()
-	waitedSince := now.Add(-s.cfg.RecoveryInterval).UnixNano()
+	waitedSince := time.Now().Add(-s.cfg.RecoveryInterval).UnixNano()
 	s.mu.Lock()
 	var chats []string
 	for _, lr := range s.live {
@@ -59,7 +48,7 @@ func (s *Service) sweepEndedHolders(ctx context.Context) int {
 		if err != nil || holder == "" || !s.endedUnbound(ctx, chatID, holder) {
 			continue
 		}
-		if s.holders.seen[chatID] != holder {
+		if s.endedHolders[chatID] != holder {
 			seen[chatID] = holder // the next pass frees it if it is still there
 			continue
 		}
@@ -70,7 +59,7 @@ func (s *Service) sweepEndedHolders(ctx context.Context) int {
 		s.log.Info("recovery: freed the turn of a run that ended in a process that died", "chat", chatID, "run", holder)
 		freed++
 	}
-	s.holders.seen = seen
+	s.endedHolders = seen
 	return freed
 }
 

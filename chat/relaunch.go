@@ -197,7 +197,7 @@ func (s *Service) settleReservations(ctx context.Context) int {
 		}
 		if _, ok := queuedOf(rec); !ok || rec.ChatID == "" {
 			if !s.Bound(ctx, rec.ID) {
-				s.failLost(ctx, rec, errLost)
+				s.failRun(ctx, nil, rec, errLost)
 				n++
 			}
 			continue
@@ -263,7 +263,7 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 			if err != nil {
 				cause = fmt.Errorf("%w (%v)", errLost, err)
 			}
-			s.failLost(ctx, rec, cause)
+			s.failRun(ctx, nil, rec, cause)
 			continue
 		}
 		if err := s.relaunch(rec, t); err != nil {
@@ -271,21 +271,6 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 			// or not admitted now: a later pass looks again.
 			s.log.Debug("recovery: queued turn not started here", "run", rec.ID, "err", err)
 			return
-		}
-	}
-}
-
-// failLost fails rec, the reservation of a turn whose process died, with
-// cause (errLost), and takes the run out of its chat's line: a place a
-// queue keeps past its process (runcontrol.Lingering) would otherwise hold
-// up the turns behind it until it expired.
-func (s *Service) failLost(ctx context.Context, rec *runtime.RunRecord, cause error) {
-	if !s.failRun(ctx, nil, rec, cause) || rec.ChatID == "" {
-		return
-	}
-	if l, ok := s.queue.(runcontrol.Lingering); ok {
-		if err := l.Leave(ctx, rec.ChatID, rec.ID); err != nil {
-			s.log.Warn("recovery: a lost turn's place in its chat's line (it expires by itself)", "run", rec.ID, "chat", rec.ChatID, "err", err)
 		}
 	}
 }

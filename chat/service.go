@@ -158,7 +158,9 @@ type Service struct {
 	// refused backs off the recovery of runs whose writes were refused
 	// (backoff.go).
 	refused refusals
-	holders endedHolders
+	// endedHolders is what sweepEndedHolders last saw: chat -> the ended
+	// run holding its turn (the recovery loop's alone).
+	endedHolders map[string]string
 
 	mu        sync.Mutex
 	closing   bool

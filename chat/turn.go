@@ -1198,10 +1198,12 @@ func answer(res *runtime.RunResult, g *runtime.Graph, entries []string) (string,
 // chat queue failed, or its process died before it began) the way every
 // run ends: a run record (over its reservation) and a log of run_started
 // then run_failed, so its subscribers are never left waiting, and a
-// failed message. lr is nil when the run is not live here. It reports
-// whether it ended the run (false: the run was settled or started
-// elsewhere meanwhile).
-func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRecord, cause error) bool {
+// failed message. A run that never started never takes its turn: it
+// leaves its chat's line, where a queue that keeps places past their
+// process (runcontrol.Lingering) would otherwise hold up the turns behind
+// it until its place expired — a queued turn whose process died, say.
+// lr is nil when the run is not live here.
+func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRecord, cause error) {
 	// The message a client may read: never an internal error's text.
 	msg, code := "internal error", "start_failed"
 	var ge *runtime.GraphError
@@ -1235,7 +1237,7 @@ func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRec
 	if err := s.runs.CreateRun(ctx, &rec); err != nil {
 		// Someone else settled or started it: leave it to them.
 		s.log.Warn("recording a run that could not start", "run", rec.ID, "err", err)
-		return false
+		return
 	}
 	if err := s.runs.AppendEvents(ctx, rec.ID, rec.Token, evs); err != nil {
 		s.log.Error("logging a run that could not start", "run", rec.ID, "err", err)
@@ -1252,7 +1254,11 @@ func (s *Service) failRun(ctx context.Context, lr *LiveRun, base *runtime.RunRec
 			s.pub.RunEvent(lr, ev)
 		}
 	}
-	return true
+	if l, ok := s.queue.(runcontrol.Lingering); ok && rec.ChatID != "" {
+		if err := l.Leave(ctx, rec.ChatID, rec.ID); err != nil {
+			s.log.Warn("a run that could not start: its place in its chat's line (it expires by itself)", "run", rec.ID, "chat", rec.ChatID, "err", err)
+		}
+	}
 }
 
 func orEmpty(s []string) []string {
