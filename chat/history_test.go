@@ -160,7 +160,7 @@ func storedSize(t *testing.T, runs runtime.Store, runID string) (input, checkpoi
 			// The words' text alone: how many events carry them depends
 			// on the commits' timing (deltas emitted while one commit is
 			// written fold into one event).
-			var d struct{ Text string }
+			var d nodes.NodeDeltaData
 			b, err := json.Marshal(ev.Data)
 			require.NoError(t, err)
 			require.NoError(t, json.Unmarshal(b, &d))

@@ -2,7 +2,6 @@ package chat_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -15,36 +14,60 @@ import (
 	"chatgraph/runtime"
 )
 
-// scriptedHolders is the memory chat queue as a runcontrol.Lingering
-// whose Holder answers from a script, call by call (the last answer
-// after it ends), keeping which call each Leave followed.
-type scriptedHolders struct {
+// lingeringQueue is the memory chat queue as a runcontrol.Lingering (a
+// queue whose places outlive their process; runcontrol/redis's tests show
+// what Leave frees there): its Holder answers from script, call by call
+// (the last answer after it ends; none without a script), and it keeps
+// each Leave with how many Holder calls came before it.
+type lingeringQueue struct {
 	*runcontrol.MemoryChatQueue
 	mu     sync.Mutex
 	script []string
 	calls  int
-	leaves []string // "<calls so far>:<run>"
+	leaves []leave
 }
 
-func (q *scriptedHolders) Holder(context.Context, string) (string, error) {
+type leave struct {
+	calls     int
+	chat, run string
+}
+
+// newLingeringQueue returns the queue and the fixture option that sets it.
+func newLingeringQueue() (*lingeringQueue, func(*chat.Config)) {
+	q := &lingeringQueue{}
+	return q, func(c *chat.Config) {
+		q.MemoryChatQueue = runcontrol.NewMemoryChatQueue(c.Control)
+		c.Queue = q
+	}
+}
+
+func (q *lingeringQueue) Holder(context.Context, string) (string, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	h := q.script[min(q.calls, len(q.script)-1)]
 	q.calls++
-	return h, nil
+	if len(q.script) == 0 {
+		return "", nil
+	}
+	return q.script[min(q.calls-1, len(q.script)-1)], nil
 }
 
-func (q *scriptedHolders) Leave(_ context.Context, _, runID string) error {
+func (q *lingeringQueue) Leave(_ context.Context, chatID, runID string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.leaves = append(q.leaves, fmt.Sprintf("%d:%s", q.calls, runID))
+	q.leaves = append(q.leaves, leave{q.calls, chatID, runID})
 	return nil
 }
 
-func (q *scriptedHolders) state() (calls int, leaves []string) {
+func (q *lingeringQueue) state() []leave {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.calls, slices.Clone(q.leaves)
+	return slices.Clone(q.leaves)
+}
+
+func (q *lingeringQueue) holderCalls() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.calls
 }
 
 // Recovery frees a chat's turn whose holder has ended and is bound in
@@ -56,11 +79,8 @@ func TestEndedHolderIsFreedAtTheSecondPassThatSeesIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	runs, chats := openSQLite(t)
-	queue := &scriptedHolders{}
-	f := newFixture(t, runs, chats, runtime.Config{}, func(c *chat.Config) {
-		queue.MemoryChatQueue = runcontrol.NewMemoryChatQueue(c.Control)
-		c.Queue = queue
-	})
+	queue, withQueue := newLingeringQueue()
+	f := newFixture(t, runs, chats, runtime.Config{}, withQueue)
 	_, chatID := f.chatOn(`{"name":"Helper","tokenDelayMs":40}`)
 	first := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "one two three four five six seven eight nine ten " +
 		"eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty"})
@@ -71,10 +91,9 @@ func TestEndedHolderIsFreedAtTheSecondPassThatSeesIt(t *testing.T) {
 	f.svc.Start(ctx)
 	second := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: "later", Strategy: runcontrol.Enqueue})
 
-	require.Eventually(t, func() bool { calls, _ := queue.state(); return calls >= len(queue.script)+1 },
+	require.Eventually(t, func() bool { return queue.holderCalls() >= len(queue.script)+1 },
 		10*time.Second, 5*time.Millisecond, "the passes look at the chat its run waits in")
-	_, leaves := queue.state()
-	require.Equal(t, []string{"5:r_gone2"}, leaves, "freed once, at the second pass in a row that saw it")
+	require.Equal(t, []leave{{5, chatID, "r_gone2"}}, queue.state(), "freed once, at the second pass in a row that saw it")
 	m := f.settled(chatID, second.MessageID)
 	require.Equal(t, chat.StatusCompleted, m.Status, m.Error)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,31 +128,6 @@ func TestQueuedTurnOfADeadProcessRuns(t *testing.T) {
 	}
 }
 
-// leavingQueue is the memory chat queue as a runcontrol.Lingering, keeping
-// what was asked to leave (a queue whose places outlive their process
-// frees them on Leave: runcontrol/redis's test shows that).
-type leavingQueue struct {
-	*runcontrol.MemoryChatQueue
-	mu   sync.Mutex
-	left []string // chat/run
-}
-
-func (q *leavingQueue) Leave(_ context.Context, chatID, runID string) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.left = append(q.left, chatID+"/"+runID)
-	return nil
-}
-
-// Holder: the memory queue's turns die with their process, none lingers.
-func (q *leavingQueue) Holder(context.Context, string) (string, error) { return "", nil }
-
-func (q *leavingQueue) lefts() []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return slices.Clone(q.left)
-}
-
 // A reservation recovery cannot start again — one an older build wrote,
 // without what its turn needs, or a continue whose run is gone — is
 // failed with code lost, as before, and leaves its chat's line (a place
@@ -166,11 +139,8 @@ func TestUnrebuildableReservationIsLost(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			runs, chats := b.open(t)
-			queue := &leavingQueue{}
-			f := newFixture(t, runs, chats, runtime.Config{}, func(c *chat.Config) {
-				queue.MemoryChatQueue = runcontrol.NewMemoryChatQueue(c.Control)
-				c.Queue = queue
-			})
+			queue, withQueue := newLingeringQueue()
+			f := newFixture(t, runs, chats, runtime.Config{}, withQueue)
 			_, chatID := f.chatOn(`{"name":"Helper"}`)
 			now := time.Now().UTC()
 			reserve := func(runID string, kind chat.Kind, parent string, input any) string {
@@ -188,8 +158,15 @@ func TestUnrebuildableReservationIsLost(t *testing.T) {
 			old := reserve(oldRun, chat.KindStreamChat, "", nil)
 			gone := reserve(goneRun, chat.KindContinueMessage, "r_gone", map[string]any{"queued": 1, "resume": "yes"})
 			f.svc.Start(ctx)
-			require.Eventually(t, func() bool { return len(queue.lefts()) == 2 }, 5*time.Second, 5*time.Millisecond)
-			require.ElementsMatch(t, []string{chatID + "/" + oldRun, chatID + "/" + goneRun}, queue.lefts(), "each lost run left its chat's line")
+			lefts := func() []string {
+				var out []string
+				for _, l := range queue.state() {
+					out = append(out, l.chat+"/"+l.run)
+				}
+				return out
+			}
+			require.Eventually(t, func() bool { return len(lefts()) == 2 }, 5*time.Second, 5*time.Millisecond)
+			require.ElementsMatch(t, []string{chatID + "/" + oldRun, chatID + "/" + goneRun}, lefts(), "each lost run left its chat's line")
 			for _, id := range []string{old, gone} {
 				m := f.settled(chatID, id)
 				require.Equal(t, chat.StatusFailed, m.Status)
