@@ -156,10 +156,7 @@ func TestTurnOfARunThatEndedInADeadProcessIsFreed(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	opts, err := goredis.ParseURL(redisURL())
-	require.NoError(t, err)
-	rdb := goredis.NewClient(opts)
-	defer rdb.Close()
+	rdb := newRedis(t)
 	turn := "{" + prefix + "}:qh:" + chatID
 	require.NoError(t, rdb.HSet(ctx, turn, "run", first["runId"], "token", first["runId"].(string)+"/dead").Err())
 	require.NoError(t, rdb.PExpire(ctx, turn, 2*time.Minute).Err())

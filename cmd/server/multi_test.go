@@ -25,6 +25,16 @@ func redisURL() string {
 	return "redis://127.0.0.1:6379"
 }
 
+// newRedis is a client of the tests' Redis, closed when the test ends.
+func newRedis(t *testing.T) *goredis.Client {
+	t.Helper()
+	opts, err := goredis.ParseURL(redisURL())
+	require.NoError(t, err)
+	rdb := goredis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
 // needShared skips without Postgres and Redis, except under CI=true: a
 // fresh schema and key prefix, both dropped when the test ends.
 func needShared(t *testing.T) (schema, prefix string) {
@@ -32,10 +42,7 @@ func needShared(t *testing.T) (schema, prefix string) {
 	schema = pgtest.Schema(t, "srvtest")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	opts, err := goredis.ParseURL(redisURL())
-	require.NoError(t, err)
-	rdb := goredis.NewClient(opts)
-	defer rdb.Close()
+	rdb := newRedis(t)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("redis at %s is unreachable: %v", redisURL(), err)
@@ -46,8 +53,6 @@ func needShared(t *testing.T) (schema, prefix string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		rdb := goredis.NewClient(opts)
-		defer rdb.Close()
 		keys, _ := rdb.Keys(ctx, "{"+prefix+"}*").Result()
 		keys2, _ := rdb.Keys(ctx, prefix+"*").Result()
 		if all := append(keys, keys2...); len(all) > 0 {
