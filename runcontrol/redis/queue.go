@@ -37,10 +37,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local chat = ARGV[1]
 local hk, wk, xk = b..':qh:'..chat, b..':qw:'..chat, b..':qx:'..chat
 
+-- unqueue takes run's place out of the line.
+local function unqueue(run)
+  redis.call('ZREM', wk, run)
+  redis.call('ZREM', xk, run)
+end
+
 local function prune()
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', xk, '-inf', now)) do
-    redis.call('ZREM', wk, r)
-    redis.call('ZREM', xk, r)
+    unqueue(r)
   end
 end
 
@@ -58,8 +63,7 @@ end
 local function take(run, token, hold)
   redis.call('HSET', hk, 'run', run, 'token', token)
   redis.call('PEXPIRE', hk, hold)
-  redis.call('ZREM', wk, run)
-  redis.call('ZREM', xk, run)
+  unqueue(run)
 end
 `
 
@@ -103,8 +107,7 @@ end
 if s ~= 'enqueue' then
   for _, r in ipairs(ahead) do
     redis.call('SET', b..':qs:'..r, run, 'PX', place)
-    redis.call('ZREM', wk, r)
-    redis.call('ZREM', xk, r)
+    unqueue(r)
     line[#line + 1] = r
   end
 end
@@ -143,8 +146,7 @@ return {'waiting'}
 
 // abandonScript: ARGV chat, run. A waiter leaves the line.
 var abandonScript = goredis.NewScript(queuePrelude + `
-redis.call('ZREM', wk, ARGV[2])
-redis.call('ZREM', xk, ARGV[2])
+unqueue(ARGV[2])
 redis.call('DEL', b..':qs:'..ARGV[2])
 redis.call('PUBLISH', b..':turn', chat)
 return 1
@@ -155,8 +157,7 @@ return 1
 // the turn if it holds it (a process that died while it did).
 var leaveScript = goredis.NewScript(queuePrelude + `
 local run = ARGV[2]
-redis.call('ZREM', wk, run)
-redis.call('ZREM', xk, run)
+unqueue(run)
 redis.call('DEL', b..':qs:'..run)
 if redis.call('HGET', hk, 'run') == run then redis.call('DEL', hk) end
 redis.call('PUBLISH', b..':turn', chat)
