@@ -152,7 +152,11 @@ func TestContinueJoinsItsClaim(t *testing.T) {
 	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
 	// The interrupted run's end is committed before it lets go of the
 	// chat: wait for that, so the continue holds the chat at once.
-	require.Eventually(t, func() bool { return !f.svc.Bound(ctx, tk.RunID) }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		bound, err := f.svc.Bound(ctx, tk.RunID)
+		require.NoError(t, err)
+		return !bound
+	}, 10*time.Second, time.Millisecond)
 
 	next := f.send(chat.Request{Kind: chat.KindContinueMessage, ChatID: "c_approve", MessageID: tk.MessageID,
 		Resume: map[string]any{"approved": true}})
@@ -248,7 +252,9 @@ func endingInterrupted(t *testing.T) (*fixture, *rsqlite.Store, *chat.Ticket) {
 	f.approvalChat()
 	tk := f.send(chat.Request{Kind: chat.KindStreamChat, ChatID: "c_approve", Content: "please"})
 	require.Equal(t, chat.StatusInterrupted, f.settled("c_approve", tk.MessageID).Status)
-	require.True(t, f.svc.Bound(context.Background(), tk.RunID), "the ended run still holds its binding")
+	bound, err := f.svc.Bound(context.Background(), tk.RunID)
+	require.NoError(t, err)
+	require.True(t, bound, "the ended run still holds its binding")
 	return f, runs, tk
 }
 

@@ -247,8 +247,11 @@ func (s *Service) settleMessages(ctx context.Context) int {
 			continue // running here: its process writes the message
 		}
 		rec, err := s.runs.GetRun(ctx, m.RunID)
-		if err != nil || !rec.Status.Finished() || s.Bound(ctx, rec.ID) {
+		if err != nil || !rec.Status.Finished() {
 			continue // not ended (recovery or the reservation pass has it)
+		}
+		if bound, err := s.Bound(ctx, rec.ID); bound || err != nil {
+			continue // its process writes the message (or a later pass looks)
 		}
 		p, err := s.planOf(ctx, rec, plans)
 		if err != nil {

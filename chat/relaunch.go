@@ -196,7 +196,9 @@ func (s *Service) settleReservations(ctx context.Context) int {
 			continue
 		}
 		if _, ok := queuedOf(rec); !ok || rec.ChatID == "" {
-			if !s.Bound(ctx, rec.ID) {
+			// Lost only once run control says that no process has it:
+			// unsure (Redis unreachable), a later pass asks again.
+			if bound, err := s.Bound(ctx, rec.ID); err == nil && !bound {
 				s.failRun(ctx, nil, rec, errLost)
 				n++
 			}
@@ -247,8 +249,8 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 		if s.Live(rec.ID) != nil {
 			continue // this process's own: in the chat's queue already
 		}
-		if s.Bound(ctx, rec.ID) {
-			return // its process lives and starts it (not rebuilt here to learn that)
+		if bound, err := s.Bound(ctx, rec.ID); bound || err != nil {
+			return // its process lives and starts it (not rebuilt here to learn that), or unsure
 		}
 		q, ok := queuedOf(rec)
 		var t *turn
@@ -256,8 +258,8 @@ func (s *Service) relaunchChat(ctx context.Context, ins runtime.Inspector, chatI
 			t, err = s.rebuild(ctx, rec, q, plans)
 		}
 		if !ok || err != nil {
-			if s.Bound(ctx, rec.ID) {
-				return // bound meanwhile: its process comes first
+			if bound, err := s.Bound(ctx, rec.ID); bound || err != nil {
+				return // bound meanwhile: its process comes first (or unsure)
 			}
 			cause := errLost
 			if err != nil {
@@ -283,7 +285,7 @@ func (s *Service) awaitsRecovery(ctx context.Context, ins runtime.Inspector, cha
 		return true // a later pass asks again
 	}
 	for _, r := range running {
-		if !s.Bound(ctx, r.ID) {
+		if bound, err := s.Bound(ctx, r.ID); err != nil || !bound {
 			return true
 		}
 	}

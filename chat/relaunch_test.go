@@ -142,21 +142,9 @@ func TestUnrebuildableReservationIsLost(t *testing.T) {
 			queue, withQueue := newLingeringQueue()
 			f := newFixture(t, runs, chats, runtime.Config{}, withQueue)
 			_, chatID := f.chatOn(`{"name":"Helper"}`)
-			now := time.Now().UTC()
-			reserve := func(runID string, kind chat.Kind, parent string, input any) string {
-				user := &chat.Message{ID: chat.NewID("m_"), ChatID: chatID, Role: chat.RoleUser, Content: "hi", RunID: runID,
-					TurnRunID: runID, Status: chat.StatusCompleted, CreatedAt: now}
-				asst := &chat.Message{ID: chat.NewID("m_"), ChatID: chatID, ParentID: user.ID, Role: chat.RoleAssistant, RunID: runID,
-					TurnRunID: runID, Status: chat.StatusPending, CreatedAt: now}
-				require.NoError(t, chats.BeginTurn(ctx, chat.Turn{ChatID: chatID, Messages: []*chat.Message{user, asst},
-					Run: &runtime.RunRecord{ID: runID, RootID: runID, ParentID: parent, ChatID: chatID, Kind: string(kind),
-						Status: runtime.RunPending, Input: input, Attrs: map[string]any{"messageId": asst.ID, "userMessageId": user.ID},
-						CreatedAt: now, UpdatedAt: now}}))
-				return asst.ID
-			}
 			oldRun, goneRun := chat.NewID("r_"), chat.NewID("r_")
-			old := reserve(oldRun, chat.KindStreamChat, "", nil)
-			gone := reserve(goneRun, chat.KindContinueMessage, "r_gone", map[string]any{"queued": 1, "resume": "yes"})
+			old := reserveTurn(t, chats, chatID, oldRun, chat.KindStreamChat, "", nil)
+			gone := reserveTurn(t, chats, chatID, goneRun, chat.KindContinueMessage, "r_gone", map[string]any{"queued": 1, "resume": "yes"})
 			f.svc.Start(ctx)
 			lefts := func() []string {
 				var out []string
@@ -182,6 +170,81 @@ func TestUnrebuildableReservationIsLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reserveTurn writes what a process writes when it accepts a turn and
+// before it starts its run — the user's message, the pending answer and
+// the pending run (kind, parent and input given) — as a process that
+// died there left it, and returns the answer's id.
+func reserveTurn(t *testing.T, chats chat.Store, chatID, runID string, kind chat.Kind, parent string, input any) string {
+	t.Helper()
+	now := time.Now().UTC()
+	user := &chat.Message{ID: chat.NewID("m_"), ChatID: chatID, Role: chat.RoleUser, Content: "hi", RunID: runID,
+		TurnRunID: runID, Status: chat.StatusCompleted, CreatedAt: now}
+	asst := &chat.Message{ID: chat.NewID("m_"), ChatID: chatID, ParentID: user.ID, Role: chat.RoleAssistant, RunID: runID,
+		TurnRunID: runID, Status: chat.StatusPending, CreatedAt: now}
+	require.NoError(t, chats.BeginTurn(context.Background(), chat.Turn{ChatID: chatID, Messages: []*chat.Message{user, asst},
+		Run: &runtime.RunRecord{ID: runID, RootID: runID, ParentID: parent, ChatID: chatID, Kind: string(kind),
+			Status: runtime.RunPending, Input: input, Attrs: map[string]any{"messageId": asst.ID, "userMessageId": user.ID},
+			CreatedAt: now, UpdatedAt: now}}))
+	return asst.ID
+}
+
+// unreachableControl is a run controller that cannot answer whether a
+// run is bound (Active of a run scope fails, as when Redis is
+// unreachable) while down is set; asked counts those questions.
+type unreachableControl struct {
+	runcontrol.Controller
+	down  atomic.Bool
+	asked atomic.Int64
+}
+
+func (c *unreachableControl) Active(ctx context.Context, scope runcontrol.Scope) ([]string, error) {
+	if scope.Kind == runcontrol.KindRun && c.down.Load() {
+		c.asked.Add(1)
+		return nil, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+	}
+	return c.Controller.Active(ctx, scope)
+}
+
+// While run control cannot say whether a reservation's process lives,
+// recovery leaves the reservation alone: failing it lost then would end
+// the turn of a process that may be about to start it. Once run control
+// answers that no process has it, the next pass fails it lost (so the
+// reservation is one that recovery does fail).
+func TestReservationIsNotLostWhileRunControlIsUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	runs := memory.New()
+	chats := chatmemory.New(runs)
+	ctl := &unreachableControl{Controller: runcontrol.NewMemory(runcontrol.MemoryConfig{})}
+	ctl.down.Store(true)
+	f := newFixture(t, runs, chats, runtime.Config{}, func(c *chat.Config) { c.Control = ctl })
+	_, chatID := f.chatOn(`{"name":"Helper"}`)
+	runID := chat.NewID("r_")
+	answer := reserveTurn(t, chats, chatID, runID, chat.KindStreamChat, "", nil)
+	f.svc.Start(ctx)
+
+	// Recovery runs every 50 ms: five questions are several passes.
+	require.Eventually(t, func() bool {
+		m, err := chats.GetMessage(ctx, chatID, answer)
+		require.NoError(t, err)
+		return ctl.asked.Load() >= 5 || m.Status.Settled()
+	}, 10*time.Second, 5*time.Millisecond)
+	m, err := chats.GetMessage(ctx, chatID, answer)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusPending, m.Status, "the answer is kept while run control is unreachable")
+	rec, err := runs.GetRun(ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunPending, rec.Status)
+	bound, err := f.svc.Bound(ctx, runID)
+	require.ErrorIs(t, err, chat.ErrControlUnavailable)
+	require.False(t, bound)
+
+	ctl.down.Store(false)
+	m = f.settled(chatID, answer)
+	require.Equal(t, chat.StatusFailed, m.Status)
+	require.Contains(t, m.Error, "lost: the server stopped before the run started")
 }
 
 // Two processes sharing run control (as Redis shares it) recover a dead

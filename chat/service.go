@@ -180,6 +180,9 @@ var (
 	ErrShuttingDown = errors.New("server is shutting down")
 	// ErrTooManyRuns: a run limit of this process is reached.
 	ErrTooManyRuns = errors.New("too many active runs")
+	// ErrControlUnavailable: run control could not be asked (Redis
+	// unreachable, say), so whether a run is bound is not known.
+	ErrControlUnavailable = errors.New("run control unavailable")
 )
 
 // New builds a Service from cfg.
@@ -295,13 +298,19 @@ func (s *Service) Live(id string) *LiveRun {
 }
 
 // Bound reports whether run control knows runID as bound in any process
-// (a run accepted but not started yet, or executing).
-func (s *Service) Bound(ctx context.Context, runID string) bool {
+// (a run accepted but not started yet, or executing). When run control
+// cannot be asked the answer is not known: the error wraps
+// ErrControlUnavailable, and a caller must not act as if the run were
+// bound nowhere (recovery would fail a live process's reservation).
+func (s *Service) Bound(ctx context.Context, runID string) (bool, error) {
 	if s.Live(runID) != nil {
-		return true
+		return true, nil
 	}
 	ids, err := s.ctl.Active(ctx, runcontrol.RunScope(runID))
-	return err == nil && len(ids) > 0
+	if err != nil {
+		return false, fmt.Errorf("%w: run %s: %w", ErrControlUnavailable, runID, err)
+	}
+	return len(ids) > 0, nil
 }
 
 // Closing reports whether Shutdown has begun.

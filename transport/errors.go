@@ -108,6 +108,8 @@ func apiError(err error) *Error {
 		return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Message: err.Error(), RetryAfter: 1}
 	case errors.Is(err, chat.ErrShuttingDown), errors.Is(err, runcontrol.ErrClosed):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: chat.ErrShuttingDown.Error(), RetryAfter: 1}
+	case errors.Is(err, chat.ErrControlUnavailable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: chat.ErrControlUnavailable.Error(), RetryAfter: 1}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the request timed out", RetryAfter: 1}
 	}

@@ -59,6 +59,8 @@ type transportConfig struct {
 	Models *llm.Models
 	// WrapChats, when set, wraps the chat store the service uses.
 	WrapChats func(*chatsqlite.Store) chat.Store
+	// WrapControl, when set, wraps the run controller the service uses.
+	WrapControl func(runcontrol.Controller) runcontrol.Controller
 }
 
 type option func(*transportConfig)
@@ -91,7 +93,10 @@ func newEnvTB(t testing.TB, opts ...option) *env {
 	if cfg.WrapChats != nil {
 		chats = cfg.WrapChats(sqliteChats)
 	}
-	ctl := runcontrol.NewMemory(runcontrol.MemoryConfig{})
+	var ctl runcontrol.Controller = runcontrol.NewMemory(runcontrol.MemoryConfig{})
+	if cfg.WrapControl != nil {
+		ctl = cfg.WrapControl(ctl)
+	}
 	ecfg := cfg.Engine
 	ecfg.Registry, ecfg.Store = reg, st
 	if cfg.Metrics == nil {

@@ -80,9 +80,11 @@ func (s *Server) getRun(c echo.Context) error {
 			// Accepted, its reservation not written yet.
 			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.ChatID, MessageID: lr.MessageID, Status: runtime.RunPending, Live: true})
 		}
-		if s.svc.Bound(ctx, id) {
+		accepted, berr := s.acceptedElsewhere(ctx, id, err)
+		if accepted {
 			return c.JSON(http.StatusOK, runJSON{ID: id, Status: runtime.RunPending})
 		}
+		err = berr
 	}
 	if err != nil {
 		return err

@@ -84,7 +84,8 @@ func (s *Server) follow(ctx context.Context, runID string, after int64, out send
 				return err
 			}
 			rec, err := s.store.GetRun(ctx, runID)
-			if errors.Is(err, runtime.ErrRunNotFound) && s.svc.Bound(ctx, runID) {
+			accepted, err := s.acceptedElsewhere(ctx, runID, err)
+			if accepted {
 				// Accepted by another process, not started yet.
 				if err := wait(); err != nil {
 					return err
@@ -177,11 +178,10 @@ func (s *Server) followRemote(ctx context.Context, runID string, after *int64, o
 		if readLog {
 			readLog = false
 			done, n, err := s.replay(ctx, runID, after, 0, out)
-			switch {
-			case errors.Is(err, runtime.ErrRunNotFound) && (*after > 0 || n > 0):
+			if errors.Is(err, runtime.ErrRunNotFound) && (*after > 0 || n > 0) {
 				return true, nil // deleted meanwhile (a rollback)
-			case errors.Is(err, runtime.ErrRunNotFound) && s.svc.Bound(ctx, runID):
-			case err != nil || done:
+			}
+			if accepted, err := s.acceptedElsewhere(ctx, runID, err); !accepted && (err != nil || done) {
 				return true, err
 			}
 			for seq := range pending {
@@ -522,8 +522,27 @@ func (s *Server) runExists(ctx context.Context, runID string) error {
 		return nil
 	}
 	_, err := s.store.GetRun(ctx, runID)
-	if errors.Is(err, runtime.ErrRunNotFound) && s.svc.Bound(ctx, runID) {
-		return nil
+	if accepted, err := s.acceptedElsewhere(ctx, runID, err); !accepted {
+		return err
 	}
-	return err
+	return nil
+}
+
+// acceptedElsewhere reports whether run runID, which the store lacks
+// (err, the store's answer, wraps runtime.ErrRunNotFound), is bound in
+// some process: accepted there, its reservation not written yet. Else it
+// answers err — or, when run control cannot be asked, an error wrapping
+// chat.ErrControlUnavailable rather than a not-found that may be untrue.
+func (s *Server) acceptedElsewhere(ctx context.Context, runID string, err error) (bool, error) {
+	if !errors.Is(err, runtime.ErrRunNotFound) {
+		return false, err
+	}
+	bound, berr := s.svc.Bound(ctx, runID)
+	if berr != nil {
+		return false, berr
+	}
+	if bound {
+		return true, nil
+	}
+	return false, err
 }
