@@ -6,10 +6,15 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/chat"
+	chatsqlite "chatgraph/chat/store/sqlite"
+	"chatgraph/runtime"
 )
 
 func sseCtx(t *testing.T) context.Context {
@@ -76,6 +81,59 @@ func TestCancelMidStream(t *testing.T) {
 	waitFor(t, "the run to release", func() bool {
 		return e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, nil).StatusCode == http.StatusConflict
 	})
+}
+
+// slowStops is the chat store with the write of a stopped answer (a
+// cancelled message) held once armed: entered is closed when the write
+// waits, and it goes on when release is closed.
+type slowStops struct {
+	*chatsqlite.Store
+	armed            atomic.Bool
+	entered, release chan struct{}
+}
+
+func (s *slowStops) FinishMessage(ctx context.Context, m *chat.Message) error {
+	if m.Status == chat.StatusCancelled && s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.FinishMessage(ctx, m)
+}
+
+// A run stopped mid-answer ends in the store before its answer's text,
+// read from the log, is written; GET /runs/{id} of such a run answers
+// only once the message is final, so a client that polls the run and
+// then reads the chat never finds the run ended and its answer running.
+func TestEndedRunIsReportedOnceItsAnswerIsFinal(t *testing.T) {
+	t.Parallel()
+	stops := &slowStops{entered: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, func(c *transportConfig) {
+		c.WrapChats = func(s *chatsqlite.Store) chat.Store { stops.Store = s; return stops }
+	})
+	_, chatID := e.newChat(basicGraph(`{"tokenDelayMs": 50}`))
+	s := e.openSSE(sseCtx(t), "POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("word ", 100)}, nil)
+	started := s.until(t, "run_started")
+	s.until(t, "node_delta")
+	runID, messageID := started.Data["runId"].(string), started.Data["data"].(map[string]any)["messageId"].(string)
+	stops.armed.Store(true)
+	// The cancel answers once the run has ended, its answer written.
+	cancelled := make(chan int, 1)
+	go func() { cancelled <- e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, nil).StatusCode }()
+	<-stops.entered
+	rec, err := e.store.GetRun(context.Background(), runID)
+	require.NoError(t, err)
+	require.Equal(t, runtime.RunCancelled, rec.Status, "the run's end is committed, its answer not yet written")
+
+	time.AfterFunc(200*time.Millisecond, func() { close(stops.release) })
+	var r map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+runID, nil, &r), http.StatusOK)
+	m := message(e.chat(chatID), messageID)
+	require.Equal(t, "cancelled", r["status"])
+	require.Equal(t, "cancelled", m["status"], "the answer is final once the run is reported ended")
+	require.NotEmpty(t, m["content"], "the stopped answer keeps what was streamed")
+	require.Equal(t, "run_cancelled", s.until(t, "run_cancelled").Type)
+	require.Equal(t, http.StatusAccepted, <-cancelled)
 }
 
 func TestRetryAndEditMakeSiblings(t *testing.T) {
