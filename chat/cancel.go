@@ -139,7 +139,8 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 // most the engine's cancel grace and a second: a cancelled run ends
 // within the grace), so that the cancel answers with the run's real end:
 // a run of this process until it is done, a run of another process until
-// the store has its end (read every awaitPoll).
+// the store has its end (read every awaitPoll) and its answer is final
+// (AwaitAnswer).
 func (s *Service) awaitCancelled(ctx context.Context, id string) {
 	t := time.NewTimer(s.engine.CancelGrace() + time.Second)
 	defer t.Stop()
@@ -154,7 +155,13 @@ func (s *Service) awaitCancelled(ctx context.Context, id string) {
 	tick := time.NewTicker(awaitPoll)
 	defer tick.Stop()
 	for {
-		if rec, err := s.runs.GetRun(ctx, id); err != nil || rec.Status.Finished() {
+		rec, err := s.runs.GetRun(ctx, id)
+		if err != nil {
+			return
+		}
+		if rec.Status.Finished() {
+			// Its process writes the answer with the end or just after it.
+			_ = s.AwaitAnswer(ctx, rec)
 			return
 		}
 		select {

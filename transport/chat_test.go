@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -134,6 +135,58 @@ func TestEndedRunIsReportedOnceItsAnswerIsFinal(t *testing.T) {
 	require.NotEmpty(t, m["content"], "the stopped answer keeps what was streamed")
 	require.Equal(t, "run_cancelled", s.until(t, "run_cancelled").Type)
 	require.Equal(t, http.StatusAccepted, <-cancelled)
+}
+
+// A run that another process has ended and not yet written the answer of
+// (its message still running, as a cancelled answer is for a moment
+// after the end's commit): a replay of its log holds the terminal event
+// back, and GET /runs/{id} its answer, until the answer is final.
+func TestReplayedEndWaitsForItsAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	runID := "r_elsewhere"
+	user := &chat.Message{ID: "m_user", ChatID: chatID, Role: chat.RoleUser, Content: "hi", RunID: runID,
+		TurnRunID: runID, Status: chat.StatusCompleted, CreatedAt: now}
+	answer := &chat.Message{ID: "m_answer", ChatID: chatID, ParentID: user.ID, Role: chat.RoleAssistant, RunID: runID,
+		TurnRunID: runID, Status: chat.StatusRunning, CreatedAt: now}
+	require.NoError(t, e.chats.BeginTurn(ctx, chat.Turn{ChatID: chatID, Messages: []*chat.Message{user, answer},
+		Run: &runtime.RunRecord{ID: runID, RootID: runID, ChatID: chatID, Kind: string(chat.KindStreamChat),
+			Status: runtime.RunPending, Attrs: map[string]any{"messageId": answer.ID, "userMessageId": user.ID},
+			CreatedAt: now, UpdatedAt: now}}))
+	require.NoError(t, e.store.AppendEvents(ctx, runID, 0, []runtime.Event{
+		{Seq: 1, RunID: runID, ChatID: chatID, Type: runtime.EventRunStarted, Time: now, Data: json.RawMessage(`{}`)},
+		{Seq: 2, RunID: runID, ChatID: chatID, Type: runtime.EventRunCancelled, Time: now, Data: json.RawMessage(`{"cause":"cancelled by user"}`)},
+	}))
+	rec, err := e.store.GetRun(ctx, runID)
+	require.NoError(t, err)
+	rec.Status, rec.LastSeq = runtime.RunCancelled, 2
+	require.NoError(t, e.store.UpdateRun(ctx, rec))
+
+	// Each reader notes the answer's status as it learns the run ended.
+	answerAt := func() chat.Status {
+		m, err := e.chats.GetMessage(ctx, chatID, answer.ID)
+		require.NoError(t, err)
+		return m.Status
+	}
+	replayed, got := make(chan chat.Status, 1), make(chan chat.Status, 1)
+	stream := e.openSSE(sseCtx(t), "GET", "/api/v1/runs/"+runID+"/events", nil, nil)
+	go func() {
+		stream.until(t, "run_cancelled")
+		replayed <- answerAt()
+	}()
+	go func() {
+		var r map[string]any
+		e.mustStatus(e.do("GET", "/api/v1/runs/"+runID, nil, &r), http.StatusOK)
+		got <- answerAt()
+	}()
+	time.Sleep(200 * time.Millisecond) // both readers have found the end by now
+	answer.Status, answer.Content = chat.StatusCancelled, "partly"
+	require.NoError(t, e.chats.FinishMessage(ctx, answer))
+	require.Equal(t, chat.StatusCancelled, <-replayed, "the replay's run_cancelled came before the answer was final")
+	require.Equal(t, chat.StatusCancelled, <-got, "GET /runs answered before the answer was final")
 }
 
 func TestRetryAndEditMakeSiblings(t *testing.T) {

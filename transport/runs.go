@@ -89,16 +89,10 @@ func (s *Server) getRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if lr := s.svc.Live(id); lr != nil && rec.Status.Finished() {
-		// Its end is committed and this process is finishing its answer
-		// (a stopped answer's text is written from the log after the
-		// end's commit): answer once the message is final, as a stream's
-		// terminal event is sent only then.
-		select {
-		case <-lr.Done():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	// An ended run is answered once its answer is final, as a stream's
+	// terminal event is sent only then (chat.Service.AwaitAnswer).
+	if err := s.svc.AwaitAnswer(ctx, rec); err != nil {
+		return err
 	}
 	cps, err := s.store.Checkpoints(ctx, id)
 	if err != nil {

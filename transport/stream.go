@@ -380,6 +380,21 @@ func (s *Server) replay(ctx context.Context, runID string, after *int64, until i
 			if err != nil {
 				return false, n, err
 			}
+			if ev.Type.Terminal() {
+				// The end is committed before (or with) the run's answer:
+				// its terminal event goes out once the answer is final,
+				// what came before it at once.
+				if err := out.flush(); err != nil {
+					return false, n, err
+				}
+				rec, err := s.store.GetRun(ctx, runID)
+				if err == nil {
+					err = s.svc.AwaitAnswer(ctx, rec)
+				}
+				if err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
+					return false, n, err
+				}
+			}
 			if err := out.send(f); err != nil {
 				return false, n, err
 			}
