@@ -296,9 +296,16 @@ func TestUnknownRunWhileRunControlIsUnreachable(t *testing.T) {
 		require.Equal(t, "run control unavailable", b.Error.Message, path)
 		require.Equal(t, "1", resp.Header.Get("Retry-After"), path)
 	}
+	c := e.ws()
+	c.send(map[string]any{"id": "x1", "type": "subscribe", "runId": "r_elsewhere"})
+	f := c.read()
+	require.Equal(t, "error", f["type"])
+	require.Equal(t, "unavailable", f["error"].(map[string]any)["code"], "a WebSocket subscribe")
 	ctl.down.Store(false)
 	for _, path := range paths {
 		e.mustStatus(e.do("GET", path, nil, &b), http.StatusNotFound)
 		require.Equal(t, "not_found", b.Error.Code, path)
 	}
+	c.send(map[string]any{"id": "x2", "type": "subscribe", "runId": "r_elsewhere"})
+	require.Equal(t, "not_found", c.read()["error"].(map[string]any)["code"])
 }
