@@ -9,10 +9,10 @@ import (
 )
 
 // A run's terminal event and final record are committed before, or with,
-// its answer: with a Joiner store the answer joins the end's commit,
-// except a cancelled answer with no text of its own, whose text is read
-// from the log after that commit (stopped.go); with other stores every
-// answer is written after it. The process that runs the run holds the
+// its answer: with a Joiner store the answer of a turn joins the end's
+// commit; with other stores, and for a run that recovery took back, the
+// answer is written after it (a stopped one's text read from the log:
+// stopped.go). The process that runs the run holds the
 // terminal event back from its subscribers until the answer is final
 // (terminalHold). A reader of the store — a replay, GET /runs/{id}, in
 // this process or another — finds the end a moment earlier: AwaitAnswer

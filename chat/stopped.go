@@ -13,15 +13,17 @@ import (
 // message, a shutdown) has no answer: the agent never finished, and the
 // message's text would be empty although every client saw the start of
 // it. The message keeps that text instead: what the agent streaming it
-// live (LiveAnswer) had said in its last attempt, read from the run's
-// log once the run's end is committed — the log every stream is a prefix
-// of, so the text is exactly what a client that followed the run to its
-// end received. It is written after the end's commit and before the
-// terminal event is published (the message is final before any client
-// learns the run ended). A store that joins the answer to the end's
-// commit (a Joiner) leaves such a message out of that commit, still
-// running: a crash before its write leaves it unsettled, and the next
-// recovery pass (settleMessages) writes it, text and all, from the log.
+// live (LiveAnswer) had said in its last attempt — exactly what a client
+// that followed the run to its end received, since every stream is a
+// prefix of the run's log. With a store that joins the answer to the
+// end's commit (a Joiner) the turn's run hands its events, as it emits
+// them, to a saidText (runtime.Joined.Tap), and the answer, text and
+// all, is written in the end's own commit. Otherwise — another store, or
+// a run recovery took back, whose log began in a process that died — the
+// text is read from the log once the end is committed, and the message
+// is written after it, before the terminal event is published; a crash
+// between the two leaves it unsettled, and the next recovery pass
+// (settleMessages) writes it, text and all, from the log.
 
 // stoppedUnsaid reports whether m, settled from res, is the answer of a
 // cancelled run with no text: one whose text is to be read from the log.
@@ -50,27 +52,48 @@ func (s *Service) keepStoppedText(ctx context.Context, m *Message, g *runtime.Gr
 // texts after its last node_retrying. "" when no agent streams the
 // message live.
 func stoppedText(evs []runtime.Event, g *runtime.Graph) string {
-	var lead string
-	var said strings.Builder
+	said := saidText{graph: g}
 	for _, ev := range evs {
-		switch {
-		case ev.Type == runtime.EventRunStarted:
-			var d runtime.RunStartedData
-			if decodeData(ev.Data, &d) {
-				lead = LiveAnswer(g, d.EntryNodeIDs, d.ActiveNodeIDs).Lead
-			}
-		case lead == "" || ev.NodeID != lead:
-		case ev.Type == runtime.EventNodeRetrying:
-			said.Reset() // the next attempt says its answer from the start
-		case ev.Type == nodes.EventNodeDelta:
-			var d nodes.NodeDeltaData
-			if decodeData(ev.Data, &d) {
-				said.WriteString(d.Text)
-			}
-		}
+		said.see(ev)
 	}
 	return said.String()
 }
+
+// saidText gathers, event by event in seq order, the text the live
+// agent of a run of graph streams in its last attempt.
+type saidText struct {
+	graph *runtime.Graph
+	lead  string // the live agent, once run_started is seen
+	said  strings.Builder
+}
+
+func (s *saidText) see(ev runtime.Event) {
+	switch {
+	case ev.Type == runtime.EventRunStarted:
+		var d runtime.RunStartedData
+		if p, ok := ev.Data.(*runtime.RunStartedData); ok {
+			d = *p
+		} else if !decodeData(ev.Data, &d) {
+			return
+		}
+		s.lead = LiveAnswer(s.graph, d.EntryNodeIDs, d.ActiveNodeIDs).Lead
+	case s.lead == "" || ev.NodeID != s.lead:
+	case ev.Type == runtime.EventNodeRetrying:
+		s.said.Reset() // the next attempt says its answer from the start
+	case ev.Type == nodes.EventNodeDelta:
+		if p, ok := ev.Data.(*nodes.NodeDeltaData); ok {
+			s.said.WriteString(p.Text)
+			return
+		}
+		var d nodes.NodeDeltaData
+		if decodeData(ev.Data, &d) {
+			s.said.WriteString(d.Text)
+		}
+	}
+}
+
+// String is the text gathered so far.
+func (s *saidText) String() string { return s.said.String() }
 
 // decodeData reads an event's data as v: JSON as the store returns it, or
 // the value the run emitted (a store in memory keeps it).

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"chatgraph/chatscope"
@@ -139,10 +138,6 @@ type turn struct {
 	// fingerprint digests an Idempotent call as sent (requestFingerprint):
 	// its turn is kept under its ClientRequestID ("": not kept).
 	fingerprint string
-	// stopped is set when the commit of the run's end left the answer of
-	// a cancelled run to be written after it, with the text its agent
-	// had streamed (see stopped.go).
-	stopped atomic.Bool
 }
 
 // Send starts a chat call: it prepares the turn, mints the run id and
@@ -271,7 +266,7 @@ func (s *Service) turnLaunch(t *turn, runID string, lr *LiveRun, scopes []runcon
 			return s.execTurn(ctx, t, runID, sink, writes)
 		},
 		finish: func(ctx context.Context, res *runtime.RunResult, err error) {
-			if err == nil && s.join != nil && !t.stopped.Load() {
+			if err == nil && s.join != nil {
 				return // the answer was written in the commit of the run's end
 			}
 			s.finishMessage(ctx, t.assistant, t.graph, t.entries, res, err)
@@ -991,7 +986,8 @@ func (s *Service) writeTurn(ctx context.Context, t *turn, runID string, holding 
 // execTurn executes (or, for a continue, resumes) the turn's run; writes
 // join the run's first commit. With a Joiner store the answer marked
 // running (a turn that waited in its chat's queue) joins it too, and the
-// final answer is written in the commit of the run's end.
+// final answer, a stopped one's text included, is written in the commit
+// of the run's end.
 func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runtime.EventSink, writes []any) (*runtime.RunResult, error) {
 	j := runtime.Joined{Writes: writes}
 	if t.req.Kind != KindContinueMessage && t.assistant.Status != StatusRunning {
@@ -1003,11 +999,15 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 		}
 	}
 	if s.join != nil {
+		// What the live agent says, gathered as the run emits it, is the
+		// text of a stopped answer (stopped.go): the log's, in the end's
+		// own commit.
+		said := &saidText{graph: t.graph}
+		j.Tap = said.see
 		j.EndWrites = func(res *runtime.RunResult) []any {
 			settle(t.assistant, t.graph, t.entries, res, nil)
 			if stoppedUnsaid(t.assistant, res) {
-				t.stopped.Store(true)
-				return nil
+				t.assistant.Content = said.String()
 			}
 			return []any{s.join.FinishWrite(t.assistant)}
 		}

@@ -488,6 +488,16 @@ type Joined struct {
 	// the same transaction as the run's terminal event and final record.
 	// It is not called when the store failed the run before its end.
 	EndWrites func(*RunResult) []any
+	// Tap, when set, is handed every event the run emits, as it emits it:
+	// in seq order, before the store has it, with its data as emitted (a
+	// part a node folded into its last event, EmitOrMerge, comes as an
+	// event of its own under that event's seq). It is called under the
+	// run's emit lock, so it must not block; EndWrites may use what it
+	// gathered, since every event of the run, the terminal one included,
+	// has been handed to it before EndWrites is called. Events a
+	// recovered run finds already in its log are not emitted again, and
+	// not handed to it.
+	Tap func(Event)
 }
 
 func (j Joined) empty() bool { return len(j.Writes) == 0 && j.EndWrites == nil }

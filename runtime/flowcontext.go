@@ -277,6 +277,11 @@ func (fc *FlowContext) EmitOrMerge(t EventType, data any, merge func(prev any) (
 		return false, ErrEmitClosed
 	}
 	if merge != nil && r.mergeLocked(t, fc.node, fc.attempt, merge) {
+		if r.tap != nil {
+			// The part, under the seq of the event it joined.
+			r.tap(Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, NodeID: r.p.nodes[fc.node].node.ID,
+				Attempt: fc.attempt, Time: r.lastAt, Data: data})
+		}
 		return true, nil
 	}
 	r.emitLocked(time.Time{}, t, fc.node, fc.attempt, data)

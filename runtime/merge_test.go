@@ -52,7 +52,8 @@ func joinText(next string) func(prev any) (any, bool) {
 // one waits in the run's buffer, untaken by the committer: never into an
 // event that is being (or was) committed, never across another event,
 // and not when merge refuses. The log and the live subscriber see the
-// same merged events, with gap-free seqs.
+// same merged events, with gap-free seqs; a Joined.Tap sees each part as
+// emitted, under the seq of the event it is folded into, in seq order.
 func TestEmitOrMergeFoldsOnlyUncommittedEvents(t *testing.T) {
 	t.Parallel()
 	st := &holdCommits{Store: memory.New(), held: "a", entered: make(chan struct{}), release: make(chan struct{})}
@@ -95,7 +96,10 @@ func TestEmitOrMergeFoldsOnlyUncommittedEvents(t *testing.T) {
 	t.Cleanup(e.Close)
 	g := &runtime.Graph{ID: "merge", PlanVersion: 1, Nodes: []runtime.Node{{ID: "n", Type: "chunks"}}}
 	var sink collect
-	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "m1", Sink: &sink})
+	var tapped []runtime.Event // under the run's emit lock
+	tap := func(ev runtime.Event) { tapped = append(tapped, ev) }
+	res, err := e.Invoke(context.Background(), runtime.RunRequest{Graph: g, RunID: "m1", Sink: &sink,
+		Joined: runtime.Joined{Tap: tap}})
 	require.NoError(t, err)
 	require.Equal(t, runtime.RunCompleted, res.Status)
 
@@ -118,6 +122,37 @@ func TestEmitOrMergeFoldsOnlyUncommittedEvents(t *testing.T) {
 		require.Equal(t, logged[i].Data, live[i].Data)
 	}
 	checkLifecycle(t, logged)
+
+	// The tap: every event once, a merged one as its parts.
+	parts := map[int64]string{}
+	var seqs []int64
+	for i, ev := range tapped {
+		if i > 0 {
+			require.GreaterOrEqual(t, ev.Seq, tapped[i-1].Seq, "in seq order")
+		}
+		if len(seqs) == 0 || seqs[len(seqs)-1] != ev.Seq {
+			seqs = append(seqs, ev.Seq)
+		}
+		if s, ok := ev.Data.(string); ok {
+			parts[ev.Seq] += s
+		}
+	}
+	require.Len(t, seqs, len(logged), "each event of the log tapped")
+	for i, ev := range logged {
+		require.Equal(t, ev.Seq, seqs[i])
+		if s, ok := ev.Data.(string); ok {
+			require.Equal(t, s, parts[ev.Seq], "seq %d: its parts make the merged event", ev.Seq)
+		}
+	}
+	require.Equal(t, []string{"a", "b", "c", "dddd", "x", "e", "f"}, func() []string {
+		var out []string
+		for _, ev := range tapped {
+			if s, ok := ev.Data.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}(), "each part as emitted")
 }
 
 // Without a store a run publishes each event as it is emitted: nothing

@@ -86,6 +86,7 @@ type run struct {
 	durability Durability
 	wb         writeBuf // guarded by emu
 	endWrites  func(*RunResult) []any
+	tap        func(Event) // Joined.Tap, called under emu
 	// bornInBatch: the run's record is created by its first group commit
 	// (its lease is renewed only once that commit is done). Under emu once
 	// the run executes.
@@ -339,7 +340,7 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 		}
 		created, l := *rec, *lease
 		r.wb.create, r.wb.lease, r.bornInBatch = &created, &l, true
-		r.wb.writes, r.endWrites = j.Writes, j.EndWrites
+		r.wb.writes, r.endWrites, r.tap = j.Writes, j.EndWrites, j.Tap
 		return r, nil
 	}
 	if e.store != nil && e.store.starter != nil {
@@ -366,7 +367,7 @@ func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunR
 	if err != nil {
 		return nil, err
 	}
-	r.wb.writes, r.endWrites = j.Writes, j.EndWrites
+	r.wb.writes, r.endWrites, r.tap = j.Writes, j.EndWrites, j.Tap
 	return r, nil
 }
 
@@ -1612,6 +1613,9 @@ func (r *run) emitLocked(at time.Time, t EventType, n int32, attempt int, data a
 	ev := Event{Seq: r.seq, RunID: r.rec.ID, ChatID: r.rec.ChatID, Type: t, Attempt: attempt, Time: at, Data: data}
 	if n >= 0 {
 		ev.NodeID = r.p.nodes[n].node.ID
+	}
+	if r.tap != nil {
+		r.tap(ev)
 	}
 	if r.store == nil {
 		if r.sink != nil {

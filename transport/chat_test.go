@@ -84,11 +84,13 @@ func TestCancelMidStream(t *testing.T) {
 	})
 }
 
-// slowStops is the chat store with the write of a stopped answer (a
-// cancelled message) held once armed: entered is closed when the write
-// waits, and it goes on when release is closed.
+// slowStops is the chat store without its joined writes (not a
+// chat.Joiner: every answer is written after the commit of its run's
+// end, as with a store that cannot join them), with the write of a
+// stopped answer (a cancelled message) held once armed: entered is
+// closed when the write waits, and it goes on when release is closed.
 type slowStops struct {
-	*chatsqlite.Store
+	chat.Store
 	armed            atomic.Bool
 	entered, release chan struct{}
 }
@@ -101,10 +103,10 @@ func (s *slowStops) FinishMessage(ctx context.Context, m *chat.Message) error {
 	return s.Store.FinishMessage(ctx, m)
 }
 
-// A run stopped mid-answer ends in the store before its answer's text,
-// read from the log, is written; GET /runs/{id} of such a run answers
-// only once the message is final, so a client that polls the run and
-// then reads the chat never finds the run ended and its answer running.
+// On a store that writes a run's answer after the commit of its end,
+// GET /runs/{id} of a run that ended here answers only once the answer
+// is final, so a client that polls the run and then reads the chat never
+// finds the run ended and its answer running.
 func TestEndedRunIsReportedOnceItsAnswerIsFinal(t *testing.T) {
 	t.Parallel()
 	stops := &slowStops{entered: make(chan struct{}), release: make(chan struct{})}
