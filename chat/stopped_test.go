@@ -16,13 +16,17 @@ import (
 
 // A run stopped while its agent streams keeps, in its message, the text
 // its subscribers received — on a store that writes the message apart
-// from the run's end and on one (SQLite) that joins it to the end's
-// commit — and the message says it was cancelled.
+// from the run's end and on those (SQLite, Postgres) that join it to the
+// end's commit — and the message says it was cancelled.
 func TestStoppedAnswerKeepsItsText(t *testing.T) {
 	t.Parallel()
 	for name, open := range map[string]func(t *testing.T) *fixture{
 		"memory": newMemFixture,
 		"sqlite": func(t *testing.T) *fixture { f, _, _, _ := sqliteJoined(t); return f },
+		"postgres": func(t *testing.T) *fixture {
+			runs, chats := openPostgres(t)
+			return newFixture(t, runs, chats, runtime.Config{})
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
