@@ -9,10 +9,10 @@ import (
 )
 
 // A run's terminal event and final record are committed before, or with,
-// its answer: with a Joiner store the answer of a turn joins the end's
-// commit; with other stores, and for a run that recovery took back, the
-// answer is written after it (a stopped one's text read from the log:
-// stopped.go). The process that runs the run holds the
+// its answer: with a Joiner store the answer joins the end's commit; with
+// other stores it is written after it (a stopped one's text read from
+// the log: stopped.go), and a run whose store failed it at its end has
+// its answer written by recovery. The process that runs the run holds the
 // terminal event back from its subscribers until the answer is final
 // (terminalHold). A reader of the store — a replay, GET /runs/{id}, in
 // this process or another — finds the end a moment earlier: AwaitAnswer

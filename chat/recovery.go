@@ -133,8 +133,12 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 			prepared[rec.ID] = r
 			mu.Unlock()
 			services, _ := s.services(chatscope.New(p, rec.EntryNodeIDs))
-			return runtime.RecoverRequest{Plan: p, Services: services,
-				Sink: runtime.SinkFunc(func(ev runtime.Event) { r.sink.Emit(ev) })}, nil
+			req := runtime.RecoverRequest{Plan: p, Services: services,
+				Sink: runtime.SinkFunc(func(ev runtime.Event) { r.sink.Emit(ev) })}
+			if s.join != nil {
+				req.Joined = s.recoveredAnswer(rec, r)
+			}
+			return req, nil
 		},
 		Launch: func(rec *runtime.RunRecord, claimed *runtime.ClaimedRun) error {
 			mu.Lock()
@@ -174,6 +178,29 @@ func (s *Service) planOf(ctx context.Context, rec *runtime.RunRecord, cache map[
 type recovered struct {
 	graph *runtime.Graph
 	sink  runtime.EventSink
+	// msg is the run's answer as launchRecovered read it (nil: none to
+	// write); joined is set once the run's end has taken its write.
+	msg    *Message
+	joined bool
+}
+
+// recoveredAnswer joins the answer of recovered run rec to the commit of
+// its end, as a turn's is (execTurn): its text, if it is stopped, is what
+// its live agent said, from the log and what the run emits after it.
+func (s *Service) recoveredAnswer(rec *runtime.RunRecord, r *recovered) runtime.Joined {
+	said := &saidText{graph: r.graph}
+	return runtime.Joined{Tap: said.see, EndWrites: func(res *runtime.RunResult) []any {
+		m := r.msg
+		if m == nil || m.RunID != rec.ID {
+			return nil
+		}
+		settle(m, r.graph, rec.EntryNodeIDs, res, nil)
+		if stoppedUnsaid(m, res) {
+			m.Content = said.String()
+		}
+		r.joined = true
+		return []any{s.join.FinishWrite(m)}
+	}}
 }
 
 // launchRecovered continues a run whose process died, as the same run:
@@ -188,6 +215,7 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed 
 			msg = m
 		}
 	}
+	r.msg = msg // before the run starts: its end reads it
 	lr := newLiveRun(rec.ID, rec.ChatID, mid, r.graph)
 	var scopes []runcontrol.Scope
 	if rec.ChatID != "" {
@@ -219,6 +247,9 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed 
 				return
 			}
 			s.log.Info("recovered run ended", "run", rec.ID, "status", res.Status)
+			if err == nil && r.joined {
+				return // the answer was written in the commit of the run's end
+			}
 			if msg != nil && msg.RunID == rec.ID {
 				s.finishMessage(ctx, msg, r.graph, rec.EntryNodeIDs, res, err)
 			}

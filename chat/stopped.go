@@ -16,14 +16,14 @@ import (
 // live (LiveAnswer) had said in its last attempt — exactly what a client
 // that followed the run to its end received, since every stream is a
 // prefix of the run's log. With a store that joins the answer to the
-// end's commit (a Joiner) the turn's run hands its events, as it emits
-// them, to a saidText (runtime.Joined.Tap), and the answer, text and
-// all, is written in the end's own commit. Otherwise — another store, or
-// a run recovery took back, whose log began in a process that died — the
-// text is read from the log once the end is committed, and the message
-// is written after it, before the terminal event is published; a crash
-// between the two leaves it unsettled, and the next recovery pass
-// (settleMessages) writes it, text and all, from the log.
+// end's commit (a Joiner) the run hands its events, as it emits them, to
+// a saidText (runtime.Joined.Tap) — a recovered run first those its log
+// already holds — and the answer, text and all, is written in the end's
+// own commit. With another store the text is read from the log once the
+// end is committed, and the message is written after it, before the
+// terminal event is published; a crash between the two leaves it
+// unsettled, and the next recovery pass (settleMessages) writes it, text
+// and all, from the log.
 
 // stoppedUnsaid reports whether m, settled from res, is the answer of a
 // cancelled run with no text: one whose text is to be read from the log.

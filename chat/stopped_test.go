@@ -3,15 +3,19 @@ package chat_test
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/chat"
+	chatsqlite "chatgraph/chat/store/sqlite"
 	"chatgraph/nodes"
 	"chatgraph/runtime"
+	rsqlite "chatgraph/runtime/store/sqlite"
 )
 
 // A run stopped while its agent streams keeps, in its message, the text
@@ -126,4 +130,51 @@ func deltasOf(evs []runtime.Event) []string {
 		}
 	}
 	return out
+}
+
+// A run recovered after its process died and then stopped while its
+// agent streams again writes its answer in the commit of its end, as a
+// turn does: cancelled, with the text its agent said in its last attempt
+// (after the recovery's retry), though the process writes nothing after
+// that commit (its message writes dropped).
+func TestRecoveredStoppedAnswerIsInTheEndsCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	runs, err := rsqlite.Open(ctx, rsqlite.Config{Path: filepath.Join(t.TempDir(), "chatgraph.db")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = runs.Close() })
+	cs, err := chatsqlite.Open(ctx, runs)
+	require.NoError(t, err)
+	var dead atomic.Bool
+	a := newFixture(t, dyingRuns{durableRuns: runs, dead: &dead}, deadChats{Store: cs, dead: &dead},
+		runtime.Config{Owner: "a", LeaseTTL: 300 * time.Millisecond})
+	_, chatID := a.chatOn(`{"name":"Helper","tokenDelayMs":30}`)
+	tk := a.send(chat.Request{Kind: chat.KindStreamChat, ChatID: chatID, Content: strings.Repeat("word ", 60)})
+	require.Eventually(t, func() bool { return len(deltasOf(a.pub.of(tk.RunID))) >= 2 }, 10*time.Second, 2*time.Millisecond)
+	dead.Store(true)
+
+	chats := &joinCounter{Store: cs, n: map[string]int{}}
+	chats.dropFinish.Store(true)
+	b := newFixture(t, runs, chats, runtime.Config{Owner: "b", LeaseTTL: time.Second})
+	b.svc.Start(ctx)
+	require.Eventually(t, func() bool { return len(deltasOf(b.pub.of(tk.RunID))) >= 3 }, 10*time.Second, 2*time.Millisecond,
+		"the recovered run streams")
+	_, err = b.svc.Cancel(ctx, chat.CancelRequest{RunID: tk.RunID})
+	require.NoError(t, err)
+	<-waitClosed(t, b, tk.RunID)
+
+	m, err := chats.GetMessage(ctx, chatID, tk.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, chat.StatusCancelled, m.Status, "the end's commit wrote the answer")
+	log, err := runs.Events(ctx, tk.RunID, 0, 0)
+	require.NoError(t, err)
+	retried := -1 // the recovery's retry of the agent
+	for i, ev := range log {
+		if ev.Type == runtime.EventNodeRetrying && ev.NodeID == "helper" {
+			retried = i
+		}
+	}
+	require.GreaterOrEqual(t, retried, 0, "the recovery retried the agent")
+	require.NotEmpty(t, m.Content)
+	require.Equal(t, stoppedLogText(t, log[retried:]), m.Content, "the text of the agent's last attempt in the log")
 }

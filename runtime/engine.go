@@ -494,9 +494,9 @@ type Joined struct {
 	// event of its own under that event's seq). It is called under the
 	// run's emit lock, so it must not block; EndWrites may use what it
 	// gathered, since every event of the run, the terminal one included,
-	// has been handed to it before EndWrites is called. Events a
-	// recovered run finds already in its log are not emitted again, and
-	// not handed to it.
+	// has been handed to it before EndWrites is called. A recovered run
+	// (RecoverRequest) hands it first the events its log already holds,
+	// as the store returns them, which it does not emit again.
 	Tap func(Event)
 }
 

@@ -31,6 +31,11 @@ type RecoverRequest struct {
 	Graph    *Graph
 	Services any
 	Sink     EventSink
+	// Joined, as a run's request has it: Writes go in the recovery's
+	// first commit, EndWrites with its end, and Tap is handed the events
+	// the log already holds (as the store returns them) before those the
+	// run emits.
+	Joined
 }
 
 // CodeStaleRunning is the node_retrying code of a node re-executed after
@@ -76,6 +81,9 @@ func (e *Engine) recoverClaimed(runCtx context.Context, req RecoverRequest, rec 
 	}
 	if rec.Status != RunRunning {
 		return nil, fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, rec.ID, rec.Status)
+	}
+	if !req.Joined.empty() && !e.JoinsWrites() {
+		return nil, errors.New("runtime: the engine's store cannot commit an application's writes with a run's (Joined)")
 	}
 	p, err := e.plan(req.Plan, req.Graph)
 	if err != nil {
@@ -147,6 +155,12 @@ func (e *Engine) recoverClaimed(runCtx context.Context, req RecoverRequest, rec 
 	r.logged = newLogged(p, evs)
 	if n := len(evs); n > 0 {
 		r.seq = evs[n-1].Seq
+	}
+	r.wb.writes, r.endWrites, r.tap = req.Writes, req.EndWrites, req.Tap
+	if r.tap != nil {
+		for _, ev := range evs {
+			r.tap(ev)
+		}
 	}
 	return r, nil
 }
