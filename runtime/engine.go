@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -501,6 +502,10 @@ type Joined struct {
 }
 
 func (j Joined) empty() bool { return len(j.Writes) == 0 && j.EndWrites == nil }
+
+// errCannotJoin refuses a request with joined writes on an engine whose
+// store cannot commit them (Engine.JoinsWrites).
+var errCannotJoin = errors.New("runtime: the engine's store cannot commit an application's writes with a run's (Joined)")
 
 // RunResult is how a run ended.
 type RunResult struct {

@@ -83,7 +83,7 @@ func (e *Engine) recoverClaimed(runCtx context.Context, req RecoverRequest, rec 
 		return nil, fmt.Errorf("%w: run %s is %s", ErrRunNotResumable, rec.ID, rec.Status)
 	}
 	if !req.Joined.empty() && !e.JoinsWrites() {
-		return nil, errors.New("runtime: the engine's store cannot commit an application's writes with a run's (Joined)")
+		return nil, errCannotJoin
 	}
 	p, err := e.plan(req.Plan, req.Graph)
 	if err != nil {

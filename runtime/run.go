@@ -316,7 +316,7 @@ func (p *Plan) defaultEntries() []string {
 
 func (e *Engine) startRun(ctx context.Context, p *Plan, as *activeSet, rec *RunRecord, services any, sink EventSink, j Joined) (*run, error) {
 	if !j.empty() && !e.JoinsWrites() {
-		return nil, errors.New("runtime: the engine's store cannot commit an application's writes with a run's (Joined)")
+		return nil, errCannotJoin
 	}
 	// Held from before its record exists: recovery never takes it back.
 	e.hold(rec.ID)
