@@ -136,7 +136,13 @@ func (s *Service) recovery() runtime.RecoveryConfig {
 			req := runtime.RecoverRequest{Plan: p, Services: services,
 				Sink: runtime.SinkFunc(func(ev runtime.Event) { r.sink.Emit(ev) })}
 			if s.join != nil {
-				req.Joined = s.recoveredAnswer(rec, r)
+				// Its answer joins its end's commit, as a turn's does.
+				req.Joined = s.endAnswer(r.graph, rec.EntryNodeIDs, func() *Message {
+					if r.msg == nil || r.msg.RunID != rec.ID {
+						return nil
+					}
+					return r.msg
+				})
 			}
 			return req, nil
 		},
@@ -179,28 +185,8 @@ type recovered struct {
 	graph *runtime.Graph
 	sink  runtime.EventSink
 	// msg is the run's answer as launchRecovered read it (nil: none to
-	// write); joined is set once the run's end has taken its write.
-	msg    *Message
-	joined bool
-}
-
-// recoveredAnswer joins the answer of recovered run rec to the commit of
-// its end, as a turn's is (execTurn): its text, if it is stopped, is what
-// its live agent said, from the log and what the run emits after it.
-func (s *Service) recoveredAnswer(rec *runtime.RunRecord, r *recovered) runtime.Joined {
-	said := &saidText{graph: r.graph}
-	return runtime.Joined{Tap: said.see, EndWrites: func(res *runtime.RunResult) []any {
-		m := r.msg
-		if m == nil || m.RunID != rec.ID {
-			return nil
-		}
-		settle(m, r.graph, rec.EntryNodeIDs, res, nil)
-		if stoppedUnsaid(m, res) {
-			m.Content = said.String()
-		}
-		r.joined = true
-		return []any{s.join.FinishWrite(m)}
-	}}
+	// write), for the commit of its end (endAnswer).
+	msg *Message
 }
 
 // launchRecovered continues a run whose process died, as the same run:
@@ -247,7 +233,7 @@ func (s *Service) launchRecovered(rec *runtime.RunRecord, r *recovered, claimed 
 				return
 			}
 			s.log.Info("recovered run ended", "run", rec.ID, "status", res.Status)
-			if err == nil && r.joined {
+			if err == nil && s.join != nil {
 				return // the answer was written in the commit of the run's end
 			}
 			if msg != nil && msg.RunID == rec.ID {

@@ -999,18 +999,8 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 		}
 	}
 	if s.join != nil {
-		// What the live agent says, gathered as the run emits it, is the
-		// text of a stopped answer (stopped.go): the log's, in the end's
-		// own commit.
-		said := &saidText{graph: t.graph}
-		j.Tap = said.see
-		j.EndWrites = func(res *runtime.RunResult) []any {
-			settle(t.assistant, t.graph, t.entries, res, nil)
-			if stoppedUnsaid(t.assistant, res) {
-				t.assistant.Content = said.String()
-			}
-			return []any{s.join.FinishWrite(t.assistant)}
-		}
+		end := s.endAnswer(t.graph, t.entries, func() *Message { return t.assistant })
+		j.Tap, j.EndWrites = end.Tap, end.EndWrites
 	}
 	services, hist := s.services(chatscope.New(t.plan, t.entries))
 	if t.req.Kind == KindContinueMessage {
@@ -1026,6 +1016,27 @@ func (s *Service) execTurn(ctx context.Context, t *turn, runID string, sink runt
 	return s.engine.Invoke(ctx, runtime.RunRequest{RunID: runID, ChatID: t.chat.ID, Plan: t.plan,
 		EntryNodeIDs: t.entries, Input: in, Kind: string(t.req.Kind), Attrs: t.attrs(), Services: services, Sink: sink,
 		Joined: j})
+}
+
+// endAnswer joins the answer a run of g ends with to the commit of its
+// end (a Joiner store): answer, read when the run ends, is the message to
+// write (nil: none), settled from the run's outcome and, if it is a
+// stopped answer, given the text its live agent said — gathered from the
+// run's events as it emits them (Tap), the text its log holds
+// (stopped.go).
+func (s *Service) endAnswer(g *runtime.Graph, entries []string, answer func() *Message) runtime.Joined {
+	said := &saidText{graph: g}
+	return runtime.Joined{Tap: said.see, EndWrites: func(res *runtime.RunResult) []any {
+		m := answer()
+		if m == nil {
+			return nil
+		}
+		settle(m, g, entries, res, nil)
+		if stoppedUnsaid(m, res) {
+			m.Content = said.String()
+		}
+		return []any{s.join.FinishWrite(m)}
+	}}
 }
 
 // turnInput builds the run input: a reference to the branch before the
