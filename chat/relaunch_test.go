@@ -13,6 +13,7 @@ import (
 	"chatgraph/chat"
 	chatmemory "chatgraph/chat/store/memory"
 	"chatgraph/runcontrol"
+	"chatgraph/runcontrol/controltest"
 	"chatgraph/runtime"
 	"chatgraph/runtime/store/memory"
 )
@@ -190,23 +191,6 @@ func reserveTurn(t *testing.T, chats chat.Store, chatID, runID string, kind chat
 	return asst.ID
 }
 
-// unreachableControl is a run controller that cannot answer whether a
-// run is bound (Active of a run scope fails, as when Redis is
-// unreachable) while down is set; asked counts those questions.
-type unreachableControl struct {
-	runcontrol.Controller
-	down  atomic.Bool
-	asked atomic.Int64
-}
-
-func (c *unreachableControl) Active(ctx context.Context, scope runcontrol.Scope) ([]string, error) {
-	if scope.Kind == runcontrol.KindRun && c.down.Load() {
-		c.asked.Add(1)
-		return nil, errors.New("dial tcp 127.0.0.1:6379: connection refused")
-	}
-	return c.Controller.Active(ctx, scope)
-}
-
 // While run control cannot say whether a reservation's process lives,
 // recovery leaves the reservation alone: failing it lost then would end
 // the turn of a process that may be about to start it. Once run control
@@ -217,8 +201,8 @@ func TestReservationIsNotLostWhileRunControlIsUnreachable(t *testing.T) {
 	ctx := context.Background()
 	runs := memory.New()
 	chats := chatmemory.New(runs)
-	ctl := &unreachableControl{Controller: runcontrol.NewMemory(runcontrol.MemoryConfig{})}
-	ctl.down.Store(true)
+	ctl := &controltest.Unreachable{Controller: runcontrol.NewMemory(runcontrol.MemoryConfig{})}
+	ctl.Down.Store(true)
 	f := newFixture(t, runs, chats, runtime.Config{}, func(c *chat.Config) { c.Control = ctl })
 	_, chatID := f.chatOn(`{"name":"Helper"}`)
 	runID := chat.NewID("r_")
@@ -229,7 +213,7 @@ func TestReservationIsNotLostWhileRunControlIsUnreachable(t *testing.T) {
 	require.Eventually(t, func() bool {
 		m, err := chats.GetMessage(ctx, chatID, answer)
 		require.NoError(t, err)
-		return ctl.asked.Load() >= 5 || m.Status.Settled()
+		return ctl.Asked.Load() >= 5 || m.Status.Settled()
 	}, 10*time.Second, 5*time.Millisecond)
 	m, err := chats.GetMessage(ctx, chatID, answer)
 	require.NoError(t, err)
@@ -241,7 +225,7 @@ func TestReservationIsNotLostWhileRunControlIsUnreachable(t *testing.T) {
 	require.ErrorIs(t, err, chat.ErrControlUnavailable)
 	require.False(t, bound)
 
-	ctl.down.Store(false)
+	ctl.Down.Store(false)
 	m = f.settled(chatID, answer)
 	require.Equal(t, chat.StatusFailed, m.Status)
 	require.Contains(t, m.Error, "lost: the server stopped before the run started")

@@ -1,18 +1,16 @@
 package transport_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"chatgraph/runcontrol"
+	"chatgraph/runcontrol/controltest"
 )
 
 type errBody struct {
@@ -264,31 +262,17 @@ func TestListRuns(t *testing.T) {
 	e.mustStatus(e.do("GET", "/api/v1/runs?limit=0", nil, &bad), http.StatusBadRequest)
 }
 
-// unreachableControl is a run controller that cannot say whether a run
-// is bound (Active fails, as when Redis is unreachable) while down is set.
-type unreachableControl struct {
-	runcontrol.Controller
-	down atomic.Bool
-}
-
-func (c *unreachableControl) Active(ctx context.Context, scope runcontrol.Scope) ([]string, error) {
-	if c.down.Load() {
-		return nil, errors.New("dial tcp 127.0.0.1:6379: connection refused")
-	}
-	return c.Controller.Active(ctx, scope)
-}
-
 // A run the store does not have may be one another process has accepted
 // and not written yet: while run control cannot be asked, the server
 // answers 503 with Retry-After for it, not a 404 that may be untrue.
 func TestUnknownRunWhileRunControlIsUnreachable(t *testing.T) {
-	ctl := &unreachableControl{}
+	ctl := &controltest.Unreachable{}
 	e := newEnv(t, func(c *transportConfig) {
 		c.WrapControl = func(inner runcontrol.Controller) runcontrol.Controller { ctl.Controller = inner; return ctl }
 	})
 	var b errBody
 	paths := []string{"/api/v1/runs/r_elsewhere", "/api/v1/runs/r_elsewhere/events"}
-	ctl.down.Store(true)
+	ctl.Down.Store(true)
 	for _, path := range paths {
 		resp := e.do("GET", path, nil, &b)
 		e.mustStatus(resp, http.StatusServiceUnavailable)
@@ -301,7 +285,7 @@ func TestUnknownRunWhileRunControlIsUnreachable(t *testing.T) {
 	f := c.read()
 	require.Equal(t, "error", f["type"])
 	require.Equal(t, "unavailable", f["error"].(map[string]any)["code"], "a WebSocket subscribe")
-	ctl.down.Store(false)
+	ctl.Down.Store(false)
 	for _, path := range paths {
 		e.mustStatus(e.do("GET", path, nil, &b), http.StatusNotFound)
 		require.Equal(t, "not_found", b.Error.Code, path)

@@ -15,4 +15,8 @@
 // unknown or finished, the five distinct causes, invalid input, cancel
 // across instances, intent expiry, release, Close, and RaceIterations
 // randomised interleavings of Cancel against Bind on two instances.
+//
+// Unreachable wraps a Controller for the tests of its users: while set
+// down it cannot say whether a run is bound, as when Redis is
+// unreachable.
 package controltest
