@@ -11,12 +11,12 @@ import (
 // A run's terminal event and final record are committed before, or with,
 // its answer: with a Joiner store the answer joins the end's commit; with
 // other stores it is written after it (a stopped one's text read from
-// the log: stopped.go), and a run whose store failed it at its end has
-// its answer written by recovery. The process that runs the run holds the
-// terminal event back from its subscribers until the answer is final
-// (terminalHold). A reader of the store — a replay, GET /runs/{id}, in
-// this process or another — finds the end a moment earlier: AwaitAnswer
-// closes that gap for them.
+// the log: stopped.go), as it is for a run that could not start, whose
+// failed record and log are written first (failRun). The process that
+// runs a run holds its terminal event back from its subscribers until
+// the answer is final (terminalHold). A reader of the store — a replay,
+// GET /runs/{id}, in this process or another — may find the end a moment
+// earlier: AwaitAnswer closes that gap for them.
 
 // answerWait bounds AwaitAnswer's wait for a run whose answer is written
 // by another process: one that died before writing it leaves it to
