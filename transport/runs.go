@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -72,31 +73,39 @@ func toRunJSON(r *runtime.RunRecord) runJSON {
 }
 
 func (s *Server) getRun(c echo.Context) error {
-	ctx := c.Request().Context()
-	id := c.Param("id")
+	out, err := s.runView(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// runView is run id as GET /runs/{id} answers it: a run accepted but not
+// stored yet is pending, an ended run is shown once its answer is final.
+func (s *Server) runView(ctx context.Context, id string) (runJSON, error) {
 	rec, err := s.store.GetRun(ctx, id)
 	if errors.Is(err, runtime.ErrRunNotFound) {
 		if lr := s.svc.Live(id); lr != nil {
 			// Accepted, its reservation not written yet.
-			return c.JSON(http.StatusOK, runJSON{ID: id, ChatID: lr.ChatID, MessageID: lr.MessageID, Status: runtime.RunPending, Live: true})
+			return runJSON{ID: id, ChatID: lr.ChatID, MessageID: lr.MessageID, Status: runtime.RunPending, Live: true}, nil
 		}
 		accepted, berr := s.acceptedElsewhere(ctx, id, err)
 		if accepted {
-			return c.JSON(http.StatusOK, runJSON{ID: id, Status: runtime.RunPending})
+			return runJSON{ID: id, Status: runtime.RunPending}, nil
 		}
 		err = berr
 	}
 	if err != nil {
-		return err
+		return runJSON{}, err
 	}
 	// An ended run is answered once its answer is final, as a stream's
 	// terminal event is sent only then (chat.Service.AwaitAnswer).
 	if err := s.svc.AwaitAnswer(ctx, rec); err != nil {
-		return err
+		return runJSON{}, err
 	}
 	cps, err := s.store.Checkpoints(ctx, id)
 	if err != nil {
-		return err
+		return runJSON{}, err
 	}
 	out := toRunJSON(rec)
 	out.Live = s.svc.Live(id) != nil
@@ -107,7 +116,7 @@ func (s *Server) getRun(c echo.Context) error {
 			SkipReason: cp.SkipReason, Interrupt: cp.Interrupt, StartedAt: timePtr(cp.StartedAt), UpdatedAt: timePtr(cp.UpdatedAt),
 			NextAttemptAt: timePtr(cp.NextAttemptAt)})
 	}
-	return c.JSON(http.StatusOK, out)
+	return out, nil
 }
 
 func (s *Server) listRuns(c echo.Context) error {

@@ -23,8 +23,9 @@ func TestRateLimiterMapBounded(t *testing.T) {
 	require.False(t, ok)
 }
 
-// Only the event routes, the WebSocket, the turns that last as long as
-// their graph runs, and the chat calls asking for SSE skip the request
+// Only the event routes, the WebSocket, the join (bounded by its own
+// timeout), the turns that last as long as their graph runs, and the
+// chat calls asking for SSE skip the request
 // timeout; an Accept header elsewhere changes nothing. Every route the
 // server registers is checked, with and without Accept: text/event-stream,
 // so a streaming route added without its mark (or a mark left on a route
@@ -33,6 +34,7 @@ func TestStreamingRoutes(t *testing.T) {
 	t.Parallel()
 	want := map[string]streamKind{
 		"GET /api/v1/runs/:id/events":                   streamsAlways,
+		"GET /api/v1/runs/:id/join":                     streamsAlways,
 		"GET /api/v1/ws":                                streamsAlways,
 		"POST /api/v1/ag-ui/graphs/:id":                 streamsAlways,
 		"POST /v1/chat/completions":                     streamsAlways,

@@ -220,7 +220,8 @@ type streamKind int
 const (
 	// streamsAlways: every request streams (the event routes, the
 	// WebSocket, and the turns answered whole or streamed that last as
-	// long as the graph runs: AG-UI, OpenAI chat completions).
+	// long as the graph runs: AG-UI, OpenAI chat completions) or waits
+	// longer than a request may (the join, up to its own timeout).
 	streamsAlways streamKind = iota + 1
 	// streamsOnSSE: a chat call that streams when the client asks for SSE
 	// (Accept: text/event-stream) and answers at once otherwise.
@@ -339,6 +340,7 @@ func (s *Server) routes() (*echo.Echo, error) {
 	api.GET("/runs", s.listRuns)
 	api.GET("/runs/:id", s.getRun)
 	s.streams(streamsAlways, api.GET("/runs/:id/events", s.runEvents))
+	s.streams(streamsAlways, api.GET("/runs/:id/join", s.joinRun))
 	api.POST("/runs/:id/cancel", s.cancelRun)
 	s.streams(streamsOnSSE, api.POST("/runs/:id/resume", s.resumeRun))
 

@@ -183,6 +183,22 @@ func TestTwoServersSharePostgresAndRedis(t *testing.T) {
 	require.False(t, firstDelta.IsZero())
 	require.Greater(t, agentDone.Sub(firstDelta), 700*time.Millisecond, "deltas reach B while A streams them")
 
+	// B joins a run A executes: it answers once the run has ended, with
+	// the answer already final on B's side.
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("w ", 10)}, &tk))
+	var joined map[string]any
+	require.Equal(t, http.StatusOK, call(t, "GET", b.url+"/api/v1/runs/"+tk["runId"].(string)+"/join", nil, &joined))
+	require.Equal(t, "completed", joined["status"])
+	var c map[string]any
+	call(t, "GET", b.url+"/api/v1/chats/"+chatID, nil, &c)
+	for _, m := range c["messages"].([]any) {
+		if m := m.(map[string]any); m["id"] == tk["messageId"] {
+			require.Equal(t, "completed", m["status"], "the answer is final when the join answers")
+			require.Equal(t, strings.Fields("echo: "+strings.Repeat("w ", 10)), strings.Fields(m["content"].(string)))
+		}
+	}
+
 	// A cancel before the run exists, sent to B, reaches the run A starts.
 	var res map[string]any
 	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/cancel", map[string]any{"clientRequestId": "early"}, &res))

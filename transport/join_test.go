@@ -1,0 +1,134 @@
+package transport_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// GET /runs/{id}/join answers once the run has ended, with the run as
+// GET /runs/{id} shows it and its answer already final; a run that ended
+// before the join is answered at once.
+func TestJoinAnswersWhenTheRunEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"name":"Slow","tokenDelayMs":60}`))
+	var ticket map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "one two three four five"}, &ticket),
+		http.StatusAccepted)
+	runID, mid := ticket["runId"].(string), ticket["messageId"].(string)
+
+	var run map[string]any
+	began := time.Now()
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+runID+"/join", nil, &run), http.StatusOK)
+	require.GreaterOrEqual(t, time.Since(began), 5*60*time.Millisecond, "joined before the agent's words were said")
+	require.Equal(t, "completed", run["status"])
+	require.Equal(t, runID, run["id"])
+	require.Equal(t, mid, run["messageId"])
+	require.NotEmpty(t, run["nodes"], "the run as GET /runs/{id} shows it")
+
+	// Its answer was final when the join answered: the join's message
+	// and the chat's are completed and hold every word streamed.
+	m := run["message"].(map[string]any)
+	require.Equal(t, mid, m["id"])
+	require.Equal(t, "assistant", m["role"])
+	require.Equal(t, "completed", m["status"])
+	require.Equal(t, m["content"], message(e.chat(chatID), mid)["content"])
+	s := e.openSSE(sseCtx(t), "GET", "/api/v1/runs/"+runID+"/events", nil, nil)
+	evs := s.all(t)
+	requireGapFree(t, evs, 0)
+	var said strings.Builder
+	for _, ev := range evs {
+		if ev.Type == "node_delta" {
+			said.WriteString(ev.Data["data"].(map[string]any)["text"].(string))
+		}
+	}
+	require.Equal(t, said.String(), m["content"])
+	require.EqualValues(t, len(evs), run["lastSeq"], "the run joined is the one whose log ended")
+
+	// Joined again after its end: at once, the same run.
+	var again map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+runID+"/join?timeout=1", nil, &again), http.StatusOK)
+	require.Equal(t, run["lastSeq"], again["lastSeq"])
+	require.Equal(t, "completed", again["status"])
+}
+
+// A join whose timeout passes first answers 202 with the run as it is
+// then, running; a later join sees its end (here its cancel).
+func TestJoinTimesOutWithTheRunningRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"name":"Slow","tokenDelayMs":3000}`))
+	var ticket map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "one two three"}, &ticket),
+		http.StatusAccepted)
+	runID := ticket["runId"].(string)
+
+	var run map[string]any
+	began := time.Now()
+	resp := e.do("GET", "/api/v1/runs/"+runID+"/join?timeout=1", nil, &run)
+	e.mustStatus(resp, http.StatusAccepted)
+	require.GreaterOrEqual(t, time.Since(began), time.Second, "the join waited its timeout out")
+	require.Equal(t, "0", resp.Header.Get("Retry-After"))
+	require.Equal(t, "running", run["status"])
+	require.Equal(t, runID, run["id"])
+	require.NotContains(t, run, "message", "no answer while the run runs")
+
+	done := make(chan map[string]any, 1)
+	go func() {
+		var r map[string]any
+		resp := e.do("GET", "/api/v1/runs/"+runID+"/join", nil, &r)
+		if resp.StatusCode != http.StatusOK {
+			r = map[string]any{"httpStatus": resp.StatusCode}
+		}
+		done <- r
+	}()
+	time.Sleep(100 * time.Millisecond) // the join above waits by now
+	e.mustStatus(e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, nil), http.StatusAccepted)
+	select {
+	case r := <-done:
+		require.Equal(t, "cancelled", r["status"], "%v", r)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the join did not answer after the run's cancel")
+	}
+}
+
+// A run that pauses for a human has ended its part: the join answers
+// with it interrupted and its pending interrupts, which a resume answers.
+func TestJoinAnswersAnInterruptedRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(approvalGraph())
+	var ticket map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": `/tool calculator {"expression":"6*7"}`}, &ticket), http.StatusAccepted)
+	var run map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+ticket["runId"].(string)+"/join", nil, &run), http.StatusOK)
+	require.Equal(t, "interrupted", run["status"])
+	require.NotEmpty(t, run["interrupts"])
+	require.Equal(t, "interrupted", run["message"].(map[string]any)["status"])
+	require.Equal(t, "interrupted", message(e.chat(chatID), ticket["messageId"].(string))["status"])
+}
+
+// A timeout that is not whole seconds from 1 to 600 is 400, an unknown
+// run 404 — both before any wait.
+func TestJoinRefusesBadRequests(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(""))
+	var ticket map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "hi"}, &ticket), http.StatusAccepted)
+	runID := ticket["runId"].(string)
+	for _, v := range []string{"0", "-1", "601", "1.5", "abc", "1s"} {
+		var b errBody
+		e.mustStatus(e.do("GET", "/api/v1/runs/"+runID+"/join?timeout="+v, nil, &b), http.StatusBadRequest)
+		require.Equal(t, "invalid_json", b.Error.Code, v)
+		require.Equal(t, "timeout must be whole seconds from 1 to 600", b.Error.Message, v)
+	}
+	var b errBody
+	e.mustStatus(e.do("GET", "/api/v1/runs/r_nosuchrun/join", nil, &b), http.StatusNotFound)
+	require.Equal(t, "not_found", b.Error.Code)
+}
