@@ -132,3 +132,26 @@ func TestJoinRefusesBadRequests(t *testing.T) {
 	e.mustStatus(e.do("GET", "/api/v1/runs/r_nosuchrun/join", nil, &b), http.StatusNotFound)
 	require.Equal(t, "not_found", b.Error.Code)
 }
+
+// A turn queued behind another of its chat is joined while it waits
+// (its run pending) and answered once it has run and ended, after the
+// turn before it.
+func TestJoinWaitsThroughAQueuedTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"name":"Slow","tokenDelayMs":50}`))
+	var first, second map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "one two three four"}, &first),
+		http.StatusAccepted)
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "five six"}, &second),
+		http.StatusAccepted)
+	var queued map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+second["runId"].(string), nil, &queued), http.StatusOK)
+	require.Equal(t, "pending", queued["status"], "the second turn waits for the first")
+
+	var run map[string]any
+	e.mustStatus(e.do("GET", "/api/v1/runs/"+second["runId"].(string)+"/join", nil, &run), http.StatusOK)
+	require.Equal(t, "completed", run["status"])
+	require.Equal(t, "echo: five six", run["message"].(map[string]any)["content"])
+	require.Equal(t, "completed", message(e.chat(chatID), first["messageId"].(string))["status"], "the turn before it ended first")
+}
