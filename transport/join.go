@@ -70,11 +70,15 @@ type joinJSON struct {
 }
 
 // awaitEnd returns once run id's terminal event has been committed (or
-// the run is gone), or after timeout; an error only when the wait failed
-// for another reason (the store, the client leaving).
+// the run is gone), after timeout, or when the server shuts down (its
+// own runs have ended by then; one another process executes has not, and
+// the client, answered what the run is then, joins again elsewhere); an
+// error only when the wait failed for another reason (the store, the
+// client leaving).
 func (s *Server) awaitEnd(ctx context.Context, id string, timeout time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	defer context.AfterFunc(s.base, cancel)()
 	// Only what comes after the stored log matters: start there.
 	var after int64
 	if rec, err := s.store.GetRun(ctx, id); err == nil {
@@ -85,7 +89,7 @@ func (s *Server) awaitEnd(ctx context.Context, id string, timeout time.Duration)
 	}
 	err := s.follow(wctx, id, after, sendEach(func(frame) error { return nil }), nil)
 	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-		return nil // the timeout: the caller answers what the run is now
+		return nil // the timeout or the shutdown: the caller answers what the run is now
 	}
 	return err
 }

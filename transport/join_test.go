@@ -1,12 +1,15 @@
 package transport_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"chatgraph/runtime"
 )
 
 // GET /runs/{id}/join answers once the run has ended, with the run as
@@ -154,4 +157,41 @@ func TestJoinWaitsThroughAQueuedTurn(t *testing.T) {
 	require.Equal(t, "completed", run["status"])
 	require.Equal(t, "echo: five six", run["message"].(map[string]any)["content"])
 	require.Equal(t, "completed", message(e.chat(chatID), first["messageId"].(string))["status"], "the turn before it ended first")
+}
+
+// A join of a run another process executes (here a record no process of
+// this test holds) does not hold the server's shutdown: it is answered
+// 202 with the run as it is then.
+func TestJoinEndsAtShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const runID = "r_elsewhere"
+	now := time.Now()
+	require.NoError(t, e.store.CreateRun(t.Context(), &runtime.RunRecord{ID: runID, RootID: runID, GraphID: "g",
+		Status: runtime.RunRunning, CreatedAt: now, UpdatedAt: now}))
+	type answer struct {
+		status int
+		run    map[string]any
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var r map[string]any
+		resp := e.do("GET", "/api/v1/runs/"+runID+"/join?timeout=20", nil, &r)
+		done <- answer{resp.StatusCode, r}
+	}()
+	select {
+	case a := <-done:
+		t.Fatalf("the join answered %d before the shutdown: %v", a.status, a.run)
+	case <-time.After(300 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, e.srv.Shutdown(ctx))
+	select {
+	case a := <-done:
+		require.Equal(t, http.StatusAccepted, a.status, "%v", a.run)
+		require.Equal(t, "running", a.run["status"])
+	case <-time.After(5 * time.Second):
+		t.Fatal("the join held on after the server's shutdown")
+	}
 }
