@@ -195,3 +195,41 @@ func TestJoinEndsAtShutdown(t *testing.T) {
 		t.Fatal("the join held on after the server's shutdown")
 	}
 }
+
+// A run a rollback supersedes is answered cancelled, or 404 once the
+// rollback has deleted it — never left waiting.
+func TestJoinOfARunARollbackSupersedes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, chatID := e.newChat(basicGraph(`{"name":"Slow","tokenDelayMs":2000}`))
+	var first map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "one two three"}, &first),
+		http.StatusAccepted)
+	runID := first["runId"].(string)
+	type answer struct {
+		status int
+		run    map[string]any
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var r map[string]any
+		resp := e.do("GET", "/api/v1/runs/"+runID+"/join?timeout=20", nil, &r)
+		done <- answer{resp.StatusCode, r}
+	}()
+	time.Sleep(100 * time.Millisecond) // the join waits by now
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "instead", "multitaskStrategy": "rollback"}, nil), http.StatusAccepted)
+	select {
+	case a := <-done:
+		switch a.status {
+		case http.StatusOK:
+			require.Equal(t, "cancelled", a.run["status"])
+		case http.StatusNotFound:
+		default:
+			t.Fatalf("the join answered %d: %v", a.status, a.run)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the join did not answer after the rollback")
+	}
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/cancel", nil, nil), http.StatusAccepted) // the turn that rolled back
+}
