@@ -37,7 +37,10 @@ func (s *Server) joinRun(c echo.Context) error {
 	if err := s.runExists(ctx, id); err != nil {
 		return err
 	}
-	if err := s.awaitEnd(ctx, id, timeout); err != nil {
+	s.metrics.activeStreams.WithLabelValues("join").Inc()
+	err = s.awaitEnd(ctx, id, timeout)
+	s.metrics.activeStreams.WithLabelValues("join").Dec()
+	if err != nil {
 		return err
 	}
 	run, err := s.runView(ctx, id)

@@ -89,7 +89,7 @@ func TestJoinTimesOutWithTheRunningRun(t *testing.T) {
 		}
 		done <- r
 	}()
-	time.Sleep(100 * time.Millisecond) // the join above waits by now
+	waitFor(t, "the join to wait", func() bool { return e.metric(`chatgraph_active_streams{transport="join"}`) == 1 })
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, nil), http.StatusAccepted)
 	select {
 	case r := <-done:
@@ -97,6 +97,7 @@ func TestJoinTimesOutWithTheRunningRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the join did not answer after the run's cancel")
 	}
+	require.Zero(t, e.metric(`chatgraph_active_streams{transport="join"}`), "no join waits once answered")
 }
 
 // A run that pauses for a human has ended its part: the join answers

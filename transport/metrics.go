@@ -16,7 +16,7 @@ type metrics struct {
 	runs          *prometheus.CounterVec   // finished runs by status
 	activeRuns    prometheus.Gauge         // runs bound here (queued or executing)
 	nodeDuration  *prometheus.HistogramVec // node attempts by type and outcome
-	activeStreams *prometheus.GaugeVec     // SSE responses and WebSocket connections
+	activeStreams *prometheus.GaugeVec     // SSE responses, WebSocket connections and joins waiting
 	cancelLatency prometheus.Histogram     // cancel call -> run_cancelled
 	publishDelay  *prometheus.HistogramVec // an event's emit -> its publishing to subscribers, by kind
 	publishDeltas prometheus.Observer      // publishDelay's token deltas
@@ -52,7 +52,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Node execution time, by node type and outcome.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)},
 			[]string{"type", "status"}),
 		activeStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chatgraph_active_streams",
-			Help: "Open event streams, by transport."}, []string{"transport"}),
+			Help: "Open event streams (and joins waiting for a run's end), by transport."}, []string{"transport"}),
 		cancelLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "chatgraph_cancel_latency_seconds",
 			Help: "Time from a cancel request to the run's run_cancelled event.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
 		publishDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chatgraph_event_publish_delay_seconds",
