@@ -31,6 +31,18 @@ func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
 		map[string]any{"content": strings.Join(words, " ")}, &tk))
 	runID := tk["runId"].(string)
+	// A second client joins the run through B: its answer comes once B
+	// has finished the run A could not.
+	type joinAnswer struct {
+		status int
+		run    map[string]any
+	}
+	joined := make(chan joinAnswer, 1)
+	go func() {
+		var r map[string]any
+		status := call(t, "GET", b.url+"/api/v1/runs/"+runID+"/join?timeout=60", nil, &r)
+		joined <- joinAnswer{status, r}
+	}()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -104,6 +116,16 @@ func TestFailoverKeepsTheStreamAPrefixOfTheLog(t *testing.T) {
 	m := c["messages"].([]any)[1].(map[string]any)
 	require.Equal(t, "completed", m["status"])
 	require.Equal(t, answer.String(), m["content"])
+
+	select {
+	case j := <-joined:
+		require.Equal(t, http.StatusOK, j.status, "%v", j.run)
+		require.Equal(t, "completed", j.run["status"])
+		require.EqualValues(t, len(final), j.run["lastSeq"])
+		require.Equal(t, answer.String(), j.run["message"].(map[string]any)["content"], "the join's answer is the final attempt's")
+	case <-ctx.Done():
+		t.Fatal("the join through B did not answer")
+	}
 }
 
 // A message sent through B while A, running the chat's turn, is down
