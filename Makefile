@@ -44,6 +44,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeClientFrame -fuzztime 60s ./transport
 	$(GO) test -run '^$$' -fuzz FuzzRequestBodies -fuzztime 60s ./transport
 	$(GO) test -run '^$$' -fuzz FuzzAdapterBodies -fuzztime 60s ./transport
+	$(GO) test -run '^$$' -fuzz FuzzPreferredWait -fuzztime 20s ./transport
 	$(GO) test -run '^$$' -fuzz FuzzFixJSONBEscapes -fuzztime 30s ./runtime/store/postgres
 
 # The MCP servers the Go tests run for real (pinned in

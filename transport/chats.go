@@ -293,7 +293,8 @@ func (s *Server) cancelRun(c echo.Context) error {
 // httpCommand reads the request body into f's body fields (httpBody
 // leaves the route's ids alone), runs the command, and answers 202 with
 // the ticket or the cancel outcome — or, for a chat call whose client
-// accepts SSE, streams the run's events.
+// accepts SSE, streams the run's events, and for one that prefers to
+// wait (Prefer: wait=N), answers once its run has ended.
 func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 	b, err := readBody(c)
 	if err != nil {
@@ -324,6 +325,9 @@ func (s *Server) httpCommand(c echo.Context, f *clientFrame) error {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
 	if !wantsSSE(c) {
+		if wait, ok := preferredWait(c); ok {
+			return s.answerWhenDone(c, f, ticket, wait)
+		}
 		return c.JSON(http.StatusAccepted, ticket)
 	}
 	setTicketHeaders(c, ticket)

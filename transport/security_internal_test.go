@@ -25,11 +25,12 @@ func TestRateLimiterMapBounded(t *testing.T) {
 
 // Only the event routes, the WebSocket, the join (bounded by its own
 // timeout), the turns that last as long as their graph runs, and the
-// chat calls asking for SSE skip the request
-// timeout; an Accept header elsewhere changes nothing. Every route the
-// server registers is checked, with and without Accept: text/event-stream,
-// so a streaming route added without its mark (or a mark left on a route
-// that no longer streams) fails here.
+// chat calls asking for SSE or preferring to wait for their run
+// (Prefer: wait=N) skip the request timeout; an Accept or Prefer header
+// elsewhere changes nothing. Every route the server registers is
+// checked, with and without Accept: text/event-stream and Prefer, so a
+// streaming route added without its mark (or a mark left on a route that
+// no longer streams) fails here.
 func TestStreamingRoutes(t *testing.T) {
 	t.Parallel()
 	want := map[string]streamKind{
@@ -57,6 +58,16 @@ func TestStreamingRoutes(t *testing.T) {
 			c.SetPath(r.Path)
 			streams := want[key] == streamsAlways || want[key] == streamsOnSSE && accept == "text/event-stream"
 			require.Equal(t, streams, s.streaming(c), "%s (Accept %q)", key, accept)
+		}
+		// A chat call that prefers to wait for its run holds its request
+		// open as a stream does; the preference changes nothing elsewhere.
+		for _, prefer := range []string{"wait=5", "respond-async, wait=600", "wait=x"} {
+			req := httptest.NewRequest(r.Method, "/x", nil)
+			req.Header.Set("Prefer", prefer)
+			c := s.Echo().NewContext(req, httptest.NewRecorder())
+			c.SetPath(r.Path)
+			streams := want[key] == streamsAlways || want[key] == streamsOnSSE && prefer != "wait=x"
+			require.Equal(t, streams, s.streaming(c), "%s (Prefer %q)", key, prefer)
 		}
 	}
 	for key := range want {

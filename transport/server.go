@@ -224,7 +224,8 @@ const (
 	// longer than a request may (the join, up to its own timeout).
 	streamsAlways streamKind = iota + 1
 	// streamsOnSSE: a chat call that streams when the client asks for SSE
-	// (Accept: text/event-stream) and answers at once otherwise.
+	// (Accept: text/event-stream) or waits for its run's end when it
+	// prefers to (Prefer: wait=N), and answers at once otherwise.
 	streamsOnSSE
 )
 
@@ -255,6 +256,9 @@ func (s *Server) streaming(c echo.Context) bool {
 	case streamsAlways:
 		return true
 	case streamsOnSSE:
+		if _, wait := preferredWait(c); wait {
+			return true
+		}
 		return wantsSSE(c)
 	}
 	return false
