@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -15,11 +16,26 @@ import (
 // name for a call in its chat, not across chats: it needs the ChatID
 // (an existing chat) or, from the connection the call came on (or will
 // come on), the Conn of Request.Conn.
+//
+// Rollback undoes what the cancel stops, as the rollback strategy of a
+// newer message does (runcontrol.Rollback): each run it reaches ends
+// cancelled (cause runcontrol.ErrUserRollback), then the messages its
+// turn wrote and the run itself are deleted. A kept intent keeps the
+// cause: the run it stops later is undone too.
 type CancelRequest struct {
 	ChatID          string
 	RunID           string
 	ClientRequestID string
 	Conn            string
+	Rollback        bool
+}
+
+// cause is the cancel cause the request asks for.
+func (r CancelRequest) cause() error {
+	if r.Rollback {
+		return runcontrol.ErrUserRollback
+	}
+	return runcontrol.ErrUserCancel
 }
 
 // requestScopes are the cancel scopes of a call's client request id
@@ -61,34 +77,34 @@ type CancelResult struct {
 func (s *Service) Cancel(ctx context.Context, req CancelRequest) (*CancelResult, error) {
 	switch {
 	case req.RunID != "":
-		return s.cancelRun(ctx, req.RunID)
+		return s.cancelRun(ctx, req.RunID, req.cause())
 	case req.ClientRequestID != "" && req.ChatID != "":
 		if _, err := s.chats.GetChat(ctx, req.ChatID); err != nil {
 			return nil, err
 		}
-		return s.cancelScope(chatRequestScope(req.ChatID, req.ClientRequestID))
+		return s.cancelScope(chatRequestScope(req.ChatID, req.ClientRequestID), req.cause())
 	case req.ClientRequestID != "" && req.Conn != "":
-		return s.cancelScope(connRequestScope(req.Conn, req.ClientRequestID))
+		return s.cancelScope(connRequestScope(req.Conn, req.ClientRequestID), req.cause())
 	case req.ClientRequestID != "":
 		return nil, invalid("a clientRequestId names a call in its chat: cancel it with the chatId too")
 	case req.ChatID != "":
 		if _, err := s.chats.GetChat(ctx, req.ChatID); err != nil {
 			return nil, err
 		}
-		return s.cancelChat(ctx, req.ChatID)
+		return s.cancelChat(ctx, req.ChatID, req.cause())
 	}
 	return nil, invalid("cancel needs chatId, runId or clientRequestId")
 }
 
 // cancelRun cancels one run: bound (executing or queued), or waiting for
 // a human.
-func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, error) {
-	res, err := s.cancelScope(runcontrol.RunScope(id))
+func (s *Service) cancelRun(ctx context.Context, id string, cause error) (*CancelResult, error) {
+	res, err := s.cancelScope(runcontrol.RunScope(id), cause)
 	if err != nil {
 		return nil, err
 	}
 	if res.Status == runcontrol.StatusCancelled {
-		s.awaitCancelled(ctx, id)
+		s.awaitCancelled(ctx, id, cause)
 	}
 	rec, err := s.runs.GetRun(ctx, id)
 	if res.Status == runcontrol.StatusCancelled {
@@ -100,7 +116,7 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 			// before it lets go of its binding: the cancel reached a run
 			// that no longer acts on it, so end its wait as well (as
 			// cancelChat).
-			s.cancelWaitingRun(ctx, rec)
+			s.cancelWaitingRun(ctx, rec, cause)
 			return res, nil
 		}
 		// It had decided its end before the cancel came (its terminal
@@ -110,7 +126,7 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 	if err != nil {
 		return nil, err
 	}
-	if ids := s.cancelWaitingRun(ctx, rec); len(ids) > 0 {
+	if ids := s.cancelWaitingRun(ctx, rec, cause); len(ids) > 0 {
 		return &CancelResult{Status: runcontrol.StatusCancelled, RunIDs: ids}, nil
 	}
 	if rec.Status == runtime.RunRunning || rec.Status == runtime.RunPending {
@@ -118,12 +134,12 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 		// queued turn, started it) yet: the cancel waits for its next
 		// Bind (at most the intent's TTL) — or, bound by recovery since
 		// the look-up above, it is cancelled now.
-		res, err := s.ctl.CancelOrphan(s.base, id, runcontrol.ErrUserCancel)
+		res, err := s.ctl.CancelOrphan(s.base, id, cause)
 		if err != nil {
 			return nil, err
 		}
 		if res.Status == runcontrol.StatusCancelled {
-			s.awaitCancelled(ctx, id)
+			s.awaitCancelled(ctx, id, cause)
 		}
 		return cancelResult(res), nil
 	}
@@ -140,8 +156,10 @@ func (s *Service) cancelRun(ctx context.Context, id string) (*CancelResult, erro
 // within the grace), so that the cancel answers with the run's real end:
 // a run of this process until it is done, a run of another process until
 // the store has its end (read every awaitPoll) and its answer is final
-// (AwaitAnswer).
-func (s *Service) awaitCancelled(ctx context.Context, id string) {
+// (AwaitAnswer) — or, for a rollback (cause runcontrol.ErrUserRollback),
+// until the store no longer has it.
+func (s *Service) awaitCancelled(ctx context.Context, id string, cause error) {
+	rollback := errors.Is(cause, runcontrol.ErrUserRollback)
 	t := time.NewTimer(s.engine.CancelGrace() + time.Second)
 	defer t.Stop()
 	if lr := s.Live(id); lr != nil {
@@ -159,7 +177,7 @@ func (s *Service) awaitCancelled(ctx context.Context, id string) {
 		if err != nil {
 			return
 		}
-		if rec.Status.Finished() {
+		if rec.Status.Finished() && !rollback {
 			// Its process writes the answer with the end or just after it.
 			_ = s.AwaitAnswer(ctx, rec)
 			return
@@ -182,21 +200,21 @@ const awaitPoll = 10 * time.Millisecond
 // queued) and runs waiting for a human (interrupted: the wait ends, their
 // messages become cancelled). When nothing of either kind exists the
 // intent is kept for the chat's next run.
-func (s *Service) cancelChat(ctx context.Context, chatID string) (*CancelResult, error) {
+func (s *Service) cancelChat(ctx context.Context, chatID string, cause error) (*CancelResult, error) {
 	waiting := s.waitingMessages(ctx, chatID)
 	if len(waiting) > 0 {
 		if active, err := s.ctl.Active(ctx, runcontrol.ChatScope(chatID)); err == nil && len(active) == 0 {
-			return &CancelResult{Status: runcontrol.StatusCancelled, RunIDs: s.cancelWaiting(ctx, waiting)}, nil
+			return &CancelResult{Status: runcontrol.StatusCancelled, RunIDs: s.cancelWaiting(ctx, waiting, cause)}, nil
 		}
 	}
-	res, err := s.cancelScope(runcontrol.ChatScope(chatID))
+	res, err := s.cancelScope(runcontrol.ChatScope(chatID), cause)
 	if err != nil {
 		return nil, err
 	}
 	if res.Status == runcontrol.StatusCancelled {
 		// A run that has just begun to wait may still hold its binding:
 		// the cancel reached it, and its wait ends too. It is one run.
-		for _, id := range s.cancelWaiting(ctx, waiting) {
+		for _, id := range s.cancelWaiting(ctx, waiting, cause) {
 			if !slices.Contains(res.RunIDs, id) {
 				res.RunIDs = append(res.RunIDs, id)
 			}
@@ -223,7 +241,7 @@ func (s *Service) waitingMessages(ctx context.Context, chatID string) []*Message
 
 // cancelWaitingRun ends the human wait of an interrupted run; nil when
 // the run is not waiting.
-func (s *Service) cancelWaitingRun(ctx context.Context, rec *runtime.RunRecord) []string {
+func (s *Service) cancelWaitingRun(ctx context.Context, rec *runtime.RunRecord, cause error) []string {
 	if rec.Status != runtime.RunInterrupted {
 		return nil
 	}
@@ -233,35 +251,60 @@ func (s *Service) cancelWaitingRun(ctx context.Context, rec *runtime.RunRecord) 
 		return nil // continued by a newer run: nothing waits on this one
 	}
 	if err != nil {
-		if _, err := s.engine.CancelInterrupted(ctx, rec.ID, runcontrol.ErrUserCancel); err != nil {
+		if _, err := s.engine.CancelInterrupted(ctx, rec.ID, cause); err != nil {
 			return nil
 		}
+		s.undoIfRolledBack(ctx, rec.ChatID, rec.ID, cause)
 		return []string{rec.ID}
 	}
-	return s.cancelWaiting(ctx, []*Message{m})
+	return s.cancelWaiting(ctx, []*Message{m}, cause)
 }
 
-// cancelWaiting ends the human waits of interrupted runs (user cancel)
-// and marks their messages cancelled; it returns the runs it cancelled.
-func (s *Service) cancelWaiting(ctx context.Context, msgs []*Message) []string {
+// cancelWaiting ends the human waits of interrupted runs (with cause, a
+// user's cancel or rollback), marks their messages cancelled — or, for a
+// rollback, undoes their turns — and returns the runs it cancelled.
+func (s *Service) cancelWaiting(ctx context.Context, msgs []*Message, cause error) []string {
 	var ids []string
 	for _, m := range msgs {
-		if _, err := s.engine.CancelInterrupted(ctx, m.RunID, runcontrol.ErrUserCancel); err != nil {
+		if _, err := s.engine.CancelInterrupted(ctx, m.RunID, cause); err != nil {
 			continue // resumed or cancelled meanwhile
 		}
-		m.Status, m.Error = StatusCancelled, runcontrol.Code(runcontrol.ErrUserCancel)
+		m.Status, m.Error = StatusCancelled, runcontrol.Code(cause)
 		if err := s.chats.FinishMessage(ctx, m); err != nil {
 			s.log.Warn("cancel: writing the message", "message", m.ID, "err", err)
 		}
 		s.log.Info("run waiting for a human cancelled", "run", m.RunID, "chat", m.ChatID)
+		s.undoIfRolledBack(ctx, m.ChatID, m.RunID, cause)
 		ids = append(ids, m.RunID)
 	}
 	return ids
 }
 
-// cancelScope cancels a scope with the user cause.
-func (s *Service) cancelScope(scope runcontrol.Scope) (*CancelResult, error) {
-	res, err := s.ctl.Cancel(s.base, scope, runcontrol.ErrUserCancel)
+// undoIfRolledBack undoes the turn of run runID in chatID when it was
+// cancelled with runcontrol.ErrUserRollback (undo). A run whose turn
+// wrote no message — a continue_message or resume run, which answers in
+// the message it continues — is left as a cancel leaves it: deleting it
+// would leave that message naming a run that is gone, which nothing
+// could continue again.
+func (s *Service) undoIfRolledBack(ctx context.Context, chatID, runID string, cause error) {
+	if chatID == "" || !errors.Is(cause, runcontrol.ErrUserRollback) {
+		return
+	}
+	msgs, err := s.chats.Messages(ctx, chatID)
+	if err != nil {
+		s.log.Error("rollback: reading messages", "chat", chatID, "err", err)
+		return
+	}
+	if !slices.ContainsFunc(msgs, func(m *Message) bool { return m.TurnRunID == runID }) {
+		s.log.Info("rollback: the run wrote no message of its own; it stays cancelled", "run", runID, "chat", chatID)
+		return
+	}
+	s.undo(ctx, chatID, []string{runID}, "")
+}
+
+// cancelScope cancels a scope with cause (a user's cancel or rollback).
+func (s *Service) cancelScope(scope runcontrol.Scope, cause error) (*CancelResult, error) {
+	res, err := s.ctl.Cancel(s.base, scope, cause)
 	if err != nil {
 		return nil, err
 	}

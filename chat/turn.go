@@ -578,6 +578,12 @@ func (s *Service) run(bound context.Context, release func(), held *runcontrol.Tu
 	}
 	s.uncount(lr)
 	hold.flush()
+	if res != nil && res.Status == runtime.RunCancelled {
+		// A cancel with action rollback: its turn goes, while the run
+		// still holds its chat's turn (held is released after this), so
+		// the next turn of the chat starts from what remains.
+		s.undoIfRolledBack(ctx, lr.ChatID, lr.ID, res.Err)
+	}
 }
 
 // errRunNeverStarted answers a launch whose run returned without starting
@@ -1094,30 +1100,38 @@ func (s *Service) asWritten(ctx context.Context, t *turn, msgs []*Message) ([]*M
 	return msgs, nil
 }
 
-// rollback deletes the messages and runs of the turns a rollback undid.
-// The store moves the messages left hanging from one it deletes — this
-// turn's user message, those of turns sent meanwhile that this rollback
-// did not supersede (they queue behind it), also ones another process
-// writes at that moment — onto what remains (Store.DeleteMessages,
-// Store.BeginTurn).
+// rollback deletes the messages and runs of the turns a rollback undid,
+// making the turn's own answer the chat's active leaf (undo).
 func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
-	msgs, err := s.chats.Messages(ctx, t.chat.ID)
+	s.undo(ctx, t.chat.ID, victims, t.assistant.ID)
+}
+
+// undo deletes the messages the turns of runs victims wrote and the runs
+// themselves, as if their calls had never been sent; activeLeaf, when
+// not empty, becomes the chat's active leaf (else an active leaf it
+// deletes moves to what remains). The store moves the messages left
+// hanging from one it deletes — a rolling-back turn's user message,
+// those of turns sent meanwhile (they queue behind it), also ones
+// another process writes at that moment — onto what remains
+// (Store.DeleteMessages, Store.BeginTurn).
+func (s *Service) undo(ctx context.Context, chatID string, victims []string, activeLeaf string) {
+	msgs, err := s.chats.Messages(ctx, chatID)
 	if err != nil {
-		s.log.Error("rollback: reading messages", "chat", t.chat.ID, "err", err)
+		s.log.Error("rollback: reading messages", "chat", chatID, "err", err)
 		return
 	}
-	undo := map[string]bool{}
+	undone := map[string]bool{}
 	for _, v := range victims {
-		undo[v] = true
+		undone[v] = true
 	}
 	var del []string
 	for _, m := range msgs {
-		if m.TurnRunID != "" && undo[m.TurnRunID] {
+		if m.TurnRunID != "" && undone[m.TurnRunID] {
 			del = append(del, m.ID)
 		}
 	}
-	if err := s.chats.DeleteMessages(ctx, t.chat.ID, del, t.assistant.ID); err != nil {
-		s.log.Error("rollback: deleting messages", "chat", t.chat.ID, "err", err)
+	if err := s.chats.DeleteMessages(ctx, chatID, del, activeLeaf); err != nil {
+		s.log.Error("rollback: deleting messages", "chat", chatID, "err", err)
 	}
 	if ins, ok := s.runs.(runtime.Inspector); ok {
 		for _, v := range victims {
@@ -1126,7 +1140,7 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 			}
 		}
 	}
-	s.log.Info("rolled back", "chat", t.chat.ID, "runs", victims, "messages", len(del))
+	s.log.Info("rolled back", "chat", chatID, "runs", victims, "messages", len(del))
 }
 
 // finishMessage writes the assistant message's final status and content

@@ -22,6 +22,10 @@ var (
 	// ErrSuperseded: a newer message in the chat replaced this run (double
 	// texting with the interrupt or rollback strategy).
 	ErrSuperseded = errors.New("superseded by a newer message")
+	// ErrUserRollback: a person asked to stop the run and undo its turn
+	// (a cancel with action "rollback"): the run ends cancelled, then its
+	// turn's messages and the run itself are deleted.
+	ErrUserRollback = errors.New("cancelled by user, its turn rolled back")
 )
 
 // reasons is the closed set of causes and their stable codes (used on the
@@ -35,11 +39,12 @@ var reasons = []struct {
 	{ErrLeaseLost, "lease_lost"},
 	{ErrTimeout, "timeout"},
 	{ErrSuperseded, "superseded"},
+	{ErrUserRollback, "user_rollback"},
 }
 
 // Code returns the stable code of the cause err wraps ("user_cancel",
-// "shutdown", "lease_lost", "timeout", "superseded"), or "" if it wraps
-// none of them.
+// "shutdown", "lease_lost", "timeout", "superseded", "user_rollback"),
+// or "" if it wraps none of them.
 func Code(err error) string {
 	for _, r := range reasons {
 		if errors.Is(err, r.err) {
@@ -63,7 +68,7 @@ func ReasonForCode(code string) error {
 // context.Cause(ctx) returns it. errors.Is(err, ErrUserCancel) (or any
 // other reason) works through Unwrap.
 type CancelError struct {
-	Reason error  // one of ErrUserCancel, ErrShutdown, ErrLeaseLost, ErrTimeout, ErrSuperseded
+	Reason error  // one of ErrUserCancel, ErrShutdown, ErrLeaseLost, ErrTimeout, ErrSuperseded, ErrUserRollback
 	Scope  Scope  // the scope the cancel named (the run's own scope for Close)
 	Detail string // the cause's full message when the canceller added detail, else ""
 }
@@ -108,7 +113,7 @@ func ParseCancelError(text string) *CancelError {
 }
 
 // NewCancelError builds the cause for a cancel of scope s. A nil cause
-// means ErrUserCancel. cause must wrap one of the five reasons, or be a
+// means ErrUserCancel. cause must wrap one of the six reasons, or be a
 // *CancelError (its reason and detail are kept, the scope is s);
 // otherwise it returns ErrInvalidCause.
 func NewCancelError(s Scope, cause error) (*CancelError, error) {

@@ -10,7 +10,7 @@ import (
 var (
 	// ErrInvalidScope: a scope's kind is unknown or its id empty/too long.
 	ErrInvalidScope = errors.New("runcontrol: invalid scope")
-	// ErrInvalidCause: a cancel cause wraps none of the five reasons.
+	// ErrInvalidCause: a cancel cause wraps none of the six reasons.
 	ErrInvalidCause = errors.New("runcontrol: invalid cancel cause")
 	// ErrAlreadyBound: Bind was called for a run id that is bound already.
 	ErrAlreadyBound = errors.New("runcontrol: run already bound")

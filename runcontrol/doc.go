@@ -24,8 +24,8 @@
 //	res, err := ctl.Cancel(ctx, runcontrol.ChatScope(chatID), runcontrol.ErrUserCancel)
 //
 // The bound context is cancelled with a *CancelError: context.Cause(ctx)
-// tells ErrUserCancel, ErrShutdown, ErrLeaseLost, ErrTimeout and
-// ErrSuperseded apart (errors.Is), names the scope the cancel came through
+// tells ErrUserCancel, ErrShutdown, ErrLeaseLost, ErrTimeout,
+// ErrSuperseded and ErrUserRollback apart (errors.Is), names the scope the cancel came through
 // and keeps the canceller's detail; Code gives the stable code for events.
 //
 // # Why no cancel is lost

@@ -277,6 +277,10 @@ func (s *Server) resumeRun(c echo.Context) error {
 
 type cancelChatBody struct {
 	ClientRequestID string `json:"clientRequestId" validate:"omitempty,clientid"`
+	// Action is what becomes of what the cancel stops: "interrupt" (the
+	// default) ends it cancelled, its progress kept; "rollback" then
+	// deletes its turn (chat.CancelRequest.Rollback).
+	Action string `json:"action" validate:"omitempty,oneof=interrupt rollback"`
 }
 
 // cancelChat cancels what runs (or will run) in the chat, or in one
@@ -364,12 +368,13 @@ func (b *httpBody) UnmarshalJSON(data []byte) error {
 		OnDisconnect      string   `json:"onDisconnect"`
 		Resume            any      `json:"resume"`
 		Value             any      `json:"value"`
+		Action            string   `json:"action"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
 	b.ClientRequestID, b.AgentNodeID, b.Content, b.ParentID, b.UserTools = v.ClientRequestID, v.AgentNodeID, v.Content, v.ParentID, v.UserTools
-	b.MultitaskStrategy, b.OnDisconnect, b.Resume, b.Value = v.MultitaskStrategy, v.OnDisconnect, v.Resume, v.Value
+	b.MultitaskStrategy, b.OnDisconnect, b.Resume, b.Value, b.Action = v.MultitaskStrategy, v.OnDisconnect, v.Resume, v.Value, v.Action
 	return nil
 }
 

@@ -124,7 +124,7 @@ var commands = map[string]command{
 		},
 	},
 	"cancel": {
-		body: func(f *clientFrame) any { return &cancelChatBody{ClientRequestID: f.ClientRequestID} },
+		body: func(f *clientFrame) any { return &cancelChatBody{ClientRequestID: f.ClientRequestID, Action: f.Action} },
 		needs: func(f *clientFrame) error {
 			if f.ChatID == "" && f.RunID == "" && f.ClientRequestID == "" {
 				return badRequest("cancel needs chatId, runId or clientRequestId")
@@ -132,7 +132,8 @@ var commands = map[string]command{
 			return nil
 		},
 		run: func(s *Server, ctx context.Context, f *clientFrame) (*commandResult, error) {
-			res, err := s.svc.Cancel(ctx, chat.CancelRequest{ChatID: f.ChatID, RunID: f.RunID, ClientRequestID: f.ClientRequestID, Conn: f.conn})
+			res, err := s.svc.Cancel(ctx, chat.CancelRequest{ChatID: f.ChatID, RunID: f.RunID, ClientRequestID: f.ClientRequestID, Conn: f.conn,
+				Rollback: f.Action == "rollback"})
 			if err != nil {
 				return nil, err
 			}

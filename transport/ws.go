@@ -51,6 +51,7 @@ type clientFrame struct {
 	Resume            any      `json:"resume"`
 	Value             any      `json:"value"`
 	AfterSeq          int64    `json:"afterSeq"`
+	Action            string   `json:"action"` // a cancel's: "interrupt" (the default) or "rollback"
 	// idempotent: the client named the call's clientRequestId itself (a
 	// WebSocket frame's id stands in for a missing one, for cancel only):
 	// the call sent again is answered, not run again (chat.Request.Idempotent).

@@ -199,6 +199,23 @@ func TestTwoServersSharePostgresAndRedis(t *testing.T) {
 		}
 	}
 
+	// A cancel with action rollback, sent to B, stops the run A executes
+	// and undoes its turn: by B's answer the run and its messages are gone.
+	call(t, "GET", b.url+"/api/v1/chats/"+chatID, nil, &c)
+	kept := len(c["messages"].([]any))
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": strings.Repeat("w ", 200)}, &tk))
+	waitRunning(t, b.url, tk["runId"].(string))
+	var rolled map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/runs/"+tk["runId"].(string)+"/cancel",
+		map[string]any{"action": "rollback"}, &rolled))
+	require.Equal(t, "cancelled", rolled["status"])
+	for _, srv := range []string{a.url, b.url} {
+		require.Equal(t, http.StatusNotFound, call(t, "GET", srv+"/api/v1/runs/"+tk["runId"].(string), nil, nil))
+		call(t, "GET", srv+"/api/v1/chats/"+chatID, nil, &c)
+		require.Len(t, c["messages"].([]any), kept, "the rolled-back turn's messages are gone")
+	}
+
 	// A cancel before the run exists, sent to B, reaches the run A starts.
 	var res map[string]any
 	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/cancel", map[string]any{"clientRequestId": "early"}, &res))
@@ -231,4 +248,19 @@ func TestTwoServersSharePostgresAndRedis(t *testing.T) {
 		}
 	}
 	require.Equal(t, 5, n, "one run per call")
+}
+
+// waitRunning waits until the server at url shows run runID running.
+func waitRunning(t *testing.T, url, runID string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var r map[string]any
+		call(t, "GET", url+"/api/v1/runs/"+runID, nil, &r)
+		if r["status"] == "running" {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "run %s did not start: %v", runID, r)
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -283,6 +283,43 @@ func TestCancelWhileTheRunsServerIsDownWins(t *testing.T) {
 	require.True(t, found)
 }
 
+// A rollback sent while a run's process is down — through another
+// process of the deployment — wins too: the restarted process takes the
+// run back, it ends cancelled, and its turn is undone (its messages and
+// the run deleted) before the chat takes another turn.
+func TestRollbackWhileTheRunsServerIsDownUndoesItsTurn(t *testing.T) {
+	withID := sharedEnv(t, "3s")
+	a := startChild(t, withID("undo-a")...)
+	b := startChild(t, withID("undo-b")...)
+	chatID := newChat(t, a.url, `{"name":"Helper","tokenDelayMs":150}`)
+	var tk map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", a.url+"/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "one two three four five six seven eight nine ten eleven twelve"}, &tk))
+	runID := tk["runId"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	evs, err := follow(ctx, a.url, runID, 0)
+	require.NoError(t, err)
+	for ev := range evs {
+		if ev.Type == "node_delta" {
+			break
+		}
+	}
+	a.kill()
+
+	var res map[string]any
+	require.Equal(t, http.StatusAccepted, call(t, "POST", b.url+"/api/v1/chats/"+chatID+"/cancel", map[string]any{"action": "rollback"}, &res))
+	require.Equal(t, "cancelled", res["status"], "the run is bound (by the process that died)")
+	a2 := startChild(t, withID("undo-a")...)
+	require.Eventually(t, func() bool {
+		return call(t, "GET", a2.url+"/api/v1/runs/"+runID, nil, nil) == http.StatusNotFound
+	}, 30*time.Second, 50*time.Millisecond, "the recovered run is rolled back")
+	var c map[string]any
+	require.Equal(t, http.StatusOK, call(t, "GET", a2.url+"/api/v1/chats/"+chatID, nil, &c))
+	require.Empty(t, c["messages"], "the turn's messages are gone")
+	require.Nil(t, c["activeLeafId"])
+}
+
 // A message queued behind a streaming run (enqueue) when its server is
 // killed -9 is answered by the restarted server — on the same state dir,
 // or on Postgres and Redis with the same instance id — after the run

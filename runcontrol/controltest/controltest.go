@@ -260,8 +260,9 @@ func testOrphanIntent(t *testing.T, f Factory) {
 
 func testDistinctCauses(t *testing.T, f Factory) {
 	c := f(t, Options{})()
-	all := []error{runcontrol.ErrUserCancel, runcontrol.ErrShutdown, runcontrol.ErrLeaseLost, runcontrol.ErrTimeout, runcontrol.ErrSuperseded}
-	codes := []string{"user_cancel", "shutdown", "lease_lost", "timeout", "superseded"}
+	all := []error{runcontrol.ErrUserCancel, runcontrol.ErrShutdown, runcontrol.ErrLeaseLost, runcontrol.ErrTimeout, runcontrol.ErrSuperseded,
+		runcontrol.ErrUserRollback}
+	codes := []string{"user_cancel", "shutdown", "lease_lost", "timeout", "superseded", "user_rollback"}
 	for i, reason := range all {
 		for _, detail := range []string{"", "because test " + codes[i]} {
 			cause := reason

@@ -6,6 +6,7 @@ describe('wording', () => {
     expect(nodeStatusText('replayed')).toBe('Reused')
     expect(nodeStatusText('completed')).toBe('Done')
     expect(codeText('user_cancel')).toBe('You stopped this answer.')
+    expect(codeText('user_rollback')).toBe('You stopped this answer and took the message back.')
     expect(codeText('something_new')).toBe('something_new')
     expect(messageErrorText('cancelled', 'user_cancel')).toBe('You stopped this answer.')
     expect(messageErrorText('failed', 'node x failed: boom')).toBe('node x failed: boom')

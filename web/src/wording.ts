@@ -69,6 +69,7 @@ export const codeWords: Record<string, string> = {
   lease_lost: 'Another server process took this run over.',
   timeout: 'Stopped: it took too long.',
   superseded: 'Replaced by a newer message.',
+  user_rollback: 'You stopped this answer and took the message back.',
   // node failures (runtime, nodes, models)
   error: 'The node failed.',
   panic: 'The node crashed.',
