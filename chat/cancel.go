@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"chatgraph/runcontrol"
@@ -75,6 +76,20 @@ type CancelResult struct {
 // wait ended. Cancelling a run that already ended, or that no process
 // holds, is a conflict naming its status.
 func (s *Service) Cancel(ctx context.Context, req CancelRequest) (*CancelResult, error) {
+	res, err := s.cancel(ctx, req)
+	if err == nil && req.Rollback && req.RunID == "" && res.Status == runcontrol.StatusCancelled {
+		// A rollback answers once the turns it undoes are gone, as a
+		// run's cancel does (cancelRun).
+		var wg sync.WaitGroup
+		for _, id := range res.RunIDs {
+			wg.Go(func() { s.awaitCancelled(ctx, id, runcontrol.ErrUserRollback) })
+		}
+		wg.Wait()
+	}
+	return res, err
+}
+
+func (s *Service) cancel(ctx context.Context, req CancelRequest) (*CancelResult, error) {
 	switch {
 	case req.RunID != "":
 		return s.cancelRun(ctx, req.RunID, req.cause())
@@ -177,10 +192,14 @@ func (s *Service) awaitCancelled(ctx context.Context, id string, cause error) {
 		if err != nil {
 			return
 		}
-		if rec.Status.Finished() && !rollback {
-			// Its process writes the answer with the end or just after it.
+		if rec.Status.Finished() {
+			// Its process writes the answer with the end or just after it
+			// — and, for a rollback, then deletes the run, unless it
+			// wrote no message of its own (undoIfRolledBack).
 			_ = s.AwaitAnswer(ctx, rec)
-			return
+			if !rollback || rec.Kind == string(KindContinueMessage) {
+				return
+			}
 		}
 		select {
 		case <-tick.C:

@@ -91,6 +91,31 @@ describe.skipIf(!haveChromium)('chat', () => {
     await ctx.close()
   })
 
+  it('takes a message back: the run stops and its turn leaves the chat', async () => {
+    const { page, ctx, errors } = await newPage(browser!)
+    const gid = await createGraph(url, basicGraph({ tokenDelayMs: 250 }))
+    await open(page, url, `g=${gid}`)
+    await send(page, 'kept')
+    await expect.poll(() => status(page), { timeout: 10_000 }).toBe('completed')
+
+    await send(page, 'taken back before its end')
+    await expect.poll(() => body(page).textContent(), { timeout: 10_000 }).toMatch(/^echo: taken/)
+    const chatId = (await hash(page)).get('c')
+    const during = (await (await fetch(`${url}/api/v1/chats/${chatId}`)).json()) as { messages: { runId: string; role: string }[] }
+    expect(during.messages).toHaveLength(4)
+    const runId = during.messages[3].runId
+    await page.getByTestId('take-back').click()
+    // The chat shows the turn before it, as the server holds it.
+    await expect.poll(() => page.getByTestId('msg-body').count(), { timeout: 10_000 }).toBe(2)
+    expect(await body(page).textContent()).toBe('echo: kept')
+    const after = (await (await fetch(`${url}/api/v1/chats/${chatId}`)).json()) as { messages: unknown[] }
+    expect(after.messages).toHaveLength(2)
+    expect((await fetch(`${url}/api/v1/runs/${runId}`)).status).toBe(404)
+    await expect.poll(() => page.getByTestId('take-back').count()).toBe(0)
+    expect(errors).toEqual([])
+    await ctx.close()
+  })
+
   it('asks for approval: approve, then deny', async () => {
     const { page, ctx, errors } = await newPage(browser!)
     const gid = await createGraph(url, basicGraph({ requireApproval: true }))

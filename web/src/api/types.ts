@@ -45,7 +45,7 @@ export type ClientFrame =
   | ({ id: string; type: ChatCallType; chatId: string; messageId?: string; agentNodeId?: string; resume?: unknown } & Partial<
       Pick<SendMessage, 'content' | 'parentId' | 'userTools' | 'multitaskStrategy' | 'onDisconnect'>
     >)
-  | { id: string; type: 'cancel'; chatId?: string; runId?: string; clientRequestId?: string }
+  | { id: string; type: 'cancel'; chatId?: string; runId?: string; clientRequestId?: string; action?: 'interrupt' | 'rollback' }
   | { id: string; type: 'resume'; runId: string; value: unknown }
   | { id: string; type: 'subscribe'; runId: string; afterSeq: number }
   | { id: string; type: 'unsubscribe'; runId: string }

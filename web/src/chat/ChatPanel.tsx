@@ -447,9 +447,18 @@ export function ChatPanel(p: Props) {
             }}
           />
           {busy ? (
-            <button className="danger" onClick={() => void chatApi.stop()} data-testid="stop">
-              Stop
-            </button>
+            <>
+              <button className="danger" onClick={() => void chatApi.stop()} data-testid="stop">
+                Stop
+              </button>
+              <button
+                onClick={() => void chatApi.stop('rollback')}
+                title="Stop and take the message back, as if it was never sent"
+                data-testid="take-back"
+              >
+                Take back
+              </button>
+            </>
           ) : null}
           <button className="primary" onClick={() => void send()} disabled={!p.graphSaved || !text.trim()} data-testid="send">
             Send

@@ -122,25 +122,33 @@ export function useChat(chatId: string | undefined, onError: (msg: string) => vo
     [refresh, onError],
   )
 
-  const stop = useCallback(async () => {
-    const id = chatRef.current
-    if (!id) return
-    const f = inflightRef.current
-    try {
-      if (f && socket.isOpen()) {
-        // A clientRequestId names a call in its chat: with the chat, the
-        // cancel reaches it from any connection (this one may have been
-        // reconnected since the call went out).
-        await socket.request({ id: newRequestId('cancel'), type: 'cancel', chatId: f.chatId, clientRequestId: f.crid })
-      } else if (f) {
-        await call(api.POST('/api/v1/chats/{id}/cancel', { params: { path: { id } }, body: { clientRequestId: f.crid } }))
-      } else {
-        await call(api.POST('/api/v1/chats/{id}/cancel', { params: { path: { id } }, body: {} }))
+  // stop cancels the call in flight (or whatever runs in the chat);
+  // with action 'rollback' it also takes the call back: the server
+  // deletes its turn's messages before it answers, and the chat is read
+  // again without them.
+  const stop = useCallback(
+    async (action: 'interrupt' | 'rollback' = 'interrupt') => {
+      const id = chatRef.current
+      if (!id) return
+      const f = inflightRef.current
+      try {
+        if (f && socket.isOpen()) {
+          // A clientRequestId names a call in its chat: with the chat, the
+          // cancel reaches it from any connection (this one may have been
+          // reconnected since the call went out).
+          await socket.request({ id: newRequestId('cancel'), type: 'cancel', chatId: f.chatId, clientRequestId: f.crid, action })
+        } else if (f) {
+          await call(api.POST('/api/v1/chats/{id}/cancel', { params: { path: { id } }, body: { clientRequestId: f.crid, action } }))
+        } else {
+          await call(api.POST('/api/v1/chats/{id}/cancel', { params: { path: { id } }, body: { action } }))
+        }
+        if (action === 'rollback') await refresh()
+      } catch (e) {
+        onError(e instanceof Error ? e.message : String(e))
       }
-    } catch (e) {
-      onError(e instanceof Error ? e.message : String(e))
-    }
-  }, [onError])
+    },
+    [onError, refresh],
+  )
 
   const switchTo = useCallback(
     async (messageId: string) => {

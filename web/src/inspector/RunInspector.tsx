@@ -166,8 +166,11 @@ export function RunInspector({ chatId, runId, onSelectRun, nodeId, onSelectNode 
   }, [runId])
 
   const finished = run && ['completed', 'failed', 'cancelled', 'interrupted'].includes(run.status)
+  // A run taken back (a cancel's rollback) is deleted once it has ended:
+  // there is nothing to read of it.
+  const rolledBack = run?.status === 'cancelled' && (run.error ?? '').includes('(user_rollback via ')
   useEffect(() => {
-    if (!runId) return
+    if (!runId || rolledBack) return
     let alive = true
     call(api.GET('/api/v1/runs/{id}', { params: { path: { id: runId } } }))
       .then((r) => alive && setDetail(r))
@@ -175,7 +178,7 @@ export function RunInspector({ chatId, runId, onSelectRun, nodeId, onSelectNode 
     return () => {
       alive = false
     }
-  }, [runId, finished])
+  }, [runId, finished, rolledBack])
 
   const state = detail?.nodes?.find((n) => n.id === nodeId)
 
