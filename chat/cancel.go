@@ -300,25 +300,12 @@ func (s *Service) cancelWaiting(ctx context.Context, msgs []*Message, cause erro
 }
 
 // undoIfRolledBack undoes the turn of run runID in chatID when it was
-// cancelled with runcontrol.ErrUserRollback (undo). A run whose turn
-// wrote no message — a continue_message or resume run, which answers in
-// the message it continues — is left as a cancel leaves it: deleting it
-// would leave that message naming a run that is gone, which nothing
-// could continue again.
+// cancelled with runcontrol.ErrUserRollback (undo, which leaves a run
+// that wrote no message of its own as the cancel left it).
 func (s *Service) undoIfRolledBack(ctx context.Context, chatID, runID string, cause error) {
-	if chatID == "" || !errors.Is(cause, runcontrol.ErrUserRollback) {
-		return
+	if chatID != "" && errors.Is(cause, runcontrol.ErrUserRollback) {
+		s.undo(ctx, chatID, []string{runID}, "")
 	}
-	msgs, err := s.chats.Messages(ctx, chatID)
-	if err != nil {
-		s.log.Error("rollback: reading messages", "chat", chatID, "err", err)
-		return
-	}
-	if !slices.ContainsFunc(msgs, func(m *Message) bool { return m.TurnRunID == runID }) {
-		s.log.Info("rollback: the run wrote no message of its own; it stays cancelled", "run", runID, "chat", chatID)
-		return
-	}
-	s.undo(ctx, chatID, []string{runID}, "")
 }
 
 // cancelScope cancels a scope with cause (a user's cancel or rollback).

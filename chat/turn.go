@@ -1114,6 +1114,11 @@ func (s *Service) rollback(ctx context.Context, t *turn, victims []string) {
 // those of turns sent meanwhile (they queue behind it), also ones
 // another process writes at that moment — onto what remains
 // (Store.DeleteMessages, Store.BeginTurn).
+//
+// A run whose turn wrote no message — a continue_message or resume run,
+// which answers in the message it continues — stays, as its cancel left
+// it: deleting it would leave that message naming a run that is gone,
+// which nothing could continue again.
 func (s *Service) undo(ctx context.Context, chatID string, victims []string, activeLeaf string) {
 	msgs, err := s.chats.Messages(ctx, chatID)
 	if err != nil {
@@ -1125,22 +1130,31 @@ func (s *Service) undo(ctx context.Context, chatID string, victims []string, act
 		undone[v] = true
 	}
 	var del []string
+	wrote := map[string]bool{}
 	for _, m := range msgs {
 		if m.TurnRunID != "" && undone[m.TurnRunID] {
 			del = append(del, m.ID)
+			wrote[m.TurnRunID] = true
 		}
 	}
-	if err := s.chats.DeleteMessages(ctx, chatID, del, activeLeaf); err != nil {
-		s.log.Error("rollback: deleting messages", "chat", chatID, "err", err)
+	if len(del) > 0 || activeLeaf != "" {
+		if err := s.chats.DeleteMessages(ctx, chatID, del, activeLeaf); err != nil {
+			s.log.Error("rollback: deleting messages", "chat", chatID, "err", err)
+		}
 	}
+	var deleted []string
 	if ins, ok := s.runs.(runtime.Inspector); ok {
 		for _, v := range victims {
+			if !wrote[v] {
+				continue
+			}
 			if err := ins.DeleteRun(ctx, v); err != nil && !errors.Is(err, runtime.ErrRunNotFound) {
 				s.log.Warn("rollback: deleting run", "run", v, "err", err)
 			}
+			deleted = append(deleted, v)
 		}
 	}
-	s.log.Info("rolled back", "chat", chatID, "runs", victims, "messages", len(del))
+	s.log.Info("rolled back", "chat", chatID, "runs", deleted, "kept", len(victims)-len(deleted), "messages", len(del))
 }
 
 // finishMessage writes the assistant message's final status and content

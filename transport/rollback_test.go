@@ -228,3 +228,41 @@ func TestCancelWithRollbackOfAContinueRun(t *testing.T) {
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue", map[string]any{}, &cont), http.StatusAccepted)
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+cont["runId"].(string)+"/cancel", nil, nil), http.StatusAccepted)
 }
+
+// A newer message with the rollback strategy supersedes a continue run
+// without deleting it: the continue wrote no message of its own, and the
+// answer it continued stays continuable.
+func TestRollbackStrategyKeepsASupersededContinueRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	g := basicGraph(`{"name":"Slow","tokenDelayMs":3000}`)
+	g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": "calc", "type": "tool",
+		"data": map[string]any{"name": "calculator", "requireApproval": true}})
+	g["edges"] = append(g["edges"].([]any), edge("l1", "calc", "tool", "a1", "tools", "link"))
+	_, chatID := e.newChat(g)
+	var asked map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": `/tool calculator {"expression":"6*7"}`}, &asked, map[string]string{"Prefer": "wait=30"}), http.StatusOK)
+	mid := asked["messageId"].(string)
+	var cont map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue",
+		map[string]any{"resume": map[string]any{"approved": true}}, &cont), http.StatusAccepted)
+	contRun := cont["runId"].(string)
+	waitFor(t, "the continue to run", func() bool {
+		var r map[string]any
+		e.do("GET", "/api/v1/runs/"+contRun, nil, &r)
+		return r["status"] == "running"
+	})
+	var next map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": "instead", "parentId": mid, "multitaskStrategy": "rollback"}, &next), http.StatusAccepted)
+	waitFor(t, "the continue to be superseded", func() bool {
+		var r map[string]any
+		e.do("GET", "/api/v1/runs/"+contRun, nil, &r)
+		return r["status"] == "cancelled"
+	})
+	m := message(e.chat(chatID), mid)
+	require.NotNil(t, m, "the continued answer stays")
+	require.Equal(t, contRun, m["runId"], "naming a run that is still there")
+	e.mustStatus(e.do("POST", "/api/v1/runs/"+next["runId"].(string)+"/cancel", nil, nil), http.StatusAccepted)
+}
