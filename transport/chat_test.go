@@ -235,8 +235,11 @@ func TestRetryAndEditMakeSiblings(t *testing.T) {
 	require.Equal(t, a1, e.chat(chatID)["activeLeafId"])
 }
 
-func approvalGraph() map[string]any {
-	g := basicGraph("")
+func approvalGraph() map[string]any { return approvalGraphWith("") }
+
+// approvalGraphWith is approvalGraph with the agent's data.
+func approvalGraphWith(agentData string) map[string]any {
+	g := basicGraph(agentData)
 	g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": "calc", "type": "tool",
 		"data": map[string]any{"name": "calculator", "requireApproval": true}})
 	g["edges"] = append(g["edges"].([]any), edge("l1", "calc", "tool", "a1", "tools", "link"))

@@ -427,6 +427,38 @@ func (e *env) waitRunDone(runID string) {
 	})
 }
 
+// runStatus is run id's status as GET /runs/{id} shows it (nil when it
+// has none: a run that is gone).
+func (e *env) runStatus(id string) any {
+	var r map[string]any
+	e.do("GET", "/api/v1/runs/"+id, nil, &r)
+	return r["status"]
+}
+
+// waitRunStatus waits until run id has status.
+func (e *env) waitRunStatus(id, status string) {
+	e.t.Helper()
+	waitFor(e.t, "run "+id+" to be "+status, func() bool { return e.runStatus(id) == status })
+}
+
+// joined is the answer to a GET /runs/{id}/join.
+type joined struct {
+	status int
+	run    map[string]any
+}
+
+// joinAsync sends GET path (a join) on a goroutine of its own; its
+// answer comes on the channel.
+func (e *env) joinAsync(path string) <-chan joined {
+	done := make(chan joined, 1)
+	go func() {
+		var r map[string]any
+		resp := e.do("GET", path, nil, &r)
+		done <- joined{resp.StatusCode, r}
+	}()
+	return done
+}
+
 // until reads s up to and including its first event of type typ.
 func (s *sseStream) until(t *testing.T, typ string) *sseEvent {
 	t.Helper()

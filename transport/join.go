@@ -29,10 +29,11 @@ const (
 // the relay or the log for a run another process executes), so it ends
 // as soon as the run's terminal event is committed.
 func (s *Server) joinRun(c echo.Context) error {
-	timeout, err := joinTimeout(c.QueryParam("timeout"))
-	if err != nil {
-		return err
+	secs, ok := queryInt(c, "timeout", joinTimeoutDefault, joinTimeoutMax)
+	if !ok {
+		return badRequest("timeout must be whole seconds from 1 to %d", joinTimeoutMax)
 	}
+	timeout := time.Duration(secs) * time.Second
 	ctx := c.Request().Context()
 	id := c.Param("id")
 	if err := s.runExists(ctx, id); err != nil {
@@ -110,18 +111,6 @@ func (s *Server) awaitEnd(ctx context.Context, id string, timeout time.Duration)
 		return nil // the timeout or the shutdown: the caller answers what the run is now
 	}
 	return err
-}
-
-// joinTimeout parses ?timeout= (whole seconds).
-func joinTimeout(v string) (time.Duration, error) {
-	if v == "" {
-		return joinTimeoutDefault * time.Second, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > joinTimeoutMax {
-		return 0, badRequest("timeout must be whole seconds from 1 to %d", joinTimeoutMax)
-	}
-	return time.Duration(n) * time.Second, nil
 }
 
 // preferredWait is the request's `Prefer: wait=N` (RFC 7240: the client

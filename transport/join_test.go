@@ -80,20 +80,13 @@ func TestJoinTimesOutWithTheRunningRun(t *testing.T) {
 	require.Equal(t, runID, run["id"])
 	require.NotContains(t, run, "message", "no answer while the run runs")
 
-	done := make(chan map[string]any, 1)
-	go func() {
-		var r map[string]any
-		resp := e.do("GET", "/api/v1/runs/"+runID+"/join", nil, &r)
-		if resp.StatusCode != http.StatusOK {
-			r = map[string]any{"httpStatus": resp.StatusCode}
-		}
-		done <- r
-	}()
+	done := e.joinAsync("/api/v1/runs/" + runID + "/join")
 	waitFor(t, "the join to wait", func() bool { return e.metric(`chatgraph_active_streams{transport="join"}`) == 1 })
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+runID+"/cancel", nil, nil), http.StatusAccepted)
 	select {
-	case r := <-done:
-		require.Equal(t, "cancelled", r["status"], "%v", r)
+	case a := <-done:
+		require.Equal(t, http.StatusOK, a.status, "%v", a.run)
+		require.Equal(t, "cancelled", a.run["status"])
 	case <-time.After(10 * time.Second):
 		t.Fatal("the join did not answer after the run's cancel")
 	}
@@ -170,16 +163,7 @@ func TestJoinEndsAtShutdown(t *testing.T) {
 	now := time.Now()
 	require.NoError(t, e.store.CreateRun(t.Context(), &runtime.RunRecord{ID: runID, RootID: runID, GraphID: "g",
 		Status: runtime.RunRunning, CreatedAt: now, UpdatedAt: now}))
-	type answer struct {
-		status int
-		run    map[string]any
-	}
-	done := make(chan answer, 1)
-	go func() {
-		var r map[string]any
-		resp := e.do("GET", "/api/v1/runs/"+runID+"/join?timeout=20", nil, &r)
-		done <- answer{resp.StatusCode, r}
-	}()
+	done := e.joinAsync("/api/v1/runs/" + runID + "/join?timeout=20")
 	select {
 	case a := <-done:
 		t.Fatalf("the join answered %d before the shutdown: %v", a.status, a.run)
@@ -207,16 +191,7 @@ func TestJoinOfARunARollbackSupersedes(t *testing.T) {
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages", map[string]any{"content": "one two three"}, &first),
 		http.StatusAccepted)
 	runID := first["runId"].(string)
-	type answer struct {
-		status int
-		run    map[string]any
-	}
-	done := make(chan answer, 1)
-	go func() {
-		var r map[string]any
-		resp := e.do("GET", "/api/v1/runs/"+runID+"/join?timeout=20", nil, &r)
-		done <- answer{resp.StatusCode, r}
-	}()
+	done := e.joinAsync("/api/v1/runs/" + runID + "/join?timeout=20")
 	time.Sleep(100 * time.Millisecond) // the join waits by now
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
 		map[string]any{"content": "instead", "multitaskStrategy": "rollback"}, nil), http.StatusAccepted)

@@ -54,15 +54,25 @@ func seqPageOf(c echo.Context) (limit int, after int64, err error) {
 
 // limitOf reads ?limit (default defaultPageLimit).
 func limitOf(c echo.Context) (int, error) {
-	v := c.QueryParam("limit")
-	if v == "" {
-		return defaultPageLimit, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > maxPageLimit {
+	n, ok := queryInt(c, "limit", defaultPageLimit, maxPageLimit)
+	if !ok {
 		return defaultPageLimit, badRequest("limit must be a whole number from 1 to %d", maxPageLimit)
 	}
 	return n, nil
+}
+
+// queryInt reads query parameter name as a whole number from 1 to most:
+// def when the request has none, ok false when it holds anything else.
+func queryInt(c echo.Context, name string, def, most int) (n int, ok bool) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, false
+	}
+	return n, true
 }
 
 // setNext names the next page in a Link header when this one was full.

@@ -111,16 +111,10 @@ func TestChatCallPreferringToWaitLeftByItsClient(t *testing.T) {
 			map[string]string{"Idempotency-Key": "leave-" + onDisconnect}), http.StatusAccepted)
 		return ticket["runId"].(string)
 	}
-	status := func(runID string) any {
-		var r map[string]any
-		e.do("GET", "/api/v1/runs/"+runID, nil, &r)
-		return r["status"]
-	}
-	cancelled := leave("cancel")
-	waitFor(t, "the left call's run to be cancelled", func() bool { return status(cancelled) == "cancelled" })
+	e.waitRunStatus(leave("cancel"), "cancelled")
 	kept := leave("")
 	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, "running", status(kept), "without onDisconnect the run goes on")
+	require.Equal(t, "running", e.runStatus(kept), "without onDisconnect the run goes on")
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+kept+"/cancel", nil, nil), http.StatusAccepted)
 }
 

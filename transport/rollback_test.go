@@ -30,6 +30,25 @@ func (e *env) messageIDs(chatID string) []string {
 	return ids
 }
 
+// continuingChat is a chat whose only answer asked for approval and is
+// being continued, approved: its agent says a word every 3 s. It returns
+// the answer's id and the continue's run, running.
+func continuingChat(t *testing.T, e *env) (chatID, answer, contRun string) {
+	t.Helper()
+	_, chatID = e.newChat(approvalGraphWith(`{"name":"Slow","tokenDelayMs":3000}`))
+	var asked map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
+		map[string]any{"content": `/tool calculator {"expression":"6*7"}`}, &asked, map[string]string{"Prefer": "wait=30"}), http.StatusOK)
+	require.Equal(t, "interrupted", asked["status"])
+	answer = asked["messageId"].(string)
+	var cont map[string]any
+	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+answer+"/continue",
+		map[string]any{"resume": map[string]any{"approved": true}}, &cont), http.StatusAccepted)
+	contRun = cont["runId"].(string)
+	e.waitRunStatus(contRun, "running")
+	return chatID, answer, contRun
+}
+
 // A cancel with action rollback stops the run, as a cancel does, and then
 // undoes its turn: by its 202 the turn's messages and the run are gone,
 // the chat's active leaf is back on the answer before, and a subscriber
@@ -85,11 +104,7 @@ func TestCancelWithRollbackKeepsTheTurnQueuedBehind(t *testing.T) {
 	c := e.chat(chatID)
 	require.Nil(t, message(c, second["messageId"].(string)), "the second answer is gone")
 	require.Equal(t, firstAnswer, message(c, third["userMessageId"].(string))["parentId"], "the third turn hangs from what remains")
-	waitFor(t, "the third turn to run", func() bool {
-		var r map[string]any
-		e.do("GET", "/api/v1/runs/"+thirdRun, nil, &r)
-		return r["status"] == "running"
-	})
+	e.waitRunStatus(thirdRun, "running")
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+thirdRun+"/cancel", nil, nil), http.StatusAccepted)
 }
 
@@ -198,25 +213,7 @@ func TestWebSocketCancelWithRollback(t *testing.T) {
 func TestCancelWithRollbackOfAContinueRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	g := basicGraph(`{"name":"Slow","tokenDelayMs":3000}`)
-	g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": "calc", "type": "tool",
-		"data": map[string]any{"name": "calculator", "requireApproval": true}})
-	g["edges"] = append(g["edges"].([]any), edge("l1", "calc", "tool", "a1", "tools", "link"))
-	_, chatID := e.newChat(g)
-	var asked map[string]any
-	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
-		map[string]any{"content": `/tool calculator {"expression":"6*7"}`}, &asked, map[string]string{"Prefer": "wait=30"}), http.StatusOK)
-	require.Equal(t, "interrupted", asked["status"])
-	mid := asked["messageId"].(string)
-	var cont map[string]any
-	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue",
-		map[string]any{"resume": map[string]any{"approved": true}}, &cont), http.StatusAccepted)
-	contRun := cont["runId"].(string)
-	waitFor(t, "the continue to run", func() bool {
-		var r map[string]any
-		e.do("GET", "/api/v1/runs/"+contRun, nil, &r)
-		return r["status"] == "running"
-	})
+	chatID, mid, contRun := continuingChat(t, e)
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+contRun+"/cancel", map[string]any{"action": "rollback"}, nil), http.StatusAccepted)
 	var run map[string]any
 	e.mustStatus(e.do("GET", "/api/v1/runs/"+contRun, nil, &run), http.StatusOK)
@@ -225,6 +222,7 @@ func TestCancelWithRollbackOfAContinueRun(t *testing.T) {
 	require.Equal(t, "cancelled", m["status"])
 	require.Equal(t, contRun, m["runId"])
 	require.Len(t, e.messageIDs(chatID), 2, "the turn it continued stays")
+	var cont map[string]any
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue", map[string]any{}, &cont), http.StatusAccepted)
 	e.mustStatus(e.do("POST", "/api/v1/runs/"+cont["runId"].(string)+"/cancel", nil, nil), http.StatusAccepted)
 }
@@ -235,32 +233,11 @@ func TestCancelWithRollbackOfAContinueRun(t *testing.T) {
 func TestRollbackStrategyKeepsASupersededContinueRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	g := basicGraph(`{"name":"Slow","tokenDelayMs":3000}`)
-	g["nodes"] = append(g["nodes"].([]any), map[string]any{"id": "calc", "type": "tool",
-		"data": map[string]any{"name": "calculator", "requireApproval": true}})
-	g["edges"] = append(g["edges"].([]any), edge("l1", "calc", "tool", "a1", "tools", "link"))
-	_, chatID := e.newChat(g)
-	var asked map[string]any
-	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
-		map[string]any{"content": `/tool calculator {"expression":"6*7"}`}, &asked, map[string]string{"Prefer": "wait=30"}), http.StatusOK)
-	mid := asked["messageId"].(string)
-	var cont map[string]any
-	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages/"+mid+"/continue",
-		map[string]any{"resume": map[string]any{"approved": true}}, &cont), http.StatusAccepted)
-	contRun := cont["runId"].(string)
-	waitFor(t, "the continue to run", func() bool {
-		var r map[string]any
-		e.do("GET", "/api/v1/runs/"+contRun, nil, &r)
-		return r["status"] == "running"
-	})
+	chatID, mid, contRun := continuingChat(t, e)
 	var next map[string]any
 	e.mustStatus(e.do("POST", "/api/v1/chats/"+chatID+"/messages",
 		map[string]any{"content": "instead", "parentId": mid, "multitaskStrategy": "rollback"}, &next), http.StatusAccepted)
-	waitFor(t, "the continue to be superseded", func() bool {
-		var r map[string]any
-		e.do("GET", "/api/v1/runs/"+contRun, nil, &r)
-		return r["status"] == "cancelled"
-	})
+	e.waitRunStatus(contRun, "cancelled") // superseded
 	m := message(e.chat(chatID), mid)
 	require.NotNil(t, m, "the continued answer stays")
 	require.Equal(t, contRun, m["runId"], "naming a run that is still there")

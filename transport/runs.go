@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -134,13 +133,11 @@ func (s *Server) listRuns(c echo.Context) error {
 			f.Status = append(f.Status, st)
 		}
 	}
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return badRequest("limit must be between 1 and 1000")
-		}
-		f.Limit = n
+	n, ok := queryInt(c, "limit", 0, maxPageLimit)
+	if !ok {
+		return badRequest("limit must be between 1 and %d", maxPageLimit)
 	}
+	f.Limit = n
 	recs, err := ins.ListRuns(c.Request().Context(), f)
 	if err != nil {
 		return err
